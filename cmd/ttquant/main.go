@@ -1,0 +1,153 @@
+// Command ttquant turns Hugging Face safetensors checkpoints into
+// Tenstorrent-native quantized checkpoints and verifies them.
+//
+// Results go to standard output, logs and progress to standard error.
+// Exit status: 0 success, 1 error, 2 usage, 3 verification failed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitVerifyKO = 3
+)
+
+// command is one subcommand. run receives the arguments after the
+// subcommand name and returns an error; errors of type *exitError carry a
+// specific status.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a subcommand may touch: its output streams and logger.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+	log    *slog.Logger
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("ttquant: duplicate command " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// statusError makes a subcommand exit with a given status after printing err
+// (when err is non-nil).
+type statusError struct {
+	status int
+	err    error
+}
+
+func (e *statusError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.status)
+	}
+	return e.err.Error()
+}
+func (e *statusError) Unwrap() error { return e.err }
+
+// usageErrorf reports a usage error (exit status 2).
+func usageErrorf(format string, args ...any) error {
+	return &statusError{status: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// newFlagSet returns a flag set for a subcommand whose parse errors are usage
+// errors and whose usage text goes to stderr.
+func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("ttquant "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: ttquant %s %s\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning -h and bad flags into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &statusError{status: exitUsage}
+		}
+		return &statusError{status: exitUsage, err: err}
+	}
+	return nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ttquant <command> [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'ttquant <command> -h' for a command's flags.")
+}
+
+// run is main without os.Exit, for tests.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr, log: slog.New(slog.NewTextHandler(stderr, nil))}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	if name == "-h" || name == "--help" || name == "help" {
+		usage(stdout)
+		return exitOK
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "ttquant: unknown command %q\n", name)
+		usage(stderr)
+		return exitUsage
+	}
+	err := c.run(ctx, e, args[1:])
+	if err == nil {
+		return exitOK
+	}
+	status := exitError
+	var se *statusError
+	if errors.As(err, &se) {
+		status = se.status
+		if se.err == nil {
+			return status
+		}
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "ttquant") {
+		msg = "ttquant " + name + ": " + msg
+	}
+	fmt.Fprintln(stderr, msg)
+	return status
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}

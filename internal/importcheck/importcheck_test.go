@@ -1,0 +1,160 @@
+// Package importcheck holds the test that keeps the module's imports pointing
+// one way: leaves import nothing of ours, and every package imports only the
+// packages below it.
+package importcheck
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/testdata"
+)
+
+const module = "github.com/ttquant/ttquant"
+
+// allowed lists, for every package directory of the module (relative to the
+// repository root, subdirectories included), the module packages that its
+// non-test files may import. Test files may in addition import
+// internal/testdata and the package under test's allowed set plus anything
+// named in allowedInTests.
+var allowed = map[string][]string{
+	"bfp":                  {},
+	"safetensors":          {},
+	"internal/testdata":    {},
+	"internal/kernels":     {},
+	"internal/testmodel":   {"safetensors"},
+	"gptq":                 {"bfp", "internal/kernels"},
+	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
+	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
+	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
+	"internal/importcheck": {"internal/testdata"},
+	"cmd":                  {"*"},
+}
+
+// allowedInTests are extra module packages that test files may import.
+var allowedInTests = map[string][]string{
+	"*":                  {"internal/testdata"},
+	"gptq":               {"safetensors"},
+	"manifest":           {"emulator"},
+	"internal/testmodel": {},
+}
+
+// owner returns the key of allowed that governs dir: the longest key that is
+// dir or a parent of it.
+func owner(dir string) (string, bool) {
+	best := ""
+	for k := range allowed {
+		if (dir == k || strings.HasPrefix(dir, k+"/")) && len(k) > len(best) {
+			best = k
+		}
+	}
+	return best, best != ""
+}
+
+func permits(list []string, pkg string) bool {
+	for _, p := range list {
+		if p == "*" || pkg == p || strings.HasPrefix(pkg, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestImportsPointOneWay(t *testing.T) {
+	root := testdata.RepoRoot()
+	var problems []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		key, ok := owner(dir)
+		if !ok {
+			if dir == "." {
+				return nil
+			}
+			problems = append(problems, rel+": package directory not listed in the import rules")
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, src, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		isTest := strings.HasSuffix(path, "_test.go")
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p != module && !strings.HasPrefix(p, module+"/") {
+				continue
+			}
+			p = strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+			if p == dir || strings.HasPrefix(dir, p+"/") && p == key {
+				continue // the package itself (external test package)
+			}
+			if permits(allowed[key], p) {
+				continue
+			}
+			if isTest && (permits(allowedInTests["*"], p) || permits(allowedInTests[key], p) || p == key || strings.HasPrefix(p, key+"/")) {
+				continue
+			}
+			problems = append(problems, rel+" imports "+p+", which "+key+" may not import")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(problems)
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// TestRulesRejectUpwardImport checks the rule table itself, so that the walk
+// above cannot pass because the table permits everything.
+func TestRulesRejectUpwardImport(t *testing.T) {
+	cases := []struct {
+		dir, imp string
+		want     bool
+	}{
+		{"bfp", "gptq", false},
+		{"bfp", "safetensors", false},
+		{"safetensors", "bfp", false},
+		{"gptq", "bfp", true},
+		{"gptq", "calib", false},
+		{"calib", "manifest", false},
+		{"manifest", "emulator", false},
+		{"emulator", "manifest", true},
+		{"cmd/ttquant", "emulator", true},
+	}
+	for _, c := range cases {
+		key, ok := owner(c.dir)
+		if !ok {
+			t.Fatalf("%s has no rule", c.dir)
+		}
+		if got := permits(allowed[key], c.imp); got != c.want {
+			t.Errorf("%s importing %s: permitted=%v, want %v", c.dir, c.imp, got, c.want)
+		}
+	}
+}
