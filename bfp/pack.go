@@ -1,0 +1,240 @@
+package bfp
+
+import (
+	"runtime"
+	"sync"
+)
+
+// Pack packs a row-major rows x cols float32 matrix into tiles of format f.
+// The matrix is padded with +0.0 to whole tiles, tiles are emitted
+// row-major over the tile grid, and each tile is the exponent section
+// followed by the codes, exactly as tt-metal's host packer lays it out for
+// what ttnn hands it. len(src) must be rows*cols.
+func Pack(f Format, t Tile, src []float32, rows, cols int) ([]byte, error) {
+	n, err := PackedSize(f, t, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSrc(t, len(src), rows, cols); err != nil {
+		return nil, err
+	}
+	dst := make([]byte, n)
+	packRange(dst, f, t, src, rows, cols, 0, tileRows(t, rows))
+	return dst, nil
+}
+
+// PackInto is Pack writing into dst, which must have length
+// PackedSize(f, t, rows, cols). Every byte of dst is written, padding
+// included; PackInto allocates only for tiles cut by the matrix edge.
+func PackInto(dst []byte, f Format, t Tile, src []float32, rows, cols int) error {
+	return ParallelPackInto(dst, f, t, src, rows, cols, 1)
+}
+
+// ParallelPackInto is PackInto spreading the tile rows over up to workers
+// goroutines (workers <= 0 means GOMAXPROCS). The output does not depend on
+// workers.
+func ParallelPackInto(dst []byte, f Format, t Tile, src []float32, rows, cols, workers int) error {
+	n, err := PackedSize(f, t, rows, cols)
+	if err != nil {
+		return err
+	}
+	if err := checkSrc(t, len(src), rows, cols); err != nil {
+		return err
+	}
+	if len(dst) != n {
+		return &BufferError{Op: "Pack", Buffer: "destination", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(dst), Want: n}
+	}
+	parallel(tileRows(t, rows), workers, func(r0, r1 int) {
+		packRange(dst, f, t, src, rows, cols, r0, r1)
+	})
+	return nil
+}
+
+// Unpack decodes packed tiles of format f back into the row-major
+// rows x cols matrix, dropping the tile padding. len(src) must be
+// PackedSize(f, t, rows, cols). Every byte pattern decodes to some value,
+// exactly as tt-metal's host unpacker decodes it.
+func Unpack(f Format, t Tile, src []byte, rows, cols int) ([]float32, error) {
+	n, err := PackedSize(f, t, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(src) != n {
+		return nil, &BufferError{Op: "Unpack", Buffer: "packed source", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(src), Want: n}
+	}
+	dst := make([]float32, rows*cols)
+	unpackRange(dst, f, t, src, rows, cols, 0, tileRows(t, rows))
+	return dst, nil
+}
+
+// UnpackInto is Unpack writing into dst, which must have length rows*cols.
+func UnpackInto(dst []float32, f Format, t Tile, src []byte, rows, cols int) error {
+	return ParallelUnpackInto(dst, f, t, src, rows, cols, 1)
+}
+
+// ParallelUnpackInto is UnpackInto spreading the tile rows over up to
+// workers goroutines (workers <= 0 means GOMAXPROCS). The output does not
+// depend on workers.
+func ParallelUnpackInto(dst []float32, f Format, t Tile, src []byte, rows, cols, workers int) error {
+	n, err := PackedSize(f, t, rows, cols)
+	if err != nil {
+		return err
+	}
+	if len(src) != n {
+		return &BufferError{Op: "Unpack", Buffer: "packed source", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(src), Want: n}
+	}
+	if len(dst) != rows*cols {
+		return &BufferError{Op: "Unpack", Buffer: "destination", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(dst), Want: rows * cols}
+	}
+	parallel(tileRows(t, rows), workers, func(r0, r1 int) {
+		unpackRange(dst, f, t, src, rows, cols, r0, r1)
+	})
+	return nil
+}
+
+// Quantize returns the matrix as the device sees it after packing:
+// Unpack(Pack(src)) without the intermediate buffer being kept.
+func Quantize(f Format, t Tile, src []float32, rows, cols int) ([]float32, error) {
+	p, err := Pack(f, t, src, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	return Unpack(f, t, p, rows, cols)
+}
+
+func checkSrc(t Tile, n, rows, cols int) error {
+	// PackedSize has succeeded, so rows*cols padded to tiles fits an int
+	// and so does rows*cols.
+	if n != rows*cols {
+		return &ShapeError{Rows: rows, Cols: cols, Tile: t, Len: n,
+			Reason: "source has " + itoa(n) + " values, want rows*cols = " + itoa(rows*cols)}
+	}
+	return nil
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [24]byte
+	i := len(b)
+	neg := n < 0
+	u := uint64(n)
+	if neg {
+		u = uint64(-n)
+	}
+	for u > 0 {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+func tileRows(t Tile, rows int) int { return (rows + t.H - 1) / t.H }
+
+// parallel runs fn over [0, n) split into contiguous chunks, one per worker.
+func parallel(n, workers int, fn func(lo, hi int)) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n)
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// packRange packs tile rows [tr0, tr1).
+func packRange(dst []byte, f Format, t Tile, src []float32, rows, cols, tr0, tr1 int) {
+	tcN := (cols + t.W - 1) / t.W
+	tb := TileBytes(f, t)
+	fh := t.FaceH()
+	faceCols := t.W / FaceW
+	faces := t.Faces()
+	groups := t.Groups()
+	eb := t.ExponentBytes()
+	gb := GroupSize * f.Bits() / 8 // bytes of codes per group
+	var scratch []float32
+	for tr := tr0; tr < tr1; tr++ {
+		r0 := tr * t.H
+		for tc := range tcN {
+			c0 := tc * t.W
+			tile := dst[(tr*tcN+tc)*tb:][:tb]
+			var s []float32
+			stride := cols
+			if r0+t.H <= rows && c0+t.W <= cols {
+				s = src[r0*cols+c0:]
+			} else {
+				if scratch == nil {
+					scratch = make([]float32, t.H*t.W)
+				}
+				clear(scratch)
+				for r := r0; r < min(r0+t.H, rows); r++ {
+					copy(scratch[(r-r0)*t.W:], src[r*cols+c0:r*cols+min(c0+t.W, cols)])
+				}
+				s, stride = scratch, t.W
+			}
+			for fi := range faces {
+				off := (fi/faceCols)*fh*stride + (fi%faceCols)*FaceW
+				g0 := fi * fh
+				packGroups(f, s[off:], stride, fh, tile[g0:], tile[eb+g0*gb:])
+			}
+			clear(tile[groups:eb])
+		}
+	}
+}
+
+// unpackRange unpacks tile rows [tr0, tr1).
+func unpackRange(dst []float32, f Format, t Tile, src []byte, rows, cols, tr0, tr1 int) {
+	tcN := (cols + t.W - 1) / t.W
+	tb := TileBytes(f, t)
+	fh := t.FaceH()
+	faceCols := t.W / FaceW
+	faces := t.Faces()
+	eb := t.ExponentBytes()
+	gb := GroupSize * f.Bits() / 8
+	var scratch []float32
+	for tr := tr0; tr < tr1; tr++ {
+		r0 := tr * t.H
+		for tc := range tcN {
+			c0 := tc * t.W
+			tile := src[(tr*tcN+tc)*tb:][:tb]
+			full := r0+t.H <= rows && c0+t.W <= cols
+			var d []float32
+			stride := cols
+			if full {
+				d = dst[r0*cols+c0:]
+			} else {
+				if scratch == nil {
+					scratch = make([]float32, t.H*t.W)
+				}
+				d, stride = scratch, t.W
+			}
+			for fi := range faces {
+				off := (fi/faceCols)*fh*stride + (fi%faceCols)*FaceW
+				g0 := fi * fh
+				unpackGroups(f, tile[eb+g0*gb:], tile[g0:], fh, d[off:], stride)
+			}
+			if !full {
+				for r := r0; r < min(r0+t.H, rows); r++ {
+					copy(dst[r*cols+c0:r*cols+min(c0+t.W, cols)], scratch[(r-r0)*t.W:])
+				}
+			}
+		}
+	}
+}
