@@ -1,0 +1,132 @@
+package calib
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// MoEConfig describes one sparse mixture-of-experts block of the Qwen3 MoE
+// family (Qwen3-MoE, Qwen3-Next, Qwen3.5/3.6-MoE).
+type MoEConfig struct {
+	Hidden      int  // model width: the input and output size of the block
+	Experts     int  // routed experts
+	TopK        int  // experts chosen per token
+	ExpertInter int  // width of one routed expert (moe_intermediate_size)
+	SharedInter int  // width of the shared expert; 0 when the block has none
+	NormTopK    bool // renormalise the top-k probabilities to sum to one
+}
+
+// Validate reports whether the configuration is usable.
+func (c MoEConfig) Validate() error {
+	switch {
+	case c.Hidden <= 0:
+		return fmt.Errorf("calib: MoE config: hidden size %d must be positive", c.Hidden)
+	case c.Experts <= 0:
+		return fmt.Errorf("calib: MoE config: %d experts; need at least one", c.Experts)
+	case c.TopK <= 0 || c.TopK > c.Experts:
+		return fmt.Errorf("calib: MoE config: top-k %d outside 1..%d experts", c.TopK, c.Experts)
+	case c.ExpertInter <= 0:
+		return fmt.Errorf("calib: MoE config: expert width %d must be positive", c.ExpertInter)
+	case c.SharedInter < 0:
+		return fmt.Errorf("calib: MoE config: shared expert width %d is negative", c.SharedInter)
+	}
+	return nil
+}
+
+// ModelConfig is the part of a Hugging Face config.json that calibration
+// needs.
+type ModelConfig struct {
+	ModelType string
+	Layers    int
+	MoE       MoEConfig
+	// TensorPrefix is the name prefix of the decoder layers' parent, for
+	// example "model.language_model" (Qwen3.5/3.6) or "model" (Qwen3-Next).
+	TensorPrefix string
+}
+
+type hfTextConfig struct {
+	ModelType           string        `json:"model_type"`
+	HiddenSize          *int          `json:"hidden_size"`
+	NumHiddenLayers     *int          `json:"num_hidden_layers"`
+	NumExperts          *int          `json:"num_experts"`
+	NumExpertsPerTok    *int          `json:"num_experts_per_tok"`
+	MoEIntermediateSize *int          `json:"moe_intermediate_size"`
+	SharedIntermediate  *int          `json:"shared_expert_intermediate_size"`
+	NormTopKProb        *bool         `json:"norm_topk_prob"`
+	TextConfig          *hfTextConfig `json:"text_config"`
+}
+
+// ReadModelConfig reads dir/config.json (or the file itself when path names
+// a file) and extracts the MoE geometry. Nested text_config sections
+// (Qwen3.5/3.6) and flat configs (Qwen3-MoE, Qwen3-Next) are both accepted.
+//
+// norm_topk_prob: when the field is absent, Qwen3.5/3.6 MoE and Qwen3-Next
+// renormalise (their released configs omit it or set it true) while plain
+// Qwen3-MoE does not, matching the defaults of those architectures.
+func ReadModelConfig(path string) (*ModelConfig, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "config.json")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("calib: reading model config: %w", err)
+	}
+	var top hfTextConfig
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("calib: %s: %w", path, err)
+	}
+	tc := &top
+	prefix := "model"
+	if top.TextConfig != nil {
+		tc = top.TextConfig
+		prefix = "model.language_model"
+		if tc.ModelType == "" {
+			tc.ModelType = top.ModelType
+		}
+	}
+	need := func(name string, v *int) (int, error) {
+		if v == nil {
+			return 0, fmt.Errorf("calib: %s: field %s missing", path, name)
+		}
+		if *v <= 0 {
+			return 0, fmt.Errorf("calib: %s: field %s = %d must be positive", path, name, *v)
+		}
+		return *v, nil
+	}
+	cfg := &ModelConfig{ModelType: tc.ModelType, TensorPrefix: prefix}
+	if cfg.MoE.Hidden, err = need("hidden_size", tc.HiddenSize); err != nil {
+		return nil, err
+	}
+	if cfg.Layers, err = need("num_hidden_layers", tc.NumHiddenLayers); err != nil {
+		return nil, err
+	}
+	if cfg.MoE.Experts, err = need("num_experts", tc.NumExperts); err != nil {
+		return nil, err
+	}
+	if cfg.MoE.TopK, err = need("num_experts_per_tok", tc.NumExpertsPerTok); err != nil {
+		return nil, err
+	}
+	if cfg.MoE.ExpertInter, err = need("moe_intermediate_size", tc.MoEIntermediateSize); err != nil {
+		return nil, err
+	}
+	if tc.SharedIntermediate != nil {
+		if *tc.SharedIntermediate < 0 {
+			return nil, fmt.Errorf("calib: %s: shared_expert_intermediate_size %d is negative", path, *tc.SharedIntermediate)
+		}
+		cfg.MoE.SharedInter = *tc.SharedIntermediate
+	}
+	if tc.NormTopKProb != nil {
+		cfg.MoE.NormTopK = *tc.NormTopKProb
+	} else {
+		switch tc.ModelType {
+		case "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next":
+			cfg.MoE.NormTopK = true
+		}
+	}
+	if err := cfg.MoE.Validate(); err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return cfg, nil
+}
