@@ -87,8 +87,8 @@ func decodeBits(code, e uint32, w uint) uint32 {
 }
 
 // Nearest returns the value x becomes in a group with shared exponent byte
-// e: Decode(Encode(x, e), e), computed without the round trip through a code
-// where that is cheaper.
+// e: by definition Decode(Encode(x, e), e). Elements whose exponent exceeds
+// e saturate (see Encode).
 func (f Format) Nearest(x float32, e uint8) float32 {
 	return f.Decode(f.Encode(x, e), e)
 }
