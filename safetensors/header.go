@@ -1,0 +1,902 @@
+package safetensors
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// MaxHeaderSize is the largest header length, in bytes, that the format
+// allows (the reference's limit). It is checked before anything is
+// allocated.
+const MaxHeaderSize = 100_000_000
+
+// maxDepth is the JSON nesting depth at which the reference's JSON parser
+// gives up: 127 nested arrays/objects (the top-level object included) are
+// allowed, the 128th is an error, even inside ignored fields.
+const maxDepth = 128
+
+// rawTensor is a header entry as parsed, before validation.
+type rawTensor struct {
+	name       string
+	dtype      DType
+	shape      []uint64
+	begin, end uint64
+}
+
+// header is a parsed, validated header.
+type header struct {
+	n        uint64 // header length N
+	tensors  []TensorInfo
+	metadata map[string]string // nil when absent or null
+	hasMeta  bool              // __metadata__ present and not null
+	dups     []string          // names given more than once (the last entry won)
+}
+
+// checkPrefix applies the first three checks of the reference to the 8-byte
+// length prefix of a file of fileLen bytes. prefix may be shorter than 8
+// bytes only when the file is.
+func checkPrefix(prefix []byte, fileLen int64) (uint64, error) {
+	if fileLen < 8 || len(prefix) < 8 {
+		return 0, errf(ErrHeaderTooSmall, "file is %d bytes, shorter than the 8-byte length prefix", fileLen)
+	}
+	n := binary.LittleEndian.Uint64(prefix)
+	if n > MaxHeaderSize {
+		return 0, errf(ErrHeaderTooLarge, "header length %d exceeds the %d-byte limit%s", n, MaxHeaderSize, sniff(prefix))
+	}
+	if 8+n > uint64(fileLen) {
+		return 0, errf(ErrInvalidHeaderLength, "header length %d but the file has only %d bytes after the prefix%s", n, fileLen-8, sniff(prefix))
+	}
+	return n, nil
+}
+
+// sniff names what a file that is not safetensors probably is, from its
+// first bytes, as a suffix for an error detail.
+func sniff(b []byte) string {
+	switch {
+	case bytes.HasPrefix(b, []byte("version ")): // "version https://git-lfs..."
+		return " (the file looks like a Git LFS pointer, not the tensor data)"
+	case len(b) >= 2 && (bytes.EqualFold(b[:2], []byte("<!")) || bytes.EqualFold(b[:2], []byte("<h"))):
+		return " (the file looks like an HTML page)"
+	case bytes.HasPrefix(b, []byte("PK\x03\x04")):
+		return " (the file looks like a zip archive, e.g. a PyTorch .bin checkpoint)"
+	case len(b) >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5:
+		return " (the file looks like a Python pickle)"
+	case bytes.HasPrefix(b, []byte("GGUF")):
+		return " (the file looks like a GGUF file)"
+	}
+	return ""
+}
+
+// parseAndValidate decides a header of length n (the bytes after the
+// prefix) in a file of fileLen bytes, in the reference's order: UTF-8, JSON
+// and schema, then offsets and sizes in data-offset order, then coverage of
+// the data section.
+func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
+	n := uint64(len(hdr))
+	if !utf8.Valid(hdr) {
+		return nil, errf(ErrInvalidHeader, "%s", firstBadUTF8(hdr))
+	}
+	p := parser{b: hdr}
+	raw, md, hasMeta, dups, err := p.parseHeader()
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(raw, func(a, b rawTensor) int {
+		if c := cmp.Compare(a.begin, b.begin); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.end, b.end); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	var cursor uint64
+	for i := range raw {
+		t := &raw[i]
+		if t.begin != cursor || t.end < t.begin {
+			if t.end < t.begin {
+				return nil, tensorErrf(ErrInvalidOffset, t.name, "data_offsets [%d,%d] end before begin", t.begin, t.end)
+			}
+			return nil, tensorErrf(ErrInvalidOffset, t.name, "data_offsets [%d,%d] but the previous tensor ends at %d (gap, overlap or alias)", t.begin, t.end, cursor)
+		}
+		numel := uint64(1)
+		for _, d := range t.shape {
+			hi, lo := bits.Mul64(numel, d)
+			if hi != 0 {
+				return nil, tensorErrf(ErrValidationOverflow, t.name, "shape %s", fmtShape(t.shape))
+			}
+			numel = lo
+		}
+		hi, nbits := bits.Mul64(numel, uint64(t.dtype.Bits()))
+		if hi != 0 {
+			return nil, tensorErrf(ErrValidationOverflow, t.name, "%s shape %s", t.dtype, fmtShape(t.shape))
+		}
+		if nbits%8 != 0 {
+			return nil, tensorErrf(ErrMisalignedSlice, t.name, "%s shape %s is %d bits", t.dtype, fmtShape(t.shape), nbits)
+		}
+		if t.end-t.begin != nbits/8 {
+			return nil, tensorErrf(ErrTensorInvalidInfo, t.name, "%s shape %s needs %d bytes but data_offsets [%d,%d] hold %d",
+				t.dtype, fmtShape(t.shape), nbits/8, t.begin, t.end, t.end-t.begin)
+		}
+		cursor = t.end
+	}
+	// cursor + 8 + n == fileLen, without wrapping (the reference's sum could
+	// wrap on 64 bits; a wrapped sum is never a valid file).
+	total, c1 := bits.Add64(cursor, 8, 0)
+	total, c2 := bits.Add64(total, n, 0)
+	if c1 != 0 || c2 != 0 || total != uint64(fileLen) {
+		dataLen := uint64(fileLen) - 8 - n
+		if cursor > dataLen {
+			return nil, errf(ErrMetadataIncompleteBuffer, "tensors need %d data bytes but the file has %d (truncated? expected file size %s, actual %d)",
+				cursor, dataLen, sumString(cursor, 8+n), fileLen)
+		}
+		return nil, errf(ErrMetadataIncompleteBuffer, "tensors cover %d data bytes but the file has %d (%d trailing bytes)", cursor, dataLen, dataLen-cursor)
+	}
+	h := &header{n: n, metadata: md, hasMeta: hasMeta, dups: dups, tensors: make([]TensorInfo, len(raw))}
+	dataStart := int64(8 + n)
+	_ = dataStart
+	for i := range raw {
+		t := &raw[i]
+		ti := TensorInfo{Name: t.name, DType: t.dtype, Begin: int64(t.begin), End: int64(t.end), Shape: make([]int64, len(t.shape))}
+		for j, d := range t.shape {
+			if d > math.MaxInt64 {
+				ti.Shape[j] = -1
+				ti.dims = t.shape
+			} else {
+				ti.Shape[j] = int64(d)
+			}
+		}
+		h.tensors[i] = ti
+	}
+	return h, nil
+}
+
+func sumString(a, b uint64) string {
+	s, c := bits.Add64(a, b, 0)
+	if c != 0 {
+		return "beyond 2^64"
+	}
+	return strconv.FormatUint(s, 10)
+}
+
+func firstBadUTF8(b []byte) string {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return fmt.Sprintf("invalid byte 0x%02x at header offset %d", b[i], i)
+		}
+		i += size
+	}
+	return "invalid UTF-8"
+}
+
+func fmtShape(s []uint64) string {
+	buf := []byte{'['}
+	for i, d := range s {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendUint(buf, d, 10)
+	}
+	return string(append(buf, ']'))
+}
+
+// parser is a strict JSON scanner specialised to the header schema. It
+// follows RFC 8259 exactly as the reference's parser does: whitespace is
+// space, tab, LF and CR only; no comments, trailing commas, NaN, leading
+// zeros or '+'; strings may not contain raw control characters; escapes are
+// decoded (and surrogates must pair) before keys are compared.
+type parser struct {
+	b     []byte
+	i     int
+	depth int
+	buf   []byte // scratch for strings with escapes
+}
+
+func (p *parser) errf(format string, args ...any) error {
+	return errf(ErrInvalidHeaderDeserialization, "at byte %d: %s", p.i, fmt.Sprintf(format, args...))
+}
+
+func (p *parser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) peek() byte {
+	if p.i < len(p.b) {
+		return p.b[p.i]
+	}
+	return 0
+}
+
+func (p *parser) describe() string {
+	if p.i >= len(p.b) {
+		return "end of header"
+	}
+	return strconv.QuoteRune(rune(p.b[p.i]))
+}
+
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth >= maxDepth {
+		return p.errf("nesting deeper than %d", maxDepth-1)
+	}
+	return nil
+}
+
+// parseHeader parses the whole header. Duplicate tensor names keep the last
+// entry, as the reference does; the names are reported in dups.
+func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMeta bool, dups []string, err error) {
+	p.ws()
+	if p.peek() != '{' {
+		if p.i >= len(p.b) {
+			return nil, nil, false, nil, p.errf("empty header")
+		}
+		return nil, nil, false, nil, p.errf("the header must be a JSON object, found %s", p.describe())
+	}
+	if err := p.enter(); err != nil {
+		return nil, nil, false, nil, err
+	}
+	p.i++
+	p.ws()
+	var index map[string]int
+	seenMeta := false
+	if p.peek() == '}' {
+		p.i++
+	} else {
+		for {
+			if p.peek() != '"' {
+				return nil, nil, false, nil, p.errf("expected a string key, found %s", p.describe())
+			}
+			key, err := p.str()
+			if err != nil {
+				return nil, nil, false, nil, err
+			}
+			if err := p.colon(); err != nil {
+				return nil, nil, false, nil, err
+			}
+			if string(key) == "__metadata__" {
+				if seenMeta {
+					return nil, nil, false, nil, p.errf("duplicate field `__metadata__`")
+				}
+				seenMeta = true
+				md, hasMeta, err = p.metadata()
+				if err != nil {
+					return nil, nil, false, nil, err
+				}
+			} else {
+				name := string(key)
+				t, err := p.tensorEntry(name)
+				if err != nil {
+					return nil, nil, false, nil, err
+				}
+				if index == nil {
+					index = make(map[string]int)
+				}
+				if j, ok := index[name]; ok {
+					tensors[j] = t
+					dups = append(dups, name)
+				} else {
+					index[name] = len(tensors)
+					tensors = append(tensors, t)
+				}
+			}
+			more, err := p.next('}')
+			if err != nil {
+				return nil, nil, false, nil, err
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	p.depth--
+	p.ws()
+	if p.i != len(p.b) {
+		return nil, nil, false, nil, p.errf("trailing characters after the header object")
+	}
+	return tensors, md, hasMeta, dups, nil
+}
+
+func (p *parser) colon() error {
+	p.ws()
+	if p.peek() != ':' {
+		return p.errf("expected ':', found %s", p.describe())
+	}
+	p.i++
+	p.ws()
+	return nil
+}
+
+// next consumes whitespace and then ',' (returning true, positioned at the
+// next element after whitespace) or the closing byte (returning false).
+func (p *parser) next(closing byte) (bool, error) {
+	p.ws()
+	switch p.peek() {
+	case ',':
+		p.i++
+		p.ws()
+		if c := p.peek(); c == closing {
+			return false, p.errf("trailing comma")
+		}
+		return true, nil
+	case closing:
+		p.i++
+		return false, nil
+	}
+	return false, p.errf("expected ',' or '%c', found %s", closing, p.describe())
+}
+
+// metadata parses the value of __metadata__: null, or an object whose values
+// are all strings (a repeated key keeps the last value).
+func (p *parser) metadata() (map[string]string, bool, error) {
+	if p.lit("null") {
+		return nil, false, nil
+	}
+	if p.peek() != '{' {
+		return nil, false, p.errf("__metadata__ must be an object of strings or null, found %s", p.describe())
+	}
+	if err := p.enter(); err != nil {
+		return nil, false, err
+	}
+	p.i++
+	p.ws()
+	md := map[string]string{}
+	if p.peek() == '}' {
+		p.i++
+		p.depth--
+		return md, true, nil
+	}
+	for {
+		if p.peek() != '"' {
+			return nil, false, p.errf("expected a string key in __metadata__, found %s", p.describe())
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, false, err
+		}
+		key := string(k)
+		if err := p.colon(); err != nil {
+			return nil, false, err
+		}
+		if p.peek() != '"' {
+			return nil, false, p.errf("__metadata__ value for %q must be a string, found %s", key, p.describe())
+		}
+		v, err := p.str()
+		if err != nil {
+			return nil, false, err
+		}
+		md[key] = string(v)
+		more, err := p.next('}')
+		if err != nil {
+			return nil, false, err
+		}
+		if !more {
+			break
+		}
+	}
+	p.depth--
+	return md, true, nil
+}
+
+// tensorEntry parses a tensor entry: an object with the required fields
+// dtype, shape and data_offsets (each at most once; unknown fields are
+// skipped), or the reference's sequence form [dtype, shape, data_offsets].
+func (p *parser) tensorEntry(name string) (rawTensor, error) {
+	t := rawTensor{name: name}
+	switch p.peek() {
+	case '{':
+		if err := p.enter(); err != nil {
+			return t, err
+		}
+		p.i++
+		p.ws()
+		var have [3]bool
+		if p.peek() == '}' {
+			p.i++
+		} else {
+			for {
+				if p.peek() != '"' {
+					return t, p.errf("tensor %q: expected a string key, found %s", name, p.describe())
+				}
+				k, err := p.str()
+				if err != nil {
+					return t, err
+				}
+				if err := p.colon(); err != nil {
+					return t, err
+				}
+				f := -1
+				switch string(k) {
+				case "dtype":
+					f = 0
+				case "shape":
+					f = 1
+				case "data_offsets":
+					f = 2
+				}
+				if f >= 0 {
+					if have[f] {
+						return t, p.errf("tensor %q: duplicate field `%s`", name, k)
+					}
+					have[f] = true
+				}
+				switch f {
+				case 0:
+					err = p.dtype(&t)
+				case 1:
+					err = p.shape(&t)
+				case 2:
+					err = p.offsets(&t)
+				default:
+					err = p.skip()
+				}
+				if err != nil {
+					return t, err
+				}
+				more, err := p.next('}')
+				if err != nil {
+					return t, err
+				}
+				if !more {
+					break
+				}
+			}
+		}
+		p.depth--
+		for f, field := range [3]string{"dtype", "shape", "data_offsets"} {
+			if !have[f] {
+				return t, p.errf("tensor %q: missing field `%s`", name, field)
+			}
+		}
+		return t, nil
+	case '[':
+		if err := p.enter(); err != nil {
+			return t, err
+		}
+		p.i++
+		p.ws()
+		steps := [3]func(*rawTensor) error{p.dtype, p.shape, p.offsets}
+		for k, step := range steps {
+			if k > 0 {
+				p.ws()
+				if p.peek() != ',' {
+					if p.peek() == ']' {
+						return t, p.errf("tensor %q: array form with %d elements, expected 3", name, k)
+					}
+					return t, p.errf("tensor %q: expected ',' or ']', found %s", name, p.describe())
+				}
+				p.i++
+				p.ws()
+			} else if p.peek() == ']' {
+				return t, p.errf("tensor %q: array form with no elements, expected 3", name)
+			}
+			if err := step(&t); err != nil {
+				return t, err
+			}
+		}
+		p.ws()
+		if p.peek() != ']' {
+			return t, p.errf("tensor %q: array form with more than 3 elements", name)
+		}
+		p.i++
+		p.depth--
+		return t, nil
+	}
+	return t, p.errf("tensor %q: entry must be an object, found %s", name, p.describe())
+}
+
+// dtype parses a dtype: a string naming one of the 22 dtypes, or the
+// reference's enum-map form {"NAME": null}.
+func (p *parser) dtype(t *rawTensor) error {
+	switch p.peek() {
+	case '"':
+		s, err := p.str()
+		if err != nil {
+			return err
+		}
+		d := lookupDType(string(s))
+		if d == 0 {
+			return p.errf("tensor %q: unknown dtype %q", t.name, s)
+		}
+		t.dtype = d
+		return nil
+	case '{':
+		if err := p.enter(); err != nil {
+			return err
+		}
+		p.i++
+		p.ws()
+		if p.peek() != '"' {
+			return p.errf("tensor %q: dtype map must have exactly one key", t.name)
+		}
+		s, err := p.str()
+		if err != nil {
+			return err
+		}
+		d := lookupDType(string(s))
+		if d == 0 {
+			return p.errf("tensor %q: unknown dtype %q", t.name, s)
+		}
+		if err := p.colon(); err != nil {
+			return err
+		}
+		if !p.lit("null") {
+			return p.errf("tensor %q: dtype map value must be null", t.name)
+		}
+		p.ws()
+		if p.peek() != '}' {
+			return p.errf("tensor %q: dtype map must have exactly one key", t.name)
+		}
+		p.i++
+		p.depth--
+		t.dtype = d
+		return nil
+	}
+	return p.errf("tensor %q: dtype must be a string, found %s", t.name, p.describe())
+}
+
+func (p *parser) shape(t *rawTensor) error {
+	if p.peek() != '[' {
+		return p.errf("tensor %q: shape must be an array, found %s", t.name, p.describe())
+	}
+	if err := p.enter(); err != nil {
+		return err
+	}
+	p.i++
+	p.ws()
+	t.shape = make([]uint64, 0, 4)
+	if p.peek() == ']' {
+		p.i++
+		p.depth--
+		return nil
+	}
+	for {
+		v, err := p.uint(t.name, "shape")
+		if err != nil {
+			return err
+		}
+		t.shape = append(t.shape, v)
+		more, err := p.next(']')
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	p.depth--
+	return nil
+}
+
+func (p *parser) offsets(t *rawTensor) error {
+	if p.peek() != '[' {
+		return p.errf("tensor %q: data_offsets must be an array of 2 integers, found %s", t.name, p.describe())
+	}
+	if err := p.enter(); err != nil {
+		return err
+	}
+	p.i++
+	p.ws()
+	var v [2]uint64
+	for k := 0; k < 2; k++ {
+		if k == 1 {
+			p.ws()
+			if p.peek() != ',' {
+				return p.errf("tensor %q: data_offsets must have exactly 2 elements", t.name)
+			}
+			p.i++
+			p.ws()
+		}
+		x, err := p.uint(t.name, "data_offsets")
+		if err != nil {
+			return err
+		}
+		v[k] = x
+	}
+	p.ws()
+	if p.peek() != ']' {
+		return p.errf("tensor %q: data_offsets must have exactly 2 elements", t.name)
+	}
+	p.i++
+	p.depth--
+	t.begin, t.end = v[0], v[1]
+	return nil
+}
+
+// uint parses a JSON number that must be a plain unsigned integer fitting
+// in 64 bits.
+func (p *parser) uint(name, field string) (uint64, error) {
+	start := p.i
+	c := p.peek()
+	if c < '0' || c > '9' {
+		return 0, p.errf("tensor %q: %s must hold non-negative integers, found %s", name, field, p.describe())
+	}
+	if c == '0' {
+		p.i++
+		if d := p.peek(); d >= '0' && d <= '9' {
+			return 0, p.errf("tensor %q: number with a leading zero in %s", name, field)
+		}
+	} else {
+		var v uint64
+		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			hi, lo := bits.Mul64(v, 10)
+			lo2, carry := bits.Add64(lo, uint64(p.b[p.i]-'0'), 0)
+			if hi != 0 || carry != 0 {
+				return 0, p.errf("tensor %q: %s value %s... does not fit in 64 bits", name, field, p.b[start:p.i])
+			}
+			v = lo2
+			p.i++
+		}
+		if c := p.peek(); c == '.' || c == 'e' || c == 'E' {
+			return 0, p.errf("tensor %q: %s must hold integers, found a fraction or exponent", name, field)
+		}
+		return v, nil
+	}
+	if c := p.peek(); c == '.' || c == 'e' || c == 'E' {
+		return 0, p.errf("tensor %q: %s must hold integers, found a fraction or exponent", name, field)
+	}
+	return 0, nil
+}
+
+// lit consumes the literal s if it is next.
+func (p *parser) lit(s string) bool {
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// skip parses and discards any JSON value (for unknown fields).
+func (p *parser) skip() error {
+	switch c := p.peek(); {
+	case c == '"':
+		_, err := p.str()
+		return err
+	case c == '{':
+		if err := p.enter(); err != nil {
+			return err
+		}
+		p.i++
+		p.ws()
+		if p.peek() == '}' {
+			p.i++
+			p.depth--
+			return nil
+		}
+		for {
+			if p.peek() != '"' {
+				return p.errf("expected a string key, found %s", p.describe())
+			}
+			if _, err := p.str(); err != nil {
+				return err
+			}
+			if err := p.colon(); err != nil {
+				return err
+			}
+			if err := p.skip(); err != nil {
+				return err
+			}
+			more, err := p.next('}')
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+		}
+		p.depth--
+		return nil
+	case c == '[':
+		if err := p.enter(); err != nil {
+			return err
+		}
+		p.i++
+		p.ws()
+		if p.peek() == ']' {
+			p.i++
+			p.depth--
+			return nil
+		}
+		for {
+			if err := p.skip(); err != nil {
+				return err
+			}
+			more, err := p.next(']')
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+		}
+		p.depth--
+		return nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case p.lit("true"), p.lit("false"), p.lit("null"):
+		return nil
+	}
+	return p.errf("expected a JSON value, found %s", p.describe())
+}
+
+// number validates a JSON number. Like the reference parser it rejects
+// numbers whose magnitude overflows a float64.
+func (p *parser) number() error {
+	start := p.i
+	if p.peek() == '-' {
+		p.i++
+	}
+	digits := func() int {
+		s := p.i
+		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			p.i++
+		}
+		return p.i - s
+	}
+	switch c := p.peek(); {
+	case c == '0':
+		p.i++
+		if d := p.peek(); d >= '0' && d <= '9' {
+			return p.errf("number with a leading zero")
+		}
+	case c >= '1' && c <= '9':
+		digits()
+	default:
+		return p.errf("invalid number")
+	}
+	if p.peek() == '.' {
+		p.i++
+		if digits() == 0 {
+			return p.errf("invalid number")
+		}
+	}
+	if c := p.peek(); c == 'e' || c == 'E' {
+		p.i++
+		if c := p.peek(); c == '+' || c == '-' {
+			p.i++
+		}
+		if digits() == 0 {
+			return p.errf("invalid number")
+		}
+	}
+	if _, err := strconv.ParseFloat(string(p.b[start:p.i]), 64); err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			// Only overflow is an error; underflow rounds to zero.
+			if f, _ := strconv.ParseFloat(string(p.b[start:p.i]), 64); math.IsInf(f, 0) {
+				return p.errf("number out of range")
+			}
+			return nil
+		}
+		return p.errf("invalid number")
+	}
+	return nil
+}
+
+// str parses a JSON string at p.i (which holds '"') and returns its decoded
+// bytes. The result aliases the header when the string has no escapes and is
+// only valid until the next call otherwise.
+func (p *parser) str() ([]byte, error) {
+	p.i++
+	start := p.i
+	b := p.b
+	for i := start; i < len(b); i++ {
+		c := b[i]
+		if c == '"' {
+			p.i = i + 1
+			return b[start:i], nil
+		}
+		if c == '\\' || c < 0x20 {
+			p.i = i
+			return p.strSlow(start)
+		}
+	}
+	p.i = len(b)
+	return nil, p.errf("unterminated string")
+}
+
+func (p *parser) strSlow(start int) ([]byte, error) {
+	out := append(p.buf[:0], p.b[start:p.i]...)
+	for {
+		if p.i >= len(p.b) {
+			return nil, p.errf("unterminated string")
+		}
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			p.buf = out
+			return out, nil
+		case c < 0x20:
+			return nil, p.errf("control character 0x%02x inside a string", c)
+		case c != '\\':
+			out = append(out, c)
+			p.i++
+			continue
+		}
+		p.i++
+		if p.i >= len(p.b) {
+			return nil, p.errf("unterminated string")
+		}
+		e := p.b[p.i]
+		p.i++
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, err := p.hex4()
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case r >= 0xD800 && r < 0xDC00:
+				if p.i+1 >= len(p.b) || p.b[p.i] != '\\' || p.b[p.i+1] != 'u' {
+					return nil, p.errf("lone leading surrogate in hex escape")
+				}
+				p.i += 2
+				r2, err := p.hex4()
+				if err != nil {
+					return nil, err
+				}
+				if r2 < 0xDC00 || r2 > 0xDFFF {
+					return nil, p.errf("lone leading surrogate in hex escape")
+				}
+				r = utf16.DecodeRune(r, r2)
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return nil, p.errf("lone trailing surrogate in hex escape")
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return nil, p.errf("invalid escape")
+		}
+	}
+}
+
+func (p *parser) hex4() (rune, error) {
+	if len(p.b)-p.i < 4 {
+		return 0, p.errf("truncated \\u escape")
+	}
+	var r rune
+	for k := 0; k < 4; k++ {
+		c := p.b[p.i+k]
+		var v byte
+		switch {
+		case c >= '0' && c <= '9':
+			v = c - '0'
+		case c >= 'a' && c <= 'f':
+			v = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			v = c - 'A' + 10
+		default:
+			return 0, p.errf("invalid \\u escape")
+		}
+		r = r<<4 | rune(v)
+	}
+	p.i += 4
+	return r, nil
+}
