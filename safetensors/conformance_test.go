@@ -153,4 +153,3 @@ func checkMeta(t *testing.T, name string, f *File, metaPath string) {
 		}
 	}
 }
-
