@@ -1,0 +1,104 @@
+package bfp
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+const benchN = 4096
+
+func benchMatrix() []float32 {
+	rng := rand.New(rand.NewPCG(7, 8))
+	m := make([]float32, benchN*benchN)
+	for i := range m {
+		m[i] = float32(rng.NormFloat64() * 0.02)
+	}
+	return m
+}
+
+// reportGBs reports throughput in GB/s of float32 data (b.SetBytes gives the
+// same figure as MB/s).
+func reportGBs(b *testing.B, bytes int64) {
+	b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+func benchPack(b *testing.B, workers int) {
+	src := benchMatrix()
+	for _, f := range Formats() {
+		b.Run(f.String(), func(b *testing.B) {
+			n, _ := PackedSize(f, Tile32x32, benchN, benchN)
+			dst := make([]byte, n)
+			b.SetBytes(4 * benchN * benchN)
+			for b.Loop() {
+				if err := ParallelPackInto(dst, f, Tile32x32, src, benchN, benchN, workers); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportGBs(b, 4*benchN*benchN)
+		})
+	}
+}
+
+func benchUnpack(b *testing.B, workers int) {
+	src := benchMatrix()
+	for _, f := range Formats() {
+		b.Run(f.String(), func(b *testing.B) {
+			p, _ := Pack(f, Tile32x32, src, benchN, benchN)
+			dst := make([]float32, benchN*benchN)
+			b.SetBytes(4 * benchN * benchN)
+			for b.Loop() {
+				if err := ParallelUnpackInto(dst, f, Tile32x32, p, benchN, benchN, workers); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportGBs(b, 4*benchN*benchN)
+		})
+	}
+}
+
+// BenchmarkPack packs a 4096x4096 float32 matrix into 32x32 tiles on one
+// goroutine (the per-core figure).
+func BenchmarkPack(b *testing.B) { benchPack(b, 1) }
+
+// BenchmarkUnpack unpacks a 4096x4096 matrix on one goroutine.
+func BenchmarkUnpack(b *testing.B) { benchUnpack(b, 1) }
+
+// BenchmarkPackParallel and BenchmarkUnpackParallel use GOMAXPROCS goroutines.
+func BenchmarkPackParallel(b *testing.B)   { benchPack(b, 0) }
+func BenchmarkUnpackParallel(b *testing.B) { benchUnpack(b, 0) }
+
+// BenchmarkPackGo and BenchmarkUnpackGo time the pure-Go kernels alone,
+// whatever the build, for comparison with the SIMD ones.
+func BenchmarkPackGo(b *testing.B) {
+	src := benchMatrix()
+	for _, f := range Formats() {
+		b.Run(f.String(), func(b *testing.B) {
+			gb := 16 * f.Bits() / 8
+			ng := len(src) / 16
+			exp, mant := make([]byte, ng), make([]byte, ng*gb)
+			b.SetBytes(int64(4 * len(src)))
+			for b.Loop() {
+				packGroupsGo(f, src, 16, ng, exp, mant)
+			}
+			reportGBs(b, int64(4*len(src)))
+		})
+	}
+}
+
+func BenchmarkUnpackGo(b *testing.B) {
+	src := benchMatrix()
+	for _, f := range Formats() {
+		b.Run(f.String(), func(b *testing.B) {
+			gb := 16 * f.Bits() / 8
+			ng := len(src) / 16
+			exp, mant := make([]byte, ng), make([]byte, ng*gb)
+			packGroupsGo(f, src, 16, ng, exp, mant)
+			dst := make([]float32, len(src))
+			b.SetBytes(int64(4 * len(src)))
+			for b.Loop() {
+				unpackGroupsGo(f, mant, exp, ng, dst, 16)
+			}
+			reportGBs(b, int64(4*len(src)))
+		})
+	}
+}

@@ -1,0 +1,223 @@
+package bfp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"testing"
+)
+
+// floatsFrom reinterprets data as little-endian float32 bit patterns.
+func floatsFrom(data []byte) []float32 {
+	v := make([]float32, len(data)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+	}
+	return v
+}
+
+func bytesOf(bits ...uint32) []byte {
+	b := make([]byte, 4*len(bits))
+	for i, x := range bits {
+		binary.LittleEndian.PutUint32(b[4*i:], x)
+	}
+	return b
+}
+
+// pick maps a selector byte to a format and a tile.
+func pick(sel uint8) (Format, Tile) {
+	return Formats()[int(sel)%3], Tiles()[int(sel)/3%len(Tiles())]
+}
+
+func addSeeds(f *testing.F) {
+	specials := bytesOf(0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFC00123, 0x7F7FFFFF,
+		0x00000001, 0x80000000, 0x3F800000, 0x42818000, 0x42810000, 0x40FFFF97, 0x3D900003,
+		0x3F000001, 0x3F000002, 0xBF000000, 0x00800000, 0x80800000, 0x7F000000, 0x3FC00000)
+	f.Add(specials, uint8(0), uint8(5))
+	f.Add(specials, uint8(1), uint8(7))
+	f.Add(specials, uint8(2), uint8(20))
+	f.Add(bytes.Repeat(specials, 30), uint8(3), uint8(33))
+	f.Add(bytes.Repeat(specials, 60), uint8(35), uint8(17))
+	f.Add(bytes.Repeat(bytesOf(0x3C23D70A, 0xBC23D70A, 0x3A83126F, 0x00400000), 300), uint8(4), uint8(40))
+	f.Add(bytesOf(0x42810000), uint8(0), uint8(0))
+}
+
+// shapeOf chooses rows x cols for n values.
+func shapeOf(n int, c uint8) (rows, cols int) {
+	cols = 1 + int(c)%n
+	return n / cols, cols
+}
+
+// FuzzPackRoundTrip: for any float32 input, Pack(Unpack(Pack(x))) ==
+// Pack(x), the decoded values are a fixed point, and the SIMD and pure-Go
+// kernels agree.
+func FuzzPackRoundTrip(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte, sel, c uint8) {
+		src := floatsFrom(data)
+		if len(src) == 0 {
+			return
+		}
+		fm, tl := pick(sel)
+		rows, cols := shapeOf(len(src), c)
+		src = src[:rows*cols]
+		p1, err := Pack(fm, tl, src, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u1, err := Unpack(fm, tl, p1, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2, err := Pack(fm, tl, u1, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := firstDiff(p1, p2); d >= 0 {
+			t.Fatalf("%v %v %dx%d: Pack(Unpack(Pack(x))) differs at byte %d", fm, tl, rows, cols, d)
+		}
+		u2, _ := Unpack(fm, tl, p2, rows, cols)
+		for i := range u1 {
+			if math.Float32bits(u1[i]) != math.Float32bits(u2[i]) {
+				t.Fatalf("decoded values are not a fixed point at %d", i)
+			}
+		}
+		// Element-level consistency: every value equals Nearest against
+		// its group's shared exponent.
+		for i, x := range src {
+			r, cc := i/cols, i%cols
+			g := src[r*cols+cc/16*16 : r*cols+min(cc/16*16+16, cols)]
+			e := SharedExponent(g)
+			if n := fm.Nearest(x, e); math.Float32bits(n) != math.Float32bits(u1[i]) {
+				t.Fatalf("element %d: Nearest %#08x, Pack/Unpack %#08x", i, math.Float32bits(n), math.Float32bits(u1[i]))
+			}
+		}
+		kernelsAgree(t, fm, src)
+	})
+}
+
+// FuzzUnpack: Unpack never panics on arbitrary bytes of the right length,
+// every value is what Decode gives for its code and exponent, and the SIMD
+// and pure-Go kernels agree.
+func FuzzUnpack(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte, sel, c uint8) {
+		fm, tl := pick(sel)
+		rows, cols := 1+int(c)%37, 1+int(c)/7%41
+		n, err := PackedSize(fm, tl, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := make([]byte, n)
+		if len(data) > 0 {
+			for i := range src {
+				src[i] = data[i%len(data)] + uint8(i/len(data))
+			}
+		}
+		out, err := Unpack(fm, tl, src, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, eb := TileBytes(fm, tl), tl.ExponentBytes()
+		_, tc := TileGrid(tl, rows, cols)
+		w := fm.Bits()
+		for i, v := range out {
+			r, cc := i/cols, i%cols
+			tile := src[((r/tl.H)*tc+cc/tl.W)*tb:][:tb]
+			tr, tcol := r%tl.H, cc%tl.W
+			fh := tl.FaceH()
+			g := ((tr/fh)*(tl.W/16)+tcol/16)*fh + tr%fh
+			k := g*16 + tcol%16
+			code := tile[eb+k*w/8] >> (k * w % 8) & (1<<w - 1)
+			if want := fm.Decode(code, tile[g]); math.Float32bits(want) != math.Float32bits(v) {
+				t.Fatalf("element (%d,%d): %#08x, Decode gives %#08x", r, cc, math.Float32bits(v), math.Float32bits(want))
+			}
+		}
+		unpackKernelsAgree(t, fm, src)
+	})
+}
+
+// FuzzRepresentable: groups built from codes (so every value is exactly
+// representable with its group's exponent) survive Pack then Unpack bit for
+// bit, and Pack reproduces the codes.
+func FuzzRepresentable(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte, sel, c uint8) {
+		fm, _ := pick(sel)
+		if len(data) < 17 {
+			return
+		}
+		w := uint(fm.MantissaBits())
+		ng := len(data) / 17
+		vals := make([]float32, 16*ng)
+		for g := range ng {
+			d := data[17*g:]
+			e := d[0] | 1 // exponent 0 holds only zeros
+			top := int(d[1]) % 16
+			for k := range 16 {
+				code := d[1+k] & (1<<(w+1) - 1)
+				if k == top {
+					code |= 1 << (w - 1) // this element sets the exponent
+				}
+				if code&(1<<w-1) == 0 {
+					code = 0 // a sign-only code is never produced
+				}
+				v := fm.Decode(code, e)
+				if b := math.Float32bits(v); b>>23&0xff == 0 {
+					v = 0 // subnormal patterns are not representable inputs
+				}
+				vals[16*g+k] = v
+			}
+		}
+		p, err := Pack(fm, Tile1x16, vals, ng, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Unpack(fm, Tile1x16, p, ng, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range vals {
+			if math.Float32bits(back[i]) != math.Float32bits(vals[i]) {
+				t.Fatalf("%v: representable %#08x came back as %#08x", fm, math.Float32bits(vals[i]), math.Float32bits(back[i]))
+			}
+		}
+		kernelsAgree(t, fm, vals)
+	})
+}
+
+// kernelsAgree packs src (padded to whole groups) with the dispatched
+// kernel and with the pure-Go kernel and requires identical bytes.
+func kernelsAgree(t *testing.T, fm Format, src []float32) {
+	t.Helper()
+	n := (len(src) + 15) / 16
+	buf := make([]float32, 16*n)
+	copy(buf, src)
+	gb := 16 * fm.Bits() / 8
+	e1, m1 := make([]byte, n), make([]byte, n*gb)
+	e2, m2 := make([]byte, n), make([]byte, n*gb)
+	packGroups(fm, buf, 16, n, e1, m1)
+	packGroupsGo(fm, buf, 16, n, e2, m2)
+	if !bytes.Equal(e1, e2) || !bytes.Equal(m1, m2) {
+		t.Fatalf("%v: SIMD and pure-Go pack kernels differ", fm)
+	}
+}
+
+// unpackKernelsAgree decodes raw bytes as groups with both kernels.
+func unpackKernelsAgree(t *testing.T, fm Format, raw []byte) {
+	t.Helper()
+	gb := 16 * fm.Bits() / 8
+	n := len(raw) / (gb + 1)
+	if n == 0 {
+		return
+	}
+	exp, mant := raw[:n], raw[n:n+n*gb]
+	d1, d2 := make([]float32, 16*n), make([]float32, 16*n)
+	unpackGroups(fm, mant, exp, n, d1, 16)
+	unpackGroupsGo(fm, mant, exp, n, d2, 16)
+	for i := range d1 {
+		if math.Float32bits(d1[i]) != math.Float32bits(d2[i]) {
+			t.Fatalf("%v: SIMD and pure-Go unpack kernels differ at %d: %#08x vs %#08x", fm, i, math.Float32bits(d1[i]), math.Float32bits(d2[i]))
+		}
+	}
+}
