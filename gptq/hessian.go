@@ -1,0 +1,110 @@
+package gptq
+
+import (
+	"fmt"
+	"math"
+)
+
+// hessianChunk is the number of rows converted to float64 per SYRK call.
+const hessianChunk = 256
+
+// Hessian accumulates the layer-input Gram matrix Σ x·xᵀ of one linear layer
+// in float64, together with the number of tokens n (rows of X) seen.
+// Matrix returns H = (2/n)·Σ x·xᵀ, the Hessian GPTQ expects.
+//
+// n counts tokens. The reference implementation counts sequences (batch
+// entries) instead, which gives an H larger by the sequence length; a
+// positive scale of H changes neither the damping (relative to the mean
+// diagonal) nor the quantized weights, only the reported error.
+//
+// Partial Hessians built from disjoint batches can be combined with Merge;
+// the result equals accumulating all batches into one Hessian up to
+// floating-point summation order.
+//
+// A Hessian is not safe for concurrent use; accumulate per goroutine and
+// Merge.
+type Hessian struct {
+	cols int
+	n    int64
+	sum  []float64 // upper triangle of Σ x·xᵀ, cols×cols row-major
+	buf  []float64
+}
+
+// NewHessian returns an empty Hessian over cols input features. It panics
+// if cols is not positive.
+func NewHessian(cols int) *Hessian {
+	if cols <= 0 || cols > 1<<20 {
+		panic(fmt.Sprintf("gptq: NewHessian: invalid column count %d", cols))
+	}
+	return &Hessian{cols: cols, sum: make([]float64, cols*cols)}
+}
+
+// Cols returns the number of input features.
+func (h *Hessian) Cols() int { return h.cols }
+
+// Tokens returns the number of rows (tokens) accumulated so far.
+func (h *Hessian) Tokens() int64 { return h.n }
+
+// Add accumulates the rows×cols row-major activations x (one token per row).
+// It returns an error, and leaves h unchanged, if the length does not match
+// or x holds a NaN or Inf.
+func (h *Hessian) Add(x []float32, rows int) error {
+	cols := h.cols
+	if rows < 0 || (rows > 0 && rows > math.MaxInt/cols) || len(x) != rows*cols {
+		return fmt.Errorf("%w: Hessian input has %d values, want %d rows × %d columns", ErrShape, len(x), rows, cols)
+	}
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %v", ErrNotFinite, i/cols, i%cols, rows, cols, v)
+		}
+	}
+	if h.buf == nil {
+		h.buf = make([]float64, hessianChunk*cols)
+	}
+	for r0 := 0; r0 < rows; r0 += hessianChunk {
+		m := min(hessianChunk, rows-r0)
+		b := h.buf[:m*cols]
+		for i, v := range x[r0*cols : (r0+m)*cols] {
+			b[i] = float64(v)
+		}
+		syrkAccum(h.sum, cols, b, m)
+	}
+	h.n += int64(rows)
+	return nil
+}
+
+// Merge adds the sums and token count of o into h. Both must have the same
+// number of columns.
+func (h *Hessian) Merge(o *Hessian) error {
+	if o == nil {
+		return nil
+	}
+	if o.cols != h.cols {
+		return fmt.Errorf("%w: cannot merge a Hessian over %d columns into one over %d", ErrShape, o.cols, h.cols)
+	}
+	for i, v := range o.sum {
+		h.sum[i] += v
+	}
+	h.n += o.n
+	return nil
+}
+
+// Matrix returns H = (2/n)·Σ x·xᵀ as a full symmetric cols×cols row-major
+// matrix. With no tokens it is all zeros (every column dead, which makes
+// GPTQ reduce to round-to-nearest).
+func (h *Hessian) Matrix() []float64 {
+	n := h.cols
+	out := make([]float64, n*n)
+	if h.n == 0 {
+		return out
+	}
+	f := 2 / float64(h.n)
+	for i := 0; i < n; i++ {
+		for j := i; j < n; j++ {
+			v := f * h.sum[i*n+j]
+			out[i*n+j] = v
+			out[j*n+i] = v
+		}
+	}
+	return out
+}

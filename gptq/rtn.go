@@ -1,0 +1,111 @@
+package gptq
+
+import (
+	"fmt"
+
+	"github.com/ttquant/ttquant/bfp"
+)
+
+// RTN rounds every weight of w (rows = outputs, cols = inputs, row-major) to
+// the nearest value of grid g without error feedback, in float32 arithmetic:
+// integer grids take each row's (or group's) grid from w itself; BFP grids
+// take each group's exponent from its own values, so the result equals
+// bfp.Pack followed by bfp.Unpack (of w for the input axis, of wᵀ for the
+// output axis). It is the baseline GPTQ is measured against.
+func RTN(w []float32, rows, cols int, g Grid) ([]float32, error) {
+	if err := checkWeights(w, rows, cols, ""); err != nil {
+		return nil, err
+	}
+	if err := checkGrid(g, ""); err != nil {
+		return nil, err
+	}
+	return rtn(g, w, rows, cols), nil
+}
+
+func rtn[T float](g Grid, w []T, rows, cols int) []T {
+	q := make([]T, len(w))
+	switch g := g.(type) {
+	case *IntGrid:
+		cfg := &g.cfg
+		maxq := T(int(1)<<cfg.Bits - 1)
+		gs := cfg.GroupSize
+		if gs <= 0 {
+			gs = cols
+		}
+		for r := 0; r < rows; r++ {
+			for c0 := 0; c0 < cols; c0 += gs {
+				c1 := min(c0+gs, cols)
+				x := w[r*cols+c0 : r*cols+c1]
+				s, z := intParams(x, cfg)
+				for j, v := range x {
+					q[r*cols+c0+j], _ = intQuant(v, s, z, maxq)
+				}
+			}
+		}
+	case *BFPGrid:
+		var buf [bfp.GroupSize]float32
+		if g.Axis == InputAxis {
+			for r := 0; r < rows; r++ {
+				for c0 := 0; c0 < cols; c0 += bfp.GroupSize {
+					c1 := min(c0+bfp.GroupSize, cols)
+					b := buf[:c1-c0]
+					for c := c0; c < c1; c++ {
+						b[c-c0] = float32(w[r*cols+c])
+					}
+					e := bfp.SharedExponent(b)
+					for c := c0; c < c1; c++ {
+						q[r*cols+c] = T(bfpNearest(g.Format, b[c-c0], e))
+					}
+				}
+			}
+		} else {
+			for c := 0; c < cols; c++ {
+				for r0 := 0; r0 < rows; r0 += bfp.GroupSize {
+					r1 := min(r0+bfp.GroupSize, rows)
+					b := buf[:r1-r0]
+					for r := r0; r < r1; r++ {
+						b[r-r0] = float32(w[r*cols+c])
+					}
+					e := bfp.SharedExponent(b)
+					for r := r0; r < r1; r++ {
+						q[r*cols+c] = T(bfpNearest(g.Format, b[r-r0], e))
+					}
+				}
+			}
+		}
+	default:
+		panic(fmt.Sprintf("gptq: unknown grid type %T", g))
+	}
+	return q
+}
+
+// proxyLosses returns ½·tr(Δ·H·Δᵀ) for Δ = w − q and for Δ = w − r.
+func proxyLosses[T float](w, q []float32, r []T, rows, cols int, h []float64) (lq, lr float64) {
+	d := make([]float64, 2*rows*cols)
+	for i, v := range w {
+		d[i] = float64(v) - float64(q[i])
+		d[rows*cols+i] = float64(v) - float64(r[i])
+	}
+	l := quadForms(d, 2*rows, cols, h)
+	for i := 0; i < rows; i++ {
+		lq += l[i]
+		lr += l[rows+i]
+	}
+	return lq / 2, lr / 2
+}
+
+// quadForms returns dᵢ·H·dᵢᵀ for every row dᵢ of the m×n matrix d.
+func quadForms(d []float64, m, n int, h []float64) []float64 {
+	p := make([]float64, m*n)
+	gemmNN(m, n, n, d, h, p)
+	out := make([]float64, m)
+	for i := 0; i < m; i++ {
+		var s float64
+		di, pi := d[i*n:(i+1)*n], p[i*n:(i+1)*n]
+		for j, v := range di {
+			s += v * pi[j]
+		}
+		out[i] = s
+	}
+	return out
+}

@@ -1,0 +1,413 @@
+package gptq
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Options configures Quantize.
+type Options struct {
+	// BlockSize is the number of columns per lazy-update block; 0 means 128.
+	BlockSize int
+	// PercDamp is the damping added to every diagonal entry of H, as a
+	// fraction of the mean diagonal (after dead columns are set to 1). When
+	// the Cholesky factorization fails the damping is raised automatically;
+	// Result.PercDamp reports the value used. DefaultOptions sets 0.01.
+	PercDamp float64
+	// ActOrder processes columns in order of decreasing H diagonal (ties in
+	// original column order, so the permutation is deterministic).
+	ActOrder bool
+	// StaticGroups computes every group's grid from the original weights
+	// before the loop (integer grids with GroupSize > 0, BFP exponents).
+	StaticGroups bool
+	// Float64 runs the solver in float64 arithmetic; otherwise the weights,
+	// the inverse factor and all updates are float32 like the reference.
+	// The factorization itself is always computed in float64.
+	Float64 bool
+	// Name identifies the matrix in error messages (e.g. a tensor name).
+	Name string
+}
+
+// DefaultOptions returns block size 128, 1% damping, no act-order, float32.
+func DefaultOptions() Options { return Options{BlockSize: 128, PercDamp: 0.01} }
+
+// Result is the outcome of Quantize for one matrix.
+type Result struct {
+	// Q is the quantized weight, rows×cols row-major in original column
+	// order; every value lies on the grid.
+	Q []float32
+	// Error is the reference's reported error: Σ (w−q)²/(2·U_kk²) over all
+	// weights, w being the error-updated weight when its column was
+	// quantized. In exact arithmetic it equals ½·tr(Δ·H′·Δᵀ) with
+	// Δ = W₀ − Q (W₀: dead columns zeroed) and H′ the damped Hessian.
+	Error float64
+	// RowError is the per-row share of Error.
+	RowError []float64
+	// ProxyLoss is ½·tr(Δ·H·Δᵀ) with Δ = W − Q and the undamped H that was
+	// passed in: with H = (2/n)·Σ x·xᵀ it is the mean squared output error
+	// per token, (1/n)·Σ‖Δ·x‖².
+	ProxyLoss float64
+	// RTNProxyLoss is the same quantity for RTN on the same grid.
+	RTNProxyLoss float64
+	// PercDamp is the damping fraction finally used and Damp the absolute
+	// value λ added to every diagonal entry.
+	PercDamp, Damp float64
+	// DampIncreases counts the automatic damping increases after failed
+	// factorizations.
+	DampIncreases int
+	// NoFeedback is set when no damping level gave a usable factorization
+	// (only possible for an H that is far from positive semidefinite): the
+	// matrix was then quantized column by column without error feedback.
+	NoFeedback bool
+	// DeadCols is the number of input columns with H_jj = 0; their weights
+	// are set to zero, as in the reference.
+	DeadCols int
+	// Perm is the act-order permutation (working position → original
+	// column), nil without act-order.
+	Perm []int
+	// Int holds the chosen integer grid, nil for other grids.
+	Int *IntParams
+	// Duration is the wall-clock time of the call.
+	Duration time.Duration
+}
+
+// Sentinel errors wrapped by the errors of this package.
+var (
+	// ErrShape: dimensions not positive or not matching the data.
+	ErrShape = errors.New("gptq: shape mismatch")
+	// ErrNotFinite: a NaN or Inf in the weights, the inputs or the Hessian.
+	ErrNotFinite = errors.New("gptq: value not finite")
+	// ErrHessian: a Hessian that cannot be a Gram matrix (negative diagonal,
+	// not symmetric).
+	ErrHessian = errors.New("gptq: invalid Hessian")
+	// ErrOptions: invalid options or grid.
+	ErrOptions = errors.New("gptq: invalid options")
+	// ErrNumeric: the computation overflowed.
+	ErrNumeric = errors.New("gptq: numerical failure")
+)
+
+func label(name string) string {
+	if name == "" {
+		return ""
+	}
+	return " (" + name + ")"
+}
+
+// checkWeights validates the weight matrix.
+func checkWeights(w []float32, rows, cols int, name string) error {
+	if rows <= 0 || cols <= 0 || rows > math.MaxInt32 || cols > math.MaxInt32 || rows > math.MaxInt/cols {
+		return fmt.Errorf("%w: weight%s shape %d×%d", ErrShape, label(name), rows, cols)
+	}
+	if len(w) != rows*cols {
+		return fmt.Errorf("%w: weight%s has %d values, want %d×%d = %d", ErrShape, label(name), len(w), rows, cols, rows*cols)
+	}
+	for i, v := range w {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%w: weight%s [%d,%d] of %d×%d is %v", ErrNotFinite, label(name), i/cols, i%cols, rows, cols, v)
+		}
+	}
+	return nil
+}
+
+// checkHessian validates an n×n Hessian.
+func checkHessian(h []float64, n int, name string) error {
+	if len(h) != n*n {
+		return fmt.Errorf("%w: Hessian%s has %d values, want a square %d×%d matrix over the %d input columns", ErrShape, label(name), len(h), n, n, n)
+	}
+	maxAbs := 0.0
+	for i, v := range h {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: Hessian%s [%d,%d] of %d×%d is %v", ErrNotFinite, label(name), i/n, i%n, n, n, v)
+		}
+		maxAbs = max(maxAbs, math.Abs(v))
+	}
+	for j := 0; j < n; j++ {
+		if h[j*n+j] < 0 {
+			return fmt.Errorf("%w: Hessian%s diagonal [%d,%d] = %g is negative", ErrHessian, label(name), j, j, h[j*n+j])
+		}
+	}
+	tol := 1e-4 * maxAbs
+	for i := 0; i < n; i++ {
+		for j := 0; j < i; j++ {
+			if math.Abs(h[i*n+j]-h[j*n+i]) > tol {
+				return fmt.Errorf("%w: Hessian%s is not symmetric: [%d,%d] = %g, [%d,%d] = %g", ErrHessian, label(name), i, j, h[i*n+j], j, i, h[j*n+i])
+			}
+		}
+	}
+	return nil
+}
+
+func checkGrid(g Grid, name string) error {
+	if g == nil {
+		return fmt.Errorf("%w: no grid%s", ErrOptions, label(name))
+	}
+	switch g.(type) {
+	case *IntGrid, *BFPGrid:
+	default:
+		return fmt.Errorf("%w: unsupported grid type %T%s", ErrOptions, g, label(name))
+	}
+	if err := g.Validate(); err != nil {
+		return fmt.Errorf("%w%s: %w", ErrOptions, label(name), err)
+	}
+	return nil
+}
+
+// Quantize quantizes the weight matrix w (rows = outputs, cols = inputs,
+// row-major) onto grid g with GPTQ, using the Hessian h (cols×cols,
+// row-major, typically Hessian.Matrix()). The algorithm follows the
+// reference implementation step by step (see the package documentation);
+// the result is deterministic. Bad input (shapes, NaN/Inf, an H that is not
+// square or has a negative diagonal) is reported as an error.
+func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*Result, error) {
+	start := time.Now()
+	if err := checkWeights(w, rows, cols, opt.Name); err != nil {
+		return nil, err
+	}
+	if err := checkHessian(h, cols, opt.Name); err != nil {
+		return nil, err
+	}
+	if err := checkGrid(g, opt.Name); err != nil {
+		return nil, err
+	}
+	if opt.BlockSize == 0 {
+		opt.BlockSize = 128
+	}
+	if opt.BlockSize < 0 {
+		return nil, fmt.Errorf("%w: block size %d%s", ErrOptions, opt.BlockSize, label(opt.Name))
+	}
+	if math.IsNaN(opt.PercDamp) || opt.PercDamp < 0 || math.IsInf(opt.PercDamp, 0) {
+		return nil, fmt.Errorf("%w: damping %g%s", ErrOptions, opt.PercDamp, label(opt.Name))
+	}
+	var res *Result
+	var err error
+	if opt.Float64 {
+		res, err = run[float64](w, rows, cols, h, g, opt)
+	} else {
+		res, err = run[float32](w, rows, cols, h, g, opt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// solver holds the state of one GPTQ run in arithmetic T.
+type solver[T float] struct {
+	rows, cols    int
+	opt           Options
+	orig          []T   // W as given, row-major, original order
+	w0            []T   // W with dead columns zeroed, row-major, original order
+	perm, invperm []int // working position → original column, and back
+	wt            []T   // working weights, column-major in working order
+	u             []T   // upper inverse factor, cols×cols row-major, working order
+
+	// current block
+	i1, i2 int
+	done   int // columns of the block already quantized
+	w1     []T // block columns with in-block updates, column-major
+	e      []T // scaled errors of the block's columns, column-major
+}
+
+// current writes the current (error-updated) values of working column j,
+// which must not be quantized yet, into dst.
+func (s *solver[T]) current(j int, dst []T) {
+	rows := s.rows
+	if j >= s.i1 && j < s.i2 {
+		copy(dst, s.w1[(j-s.i1)*rows:(j-s.i1+1)*rows])
+		return
+	}
+	copy(dst, s.wt[j*rows:(j+1)*rows])
+	for i := 0; i < s.done; i++ {
+		if u := s.u[(s.i1+i)*s.cols+j]; u != 0 {
+			axpySub(u, s.e[i*rows:(i+1)*rows], dst)
+		}
+	}
+}
+
+// dampSchedule is the sequence of damping fractions tried: the requested one,
+// then increasing steps up to about 10 times the mean diagonal.
+func dampSchedule(p float64) []float64 {
+	s := []float64{p}
+	for step := 0.01; step <= 10.24; step *= 2 {
+		s = append(s, p+step)
+	}
+	return s
+}
+
+func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Options) (*Result, error) {
+	_, is32 := any(T(0)).(float32)
+	s := &solver[T]{rows: rows, cols: cols, opt: opt}
+	res := &Result{}
+
+	s.orig = make([]T, rows*cols)
+	for i, v := range w32 {
+		s.orig[i] = T(v)
+	}
+	// Dead columns: H_jj = 0 → H_jj = 1 and W[:, j] = 0.
+	dead := make([]bool, cols)
+	diag := make([]float64, cols)
+	for j := 0; j < cols; j++ {
+		diag[j] = h[j*cols+j]
+		if diag[j] == 0 {
+			dead[j] = true
+			diag[j] = 1
+			res.DeadCols++
+		}
+	}
+	s.w0 = slices.Clone(s.orig)
+	if res.DeadCols > 0 {
+		for r := 0; r < rows; r++ {
+			for j, d := range dead {
+				if d {
+					s.w0[r*cols+j] = 0
+				}
+			}
+		}
+	}
+	// Column order.
+	s.perm = make([]int, cols)
+	for j := range s.perm {
+		s.perm[j] = j
+	}
+	if opt.ActOrder {
+		slices.SortStableFunc(s.perm, func(a, b int) int {
+			switch {
+			case diag[a] > diag[b]:
+				return -1
+			case diag[a] < diag[b]:
+				return 1
+			}
+			return 0
+		})
+		res.Perm = slices.Clone(s.perm)
+	}
+	s.invperm = make([]int, cols)
+	for k, c := range s.perm {
+		s.invperm[c] = k
+	}
+	// Inverse factor of the damped, permuted Hessian.
+	var mean float64
+	for _, d := range diag {
+		mean += d
+	}
+	mean /= float64(cols)
+	hp := make([]float64, cols*cols)
+	var u64 []float64
+	for try, p := range dampSchedule(opt.PercDamp) {
+		lam := p * mean
+		if is32 {
+			lam = float64(float32(float32(p) * float32(mean)))
+		}
+		for a := 0; a < cols; a++ {
+			pa := s.perm[a]
+			for b := 0; b < a; b++ {
+				hp[a*cols+b] = h[pa*cols+s.perm[b]]
+			}
+			d := diag[pa] + lam
+			if is32 {
+				d = float64(float32(diag[pa]) + float32(lam))
+			}
+			hp[a*cols+a] = d
+		}
+		if u, ok := inverseFactor(hp, cols); ok {
+			u64 = u
+			res.PercDamp, res.Damp, res.DampIncreases = p, lam, try
+			break
+		}
+		res.PercDamp, res.Damp, res.DampIncreases = p, lam, try
+	}
+	if u64 == nil {
+		// No error feedback: U = diag(H′_kk^(-1/2)) with no coupling.
+		res.NoFeedback = true
+		u64 = make([]float64, cols*cols)
+		for k := 0; k < cols; k++ {
+			u64[k*cols+k] = 1 / math.Sqrt(hp[k*cols+k])
+		}
+	}
+	s.u = make([]T, cols*cols)
+	for i, v := range u64 {
+		s.u[i] = T(v)
+	}
+	u64 = nil
+	hp = nil
+
+	// Working weights, column-major.
+	s.wt = make([]T, rows*cols)
+	for k, c := range s.perm {
+		col := s.wt[k*rows : (k+1)*rows]
+		for r := range col {
+			col[r] = s.w0[r*cols+c]
+		}
+	}
+	cq := bind(g, s)
+	qt := make([]T, rows*cols)
+	rowLoss := make([]float64, rows)
+	bs := min(opt.BlockSize, cols)
+	s.w1 = make([]T, bs*rows)
+	s.e = make([]T, bs*rows)
+	for i1 := 0; i1 < cols; i1 += bs {
+		i2 := min(i1+bs, cols)
+		nb := i2 - i1
+		s.i1, s.i2, s.done = i1, i2, 0
+		copy(s.w1[:nb*rows], s.wt[i1*rows:i2*rows])
+		clear(s.e[:nb*rows])
+		for i := 0; i < nb; i++ {
+			k := i1 + i
+			col := s.w1[i*rows : (i+1)*rows]
+			q := qt[k*rows : (k+1)*rows]
+			cq.column(k, col, q)
+			d := s.u[k*cols+k]
+			d2 := d * d
+			ei := s.e[i*rows : (i+1)*rows]
+			for r, wv := range col {
+				diff := wv - q[r]
+				rowLoss[r] += float64(diff*diff/d2) / 2
+				ei[r] = diff / d
+			}
+			s.done = i + 1
+			urow := s.u[k*cols : (k+1)*cols]
+			for j := i + 1; j < nb; j++ {
+				if uj := urow[i1+j]; uj != 0 {
+					axpySub(uj, ei, s.w1[j*rows:(j+1)*rows])
+				}
+			}
+		}
+		if i2 < cols {
+			// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here in
+			// column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.
+			gemmSubTN(cols-i2, rows, nb, s.u[i1*cols+i2:], cols, s.e, rows, s.wt[i2*rows:], rows)
+		}
+	}
+
+	// Outputs in original column order.
+	res.Q = make([]float32, rows*cols)
+	for k, c := range s.perm {
+		col := qt[k*rows : (k+1)*rows]
+		for r, v := range col {
+			res.Q[r*cols+c] = float32(v)
+		}
+	}
+	for i, v := range res.Q {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(opt.Name), i/cols, i%cols, rows, cols, v)
+		}
+	}
+	res.RowError = rowLoss
+	for _, l := range rowLoss {
+		res.Error += l
+	}
+	if math.IsNaN(res.Error) || math.IsInf(res.Error, 0) {
+		return nil, fmt.Errorf("%w: reported error%s is %v (overflow)", ErrNumeric, label(opt.Name), res.Error)
+	}
+	if is, ok := cq.(*intState[T]); ok {
+		res.Int = is.out
+	}
+	// Report: proxy losses of GPTQ and RTN on the undamped H.
+	rq := rtn(g, s.orig, rows, cols)
+	res.ProxyLoss, res.RTNProxyLoss = proxyLosses(w32, res.Q, rq, rows, cols, h)
+	return res, nil
+}

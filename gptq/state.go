@@ -1,0 +1,250 @@
+package gptq
+
+import (
+	"math"
+
+	"github.com/ttquant/ttquant/bfp"
+)
+
+// colQuantizer is a grid bound to one solver run: it quantizes working
+// column k, whose current values are w, into q (both of length rows).
+type colQuantizer[T float] interface {
+	column(k int, w, q []T)
+}
+
+// bind returns g's quantizer for the solver s.
+func bind[T float](g Grid, s *solver[T]) colQuantizer[T] {
+	switch g := g.(type) {
+	case *IntGrid:
+		return newIntState(g, s)
+	case *BFPGrid:
+		if g.Axis == InputAxis {
+			return newBFPInputState(g, s)
+		}
+		return &bfpOutputState[T]{f: g.Format, s: s}
+	}
+	panic("gptq: unknown grid type")
+}
+
+// IntParams are the grid parameters an integer-grid quantization chose, in
+// the reference's conventions.
+type IntParams struct {
+	// Codes holds the integer code of every weight, rows×cols in original
+	// column order; Q[r,c] == Scales[r,g]·(Codes[r,c] − Zeros[r,g]) with
+	// g = GIdx[c].
+	Codes []int32
+	// Scales and Zeros are rows×Groups, row-major.
+	Scales, Zeros []float64
+	// Groups is the number of grids per row.
+	Groups int
+	// GIdx is the group of each original column: 0 without grouping,
+	// column/GroupSize for plain and static groups, and the column's
+	// position in the act-order permutation divided by GroupSize for
+	// act-order without static groups.
+	GIdx []int32
+}
+
+type intState[T float] struct {
+	cfg         *IntConfig
+	s           *solver[T]
+	maxq        T
+	scale, zero []T // current per-row grid
+	staticScale []T // groups×rows, for static groups
+	staticZero  []T
+	buf         []T
+	out         *IntParams
+	curGroup    int
+}
+
+func newIntState[T float](g *IntGrid, s *solver[T]) *intState[T] {
+	cfg := &g.cfg
+	rows, cols := s.rows, s.cols
+	st := &intState[T]{cfg: cfg, s: s, maxq: T(int(1)<<cfg.Bits - 1),
+		scale: make([]T, rows), zero: make([]T, rows)}
+	gs := cfg.GroupSize
+	ng := 1
+	if gs > 0 {
+		ng = (cols + gs - 1) / gs
+		st.buf = make([]T, gs)
+	}
+	st.out = &IntParams{Codes: make([]int32, rows*cols), Scales: make([]float64, rows*ng),
+		Zeros: make([]float64, rows*ng), Groups: ng, GIdx: make([]int32, cols)}
+	if gs <= 0 {
+		// Whole-row grid from the weights before dead columns are zeroed.
+		for r := 0; r < rows; r++ {
+			st.scale[r], st.zero[r] = intParams(s.orig[r*cols:(r+1)*cols], cfg)
+			st.out.Scales[r] = float64(st.scale[r])
+			st.out.Zeros[r] = float64(st.zero[r])
+		}
+	} else if s.opt.StaticGroups {
+		// Per group from the dead-zeroed weights in original column order.
+		st.staticScale = make([]T, ng*rows)
+		st.staticZero = make([]T, ng*rows)
+		for gi := 0; gi < ng; gi++ {
+			c0, c1 := gi*gs, min((gi+1)*gs, cols)
+			for r := 0; r < rows; r++ {
+				sc, z := intParams(s.w0[r*cols+c0:r*cols+c1], cfg)
+				st.staticScale[gi*rows+r], st.staticZero[gi*rows+r] = sc, z
+				st.out.Scales[r*ng+gi] = float64(sc)
+				st.out.Zeros[r*ng+gi] = float64(z)
+			}
+		}
+	}
+	return st
+}
+
+func (st *intState[T]) column(k int, w, q []T) {
+	s := st.s
+	rows, cols, gs := s.rows, s.cols, st.cfg.GroupSize
+	c := s.perm[k]
+	gi := 0
+	if gs > 0 {
+		if s.opt.StaticGroups {
+			gi = c / gs
+			copy(st.scale, st.staticScale[gi*rows:(gi+1)*rows])
+			copy(st.zero, st.staticZero[gi*rows:(gi+1)*rows])
+		} else {
+			gi = k / gs
+			if k%gs == 0 {
+				// The reference reads the global weights here, which hold
+				// the values of the start of the current block.
+				m := min(gs, cols-k)
+				buf := st.buf[:m]
+				ng := st.out.Groups
+				for r := 0; r < rows; r++ {
+					for j := 0; j < m; j++ {
+						buf[j] = s.wt[(k+j)*rows+r]
+					}
+					st.scale[r], st.zero[r] = intParams(buf, st.cfg)
+					st.out.Scales[r*ng+gi] = float64(st.scale[r])
+					st.out.Zeros[r*ng+gi] = float64(st.zero[r])
+				}
+			}
+		}
+	}
+	st.out.GIdx[c] = int32(gi)
+	for r := range w {
+		v, code := intQuant(w[r], st.scale[r], st.zero[r], st.maxq)
+		q[r] = v
+		st.out.Codes[r*cols+c] = int32(code)
+	}
+}
+
+// bfpNearest rounds x onto the BFP grid of shared exponent e in format f,
+// flushing results the packer could not reproduce (float32 subnormals) to 0.
+func bfpNearest(f bfp.Format, x float32, e uint8) float32 {
+	v := f.Nearest(x, e)
+	if math.Float32bits(v)&0x7f800000 == 0 {
+		return 0
+	}
+	return v
+}
+
+type bfpOutputState[T float] struct {
+	f   bfp.Format
+	s   *solver[T]
+	buf [bfp.GroupSize]float32
+}
+
+// column fixes the exponent of each 16-row group of the column from its
+// current values, then rounds onto it.
+func (st *bfpOutputState[T]) column(k int, w, q []T) {
+	if st.s.opt.StaticGroups {
+		c := st.s.perm[k]
+		src := st.s.w0
+		cols := st.s.cols
+		for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
+			r1 := min(r0+bfp.GroupSize, len(w))
+			g := st.buf[:r1-r0]
+			for r := r0; r < r1; r++ {
+				g[r-r0] = float32(src[r*cols+c])
+			}
+			e := bfp.SharedExponent(g)
+			for r := r0; r < r1; r++ {
+				q[r] = T(bfpNearest(st.f, float32(w[r]), e))
+			}
+		}
+		return
+	}
+	for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
+		r1 := min(r0+bfp.GroupSize, len(w))
+		g := st.buf[:r1-r0]
+		for r := r0; r < r1; r++ {
+			g[r-r0] = float32(w[r])
+		}
+		e := bfp.SharedExponent(g)
+		for r := r0; r < r1; r++ {
+			q[r] = T(bfpNearest(st.f, g[r-r0], e))
+		}
+	}
+}
+
+type bfpInputState[T float] struct {
+	f     bfp.Format
+	s     *solver[T]
+	ng    int     // groups per row
+	first []int   // working position at which each group's exponent is fixed
+	exp   []uint8 // rows×ng
+	cur   []T     // scratch column
+}
+
+func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
+	rows, cols := s.rows, s.cols
+	ng := (cols + bfp.GroupSize - 1) / bfp.GroupSize
+	st := &bfpInputState[T]{f: g.Format, s: s, ng: ng, first: make([]int, ng),
+		exp: make([]uint8, rows*ng), cur: make([]T, rows)}
+	for gi := range st.first {
+		st.first[gi] = math.MaxInt
+	}
+	for k, c := range s.perm {
+		gi := c / bfp.GroupSize
+		st.first[gi] = min(st.first[gi], k)
+	}
+	if s.opt.StaticGroups {
+		var buf [bfp.GroupSize]float32
+		for r := 0; r < rows; r++ {
+			for gi := 0; gi < ng; gi++ {
+				c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, cols)
+				for c := c0; c < c1; c++ {
+					buf[c-c0] = float32(s.w0[r*cols+c])
+				}
+				st.exp[r*ng+gi] = bfp.SharedExponent(buf[:c1-c0])
+			}
+		}
+		for gi := range st.first {
+			st.first[gi] = -1 // already fixed
+		}
+	}
+	return st
+}
+
+func (st *bfpInputState[T]) column(k int, w, q []T) {
+	s := st.s
+	c := s.perm[k]
+	gi := c / bfp.GroupSize
+	ng := st.ng
+	if st.first[gi] == k {
+		// Fix the group's exponents from the current values of its columns.
+		c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, s.cols)
+		for r := range w {
+			st.exp[r*ng+gi] = 0
+		}
+		for cc := c0; cc < c1; cc++ {
+			j := s.invperm[cc]
+			var col []T
+			if j == k {
+				col = w
+			} else {
+				s.current(j, st.cur)
+				col = st.cur
+			}
+			for r, v := range col {
+				e := uint8(math.Float32bits(float32(v)) >> 23 & 0xff)
+				st.exp[r*ng+gi] = max(st.exp[r*ng+gi], e)
+			}
+		}
+	}
+	for r := range w {
+		q[r] = T(bfpNearest(st.f, float32(w[r]), st.exp[r*ng+gi]))
+	}
+}
