@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/bits"
@@ -899,4 +900,98 @@ func (p *parser) hex4() (rune, error) {
 	}
 	p.i += 4
 	return r, nil
+}
+
+// value parses any JSON value into map[string]any (duplicate keys are an
+// error), []any, string, json.Number, bool or nil. It is used for index
+// files, where no duplicate may be silently dropped.
+func (p *parser) value() (any, error) {
+	switch c := p.peek(); {
+	case c == '"':
+		s, err := p.str()
+		return string(s), err
+	case c == '{':
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		p.i++
+		p.ws()
+		m := map[string]any{}
+		if p.peek() == '}' {
+			p.i++
+			p.depth--
+			return m, nil
+		}
+		for {
+			if p.peek() != '"' {
+				return nil, p.errf("expected a string key, found %s", p.describe())
+			}
+			k, err := p.str()
+			if err != nil {
+				return nil, err
+			}
+			key := string(k)
+			if _, dup := m[key]; dup {
+				return nil, p.errf("duplicate key %q", key)
+			}
+			if err := p.colon(); err != nil {
+				return nil, err
+			}
+			v, err := p.value()
+			if err != nil {
+				return nil, err
+			}
+			m[key] = v
+			more, err := p.next('}')
+			if err != nil {
+				return nil, err
+			}
+			if !more {
+				break
+			}
+		}
+		p.depth--
+		return m, nil
+	case c == '[':
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		p.i++
+		p.ws()
+		a := []any{}
+		if p.peek() == ']' {
+			p.i++
+			p.depth--
+			return a, nil
+		}
+		for {
+			v, err := p.value()
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+			more, err := p.next(']')
+			if err != nil {
+				return nil, err
+			}
+			if !more {
+				break
+			}
+		}
+		p.depth--
+		return a, nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		start := p.i
+		if err := p.number(); err != nil {
+			return nil, err
+		}
+		return json.Number(p.b[start:p.i]), nil
+	case p.lit("true"):
+		return true, nil
+	case p.lit("false"):
+		return false, nil
+	case p.lit("null"):
+		return nil, nil
+	}
+	return nil, p.errf("expected a JSON value, found %s", p.describe())
 }
