@@ -366,3 +366,7 @@ func TestLayout(t *testing.T) {
 		}
 	}
 }
+
+func TestAccelerated(t *testing.T) {
+	t.Logf("SIMD kernels in use: %v", Accelerated())
+}

@@ -67,20 +67,19 @@ func BenchmarkUnpack(b *testing.B) { benchUnpack(b, 1) }
 func BenchmarkPackParallel(b *testing.B)   { benchPack(b, 0) }
 func BenchmarkUnpackParallel(b *testing.B) { benchUnpack(b, 0) }
 
-// BenchmarkPackGo and BenchmarkUnpackGo time the pure-Go kernels alone,
-// whatever the build, for comparison with the SIMD ones.
+// BenchmarkPackGo and BenchmarkUnpackGo time the pure-Go kernels on one
+// goroutine, whatever the build, for comparison with the SIMD ones.
 func BenchmarkPackGo(b *testing.B) {
 	src := benchMatrix()
 	for _, f := range Formats() {
 		b.Run(f.String(), func(b *testing.B) {
-			gb := 16 * f.Bits() / 8
-			ng := len(src) / 16
-			exp, mant := make([]byte, ng), make([]byte, ng*gb)
-			b.SetBytes(int64(4 * len(src)))
+			n, _ := PackedSize(f, Tile32x32, benchN, benchN)
+			dst := make([]byte, n)
+			b.SetBytes(4 * benchN * benchN)
 			for b.Loop() {
-				packGroupsGo(f, src, 16, ng, exp, mant)
+				packRange(packRowGo, dst, f, Tile32x32, src, benchN, benchN, 0, benchN/32)
 			}
-			reportGBs(b, int64(4*len(src)))
+			reportGBs(b, 4*benchN*benchN)
 		})
 	}
 }
@@ -89,16 +88,13 @@ func BenchmarkUnpackGo(b *testing.B) {
 	src := benchMatrix()
 	for _, f := range Formats() {
 		b.Run(f.String(), func(b *testing.B) {
-			gb := 16 * f.Bits() / 8
-			ng := len(src) / 16
-			exp, mant := make([]byte, ng), make([]byte, ng*gb)
-			packGroupsGo(f, src, 16, ng, exp, mant)
-			dst := make([]float32, len(src))
-			b.SetBytes(int64(4 * len(src)))
+			p, _ := Pack(f, Tile32x32, src, benchN, benchN)
+			dst := make([]float32, benchN*benchN)
+			b.SetBytes(4 * benchN * benchN)
 			for b.Loop() {
-				unpackGroupsGo(f, mant, exp, ng, dst, 16)
+				unpackRange(unpackRowGo, dst, f, Tile32x32, p, benchN, benchN, 0, benchN/32)
 			}
-			reportGBs(b, int64(4*len(src)))
+			reportGBs(b, 4*benchN*benchN)
 		})
 	}
 }

@@ -108,12 +108,14 @@ func FuzzUnpack(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := make([]byte, n)
+		src := make([]byte, max(n, 3*TileBytes(fm, Tile32x32)))
 		if len(data) > 0 {
 			for i := range src {
 				src[i] = data[i%len(data)] + uint8(i/len(data))
 			}
 		}
+		unpackKernelsAgree(t, fm, src)
+		src = src[:n]
 		out, err := Unpack(fm, tl, src, rows, cols)
 		if err != nil {
 			t.Fatal(err)
@@ -133,7 +135,6 @@ func FuzzUnpack(f *testing.F) {
 				t.Fatalf("element (%d,%d): %#08x, Decode gives %#08x", r, cc, math.Float32bits(v), math.Float32bits(want))
 			}
 		}
-		unpackKernelsAgree(t, fm, src)
 	})
 }
 
@@ -186,35 +187,48 @@ func FuzzRepresentable(f *testing.F) {
 	})
 }
 
-// kernelsAgree packs src (padded to whole groups) with the dispatched
-// kernel and with the pure-Go kernel and requires identical bytes.
+// kernelsAgree packs src as a 1-row-per-group matrix of 16-value rows
+// (zero-padded) with the dispatched kernels and with the pure-Go kernels
+// over several tile shapes, and requires identical bytes.
 func kernelsAgree(t *testing.T, fm Format, src []float32) {
 	t.Helper()
-	n := (len(src) + 15) / 16
-	buf := make([]float32, 16*n)
-	copy(buf, src)
-	gb := 16 * fm.Bits() / 8
-	e1, m1 := make([]byte, n), make([]byte, n*gb)
-	e2, m2 := make([]byte, n), make([]byte, n*gb)
-	packGroups(fm, buf, 16, n, e1, m1)
-	packGroupsGo(fm, buf, 16, n, e2, m2)
-	if !bytes.Equal(e1, e2) || !bytes.Equal(m1, m2) {
-		t.Fatalf("%v: SIMD and pure-Go pack kernels differ", fm)
+	for _, tl := range []Tile{Tile32x32, Tile16x16, Tile1x32} {
+		cols := 3 * tl.W
+		rows := (len(src) + cols - 1) / cols
+		buf := make([]float32, rows*cols)
+		copy(buf, src)
+		if !sameKernels(fm, tl, buf, rows, cols) {
+			t.Fatalf("%v %v: SIMD and pure-Go pack kernels differ", fm, tl)
+		}
 	}
 }
 
-// unpackKernelsAgree decodes raw bytes as groups with both kernels.
+// sameKernels compares Pack with a pack through the pure-Go kernel.
+func sameKernels(fm Format, tl Tile, src []float32, rows, cols int) bool {
+	p1, err := Pack(fm, tl, src, rows, cols)
+	if err != nil {
+		panic(err)
+	}
+	p2 := make([]byte, len(p1))
+	packRange(packRowGo, p2, fm, tl, src, rows, cols, 0, tileRows(tl, rows))
+	return bytes.Equal(p1, p2)
+}
+
+// unpackKernelsAgree decodes raw bytes as a packed 32x32-tile matrix with
+// both kernels.
 func unpackKernelsAgree(t *testing.T, fm Format, raw []byte) {
 	t.Helper()
-	gb := 16 * fm.Bits() / 8
-	n := len(raw) / (gb + 1)
+	tb := TileBytes(fm, Tile32x32)
+	n := len(raw) / tb
 	if n == 0 {
 		return
 	}
-	exp, mant := raw[:n], raw[n:n+n*gb]
-	d1, d2 := make([]float32, 16*n), make([]float32, 16*n)
-	unpackGroups(fm, mant, exp, n, d1, 16)
-	unpackGroupsGo(fm, mant, exp, n, d2, 16)
+	d1, err := Unpack(fm, Tile32x32, raw[:n*tb], 32, 32*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2 := make([]float32, len(d1))
+	unpackRange(unpackRowGo, d2, fm, Tile32x32, raw[:n*tb], 32, 32*n, 0, 1)
 	for i := range d1 {
 		if math.Float32bits(d1[i]) != math.Float32bits(d2[i]) {
 			t.Fatalf("%v: SIMD and pure-Go unpack kernels differ at %d: %#08x vs %#08x", fm, i, math.Float32bits(d1[i]), math.Float32bits(d2[i]))

@@ -2,61 +2,50 @@ package bfp
 
 import "math"
 
-// Pure-Go group kernels. They are the reference the assembly kernels are
-// tested against, and the implementation under the purego tag and on other
-// architectures.
+// Pure-Go row kernels (see packRowFunc and unpackRowFunc). They are the
+// implementation under the purego tag and on other architectures, and the
+// reference the assembly kernels are tested against.
 
-// packGroupsGo packs n groups; group i is src[i*stride:][:16], its exponent
-// goes to exp[i] and its codes to mant[i*gb:].
-func packGroupsGo(f Format, src []float32, stride, n int, exp, mant []byte) {
+func packRowGo(f Format, src []float32, nt, fc int, exp, mant []byte, tb, se, sm int) {
+	for t := range nt {
+		for c := range fc {
+			g := (*[16]float32)(src[16*(t*fc+c):])
+			o := t * tb
+			exp[o+c*se] = packGroupGo(f, g, mant[o+c*sm:])
+		}
+	}
+}
+
+// packGroupGo encodes one group into m and returns its shared exponent.
+func packGroupGo(f Format, g *[16]float32, m []byte) uint8 {
+	var b [16]uint32
+	var e uint32
+	for k, v := range g {
+		b[k] = math.Float32bits(v)
+		e = max(e, b[k]&0x7f800000)
+	}
+	e >>= 23
 	switch f {
 	case BFP8:
-		for i := range n {
-			g := (*[16]float32)(src[i*stride:])
-			e := groupExp(g)
-			exp[i] = uint8(e)
-			m := (*[16]byte)(mant[i*16:])
-			for k := range 16 {
-				m[k] = uint8(encodeFast(math.Float32bits(g[k]), e, 7))
-			}
+		m := (*[16]byte)(m)
+		for k := range 16 {
+			m[k] = uint8(encodeFast(b[k], e, 7))
 		}
 	case BFP4:
-		for i := range n {
-			g := (*[16]float32)(src[i*stride:])
-			e := groupExp(g)
-			exp[i] = uint8(e)
-			m := (*[8]byte)(mant[i*8:])
-			for k := range 8 {
-				lo := encodeFast(math.Float32bits(g[2*k]), e, 3)
-				hi := encodeFast(math.Float32bits(g[2*k+1]), e, 3)
-				m[k] = uint8(lo | hi<<4)
-			}
+		m := (*[8]byte)(m)
+		for k := range 8 {
+			m[k] = uint8(encodeFast(b[2*k], e, 3) | encodeFast(b[2*k+1], e, 3)<<4)
 		}
 	case BFP2:
-		for i := range n {
-			g := (*[16]float32)(src[i*stride:])
-			e := groupExp(g)
-			exp[i] = uint8(e)
-			m := (*[4]byte)(mant[i*4:])
-			for k := range 4 {
-				var b uint32
-				for j := range 4 {
-					b |= encodeFast(math.Float32bits(g[4*k+j]), e, 1) << (2 * j)
-				}
-				m[k] = uint8(b)
-			}
+		m := (*[4]byte)(m)
+		for k := range 4 {
+			m[k] = uint8(encodeFast(b[4*k], e, 1) | encodeFast(b[4*k+1], e, 1)<<2 |
+				encodeFast(b[4*k+2], e, 1)<<4 | encodeFast(b[4*k+3], e, 1)<<6)
 		}
 	default:
 		panic("bfp: invalid format " + f.String())
 	}
-}
-
-func groupExp(g *[16]float32) uint32 {
-	var m uint32
-	for _, v := range g {
-		m = max(m, math.Float32bits(v)&0x7f800000)
-	}
-	return m >> 23
+	return uint8(e)
 }
 
 // encodeFast is encodeBits for an element whose exponent field does not
@@ -81,63 +70,64 @@ var signedMag8, signedMag4, signedMag2 = magTable(7), magTable(3), magTable(1)
 func magTable(w uint) []float32 {
 	t := make([]float32, 1<<(w+1))
 	for c := range t {
-		v := float32(c & (1<<w - 1))
-		if c>>w&1 == 1 {
-			v = -v
-			if v == 0 {
-				v = float32(math.Copysign(0, -1))
+		t[c] = math.Float32frombits(uint32(c)>>w<<31) // ±0
+		if q := c & (1<<w - 1); q != 0 {
+			t[c] = float32(q)
+			if c>>w != 0 {
+				t[c] = -t[c]
 			}
 		}
-		t[c] = v
 	}
 	return t
 }
 
-// unpackGroupsGo decodes n groups; group i's codes are at mant[i*gb:], its
-// exponent at exp[i], its values go to dst[i*stride:][:16].
-func unpackGroupsGo(f Format, mant, exp []byte, n int, dst []float32, stride int) {
-	w := uint(f.MantissaBits())
-	for i := range n {
-		e := uint32(exp[i])
-		d := (*[16]float32)(dst[i*stride:])
-		if e < uint32(w) || e == 255 {
-			unpackGroupSlow(f, mant, i, e, d)
-			continue
-		}
-		// Value = signed magnitude * 2^(e-127-(w-1)), exact for these e.
-		scale := math.Float32frombits((e - uint32(w-1)) << 23)
-		switch f {
-		case BFP8:
-			m := (*[16]byte)(mant[i*16:])
-			for k := range 16 {
-				d[k] = signedMag8[m[k]] * scale
-			}
-		case BFP4:
-			m := (*[8]byte)(mant[i*8:])
-			for k := range 8 {
-				d[2*k] = signedMag4[m[k]&15] * scale
-				d[2*k+1] = signedMag4[m[k]>>4] * scale
-			}
-		case BFP2:
-			m := (*[4]byte)(mant[i*4:])
-			for k := range 4 {
-				b := m[k]
-				d[4*k] = signedMag2[b&3] * scale
-				d[4*k+1] = signedMag2[b>>2&3] * scale
-				d[4*k+2] = signedMag2[b>>4&3] * scale
-				d[4*k+3] = signedMag2[b>>6] * scale
-			}
+func unpackRowGo(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32) {
+	for t := range nt {
+		for c := range fc {
+			o := t * tb
+			unpackGroupGo(f, mant[o+c*sm:], uint32(exp[o+c*se]), (*[16]float32)(dst[16*(t*fc+c):]))
 		}
 	}
 }
 
-// unpackGroupSlow decodes group i element by element with the full rule
-// (exponents where the result may be subnormal, flushed, Inf or NaN).
-func unpackGroupSlow(f Format, mant []byte, i int, e uint32, d *[16]float32) {
+// unpackGroupGo decodes one group with shared exponent e into d.
+func unpackGroupGo(f Format, m []byte, e uint32, d *[16]float32) {
+	w := uint32(f.MantissaBits())
+	if e < w || e == 255 {
+		unpackGroupSlow(f, m, e, d)
+		return
+	}
+	// Value = signed magnitude * 2^(e-127-(w-1)), exact for these e.
+	scale := math.Float32frombits((e - (w - 1)) << 23)
+	switch f {
+	case BFP8:
+		m := (*[16]byte)(m)
+		for k := range 16 {
+			d[k] = signedMag8[m[k]] * scale
+		}
+	case BFP4:
+		m := (*[8]byte)(m)
+		for k := range 8 {
+			d[2*k] = signedMag4[m[k]&15] * scale
+			d[2*k+1] = signedMag4[m[k]>>4] * scale
+		}
+	case BFP2:
+		m := (*[4]byte)(m)
+		for k := range 4 {
+			b := m[k]
+			d[4*k] = signedMag2[b&3] * scale
+			d[4*k+1] = signedMag2[b>>2&3] * scale
+			d[4*k+2] = signedMag2[b>>4&3] * scale
+			d[4*k+3] = signedMag2[b>>6] * scale
+		}
+	}
+}
+
+// unpackGroupSlow decodes a group element by element with the full rule
+// (exponents where a result may be subnormal, flushed, Inf or NaN).
+func unpackGroupSlow(f Format, m []byte, e uint32, d *[16]float32) {
 	w := uint(f.MantissaBits())
 	bitsPer := w + 1
-	gb := 16 * int(bitsPer) / 8
-	m := mant[i*gb:][:gb]
 	for k := range 16 {
 		bit := uint(k) * bitsPer
 		code := uint32(m[bit/8]) >> (bit % 8) & (1<<bitsPer - 1)

@@ -19,7 +19,7 @@ func Pack(f Format, t Tile, src []float32, rows, cols int) ([]byte, error) {
 		return nil, err
 	}
 	dst := make([]byte, n)
-	packRange(dst, f, t, src, rows, cols, 0, tileRows(t, rows))
+	packRange(packRow, dst, f, t, src, rows, cols, 0, tileRows(t, rows))
 	return dst, nil
 }
 
@@ -45,7 +45,7 @@ func ParallelPackInto(dst []byte, f Format, t Tile, src []float32, rows, cols, w
 		return &BufferError{Op: "Pack", Buffer: "destination", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(dst), Want: n}
 	}
 	parallel(tileRows(t, rows), workers, func(r0, r1 int) {
-		packRange(dst, f, t, src, rows, cols, r0, r1)
+		packRange(packRow, dst, f, t, src, rows, cols, r0, r1)
 	})
 	return nil
 }
@@ -63,7 +63,7 @@ func Unpack(f Format, t Tile, src []byte, rows, cols int) ([]float32, error) {
 		return nil, &BufferError{Op: "Unpack", Buffer: "packed source", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(src), Want: n}
 	}
 	dst := make([]float32, rows*cols)
-	unpackRange(dst, f, t, src, rows, cols, 0, tileRows(t, rows))
+	unpackRange(unpackRow, dst, f, t, src, rows, cols, 0, tileRows(t, rows))
 	return dst, nil
 }
 
@@ -87,7 +87,7 @@ func ParallelUnpackInto(dst []float32, f Format, t Tile, src []byte, rows, cols,
 		return &BufferError{Op: "Unpack", Buffer: "destination", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(dst), Want: rows * cols}
 	}
 	parallel(tileRows(t, rows), workers, func(r0, r1 int) {
-		unpackRange(dst, f, t, src, rows, cols, r0, r1)
+		unpackRange(unpackRow, dst, f, t, src, rows, cols, r0, r1)
 	})
 	return nil
 }
@@ -159,82 +159,85 @@ func parallel(n, workers int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// packRange packs tile rows [tr0, tr1).
-func packRange(dst []byte, f Format, t Tile, src []float32, rows, cols, tr0, tr1 int) {
+// packRowFunc packs one matrix row of a tile band: nt tiles of fc groups
+// each, src holding the nt*fc*16 values. The exponent byte of group c of
+// tile t goes to exp[t*tb+c*se], its codes to mant[t*tb+c*sm:].
+type packRowFunc func(f Format, src []float32, nt, fc int, exp, mant []byte, tb, se, sm int)
+
+// unpackRowFunc is the inverse of packRowFunc, writing nt*fc*16 values to dst.
+type unpackRowFunc func(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32)
+
+// packRange packs tile rows [tr0, tr1) with kernel k. It walks the matrix
+// row by row, so the source is read sequentially; each row scatters its
+// groups over the tiles of its band.
+func packRange(k packRowFunc, dst []byte, f Format, t Tile, src []float32, rows, cols, tr0, tr1 int) {
 	tcN := (cols + t.W - 1) / t.W
 	tb := TileBytes(f, t)
 	fh := t.FaceH()
-	faceCols := t.W / FaceW
-	faces := t.Faces()
+	fc := t.W / FaceW
 	groups := t.Groups()
 	eb := t.ExponentBytes()
 	gb := GroupSize * f.Bits() / 8 // bytes of codes per group
-	var scratch []float32
+	rowLen := tcN * t.W
+	var row []float32
 	for tr := tr0; tr < tr1; tr++ {
-		r0 := tr * t.H
-		for tc := range tcN {
-			c0 := tc * t.W
-			tile := dst[(tr*tcN+tc)*tb:][:tb]
+		band := dst[tr*tcN*tb:][:tcN*tb]
+		for r := range t.H {
+			gOff := (r/fh)*fc*fh + r%fh // first group of this row in a tile
+			R := tr*t.H + r
 			var s []float32
-			stride := cols
-			if r0+t.H <= rows && c0+t.W <= cols {
-				s = src[r0*cols+c0:]
+			if R < rows && cols == rowLen {
+				s = src[R*cols:][:rowLen]
 			} else {
-				if scratch == nil {
-					scratch = make([]float32, t.H*t.W)
+				if row == nil {
+					row = make([]float32, rowLen)
 				}
-				clear(scratch)
-				for r := r0; r < min(r0+t.H, rows); r++ {
-					copy(scratch[(r-r0)*t.W:], src[r*cols+c0:r*cols+min(c0+t.W, cols)])
+				if R < rows {
+					copy(row, src[R*cols:(R+1)*cols])
+					clear(row[cols:])
+				} else {
+					clear(row)
 				}
-				s, stride = scratch, t.W
+				s = row
 			}
-			for fi := range faces {
-				off := (fi/faceCols)*fh*stride + (fi%faceCols)*FaceW
-				g0 := fi * fh
-				packGroups(f, s[off:], stride, fh, tile[g0:], tile[eb+g0*gb:])
+			k(f, s, tcN, fc, band[gOff:], band[eb+gOff*gb:], tb, fh, fh*gb)
+		}
+		if groups < eb {
+			for tc := range tcN {
+				clear(band[tc*tb+groups : tc*tb+eb])
 			}
-			clear(tile[groups:eb])
 		}
 	}
 }
 
-// unpackRange unpacks tile rows [tr0, tr1).
-func unpackRange(dst []float32, f Format, t Tile, src []byte, rows, cols, tr0, tr1 int) {
+// unpackRange unpacks tile rows [tr0, tr1) with kernel k, row by row;
+// padding rows are skipped and padding columns dropped.
+func unpackRange(k unpackRowFunc, dst []float32, f Format, t Tile, src []byte, rows, cols, tr0, tr1 int) {
 	tcN := (cols + t.W - 1) / t.W
 	tb := TileBytes(f, t)
 	fh := t.FaceH()
-	faceCols := t.W / FaceW
-	faces := t.Faces()
+	fc := t.W / FaceW
 	eb := t.ExponentBytes()
 	gb := GroupSize * f.Bits() / 8
-	var scratch []float32
+	rowLen := tcN * t.W
+	var row []float32
 	for tr := tr0; tr < tr1; tr++ {
-		r0 := tr * t.H
-		for tc := range tcN {
-			c0 := tc * t.W
-			tile := src[(tr*tcN+tc)*tb:][:tb]
-			full := r0+t.H <= rows && c0+t.W <= cols
-			var d []float32
-			stride := cols
-			if full {
-				d = dst[r0*cols+c0:]
-			} else {
-				if scratch == nil {
-					scratch = make([]float32, t.H*t.W)
-				}
-				d, stride = scratch, t.W
+		band := src[tr*tcN*tb:][:tcN*tb]
+		for r := range t.H {
+			R := tr*t.H + r
+			if R >= rows {
+				break
 			}
-			for fi := range faces {
-				off := (fi/faceCols)*fh*stride + (fi%faceCols)*FaceW
-				g0 := fi * fh
-				unpackGroups(f, tile[eb+g0*gb:], tile[g0:], fh, d[off:], stride)
+			gOff := (r/fh)*fc*fh + r%fh
+			if cols == rowLen {
+				k(f, band[gOff:], band[eb+gOff*gb:], tcN, fc, tb, fh, fh*gb, dst[R*cols:][:rowLen])
+				continue
 			}
-			if !full {
-				for r := r0; r < min(r0+t.H, rows); r++ {
-					copy(dst[r*cols+c0:r*cols+min(c0+t.W, cols)], scratch[(r-r0)*t.W:])
-				}
+			if row == nil {
+				row = make([]float32, rowLen)
 			}
+			k(f, band[gOff:], band[eb+gOff*gb:], tcN, fc, tb, fh, fh*gb, row)
+			copy(dst[R*cols:(R+1)*cols], row)
 		}
 	}
 }
