@@ -1,0 +1,470 @@
+package calib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/gptq"
+)
+
+// Method is how the expert matrices are quantized.
+type Method string
+
+// Methods.
+const (
+	MethodGPTQ Method = "gptq"
+	MethodRTN  Method = "rtn"
+)
+
+// StarvedPolicy says what to do with an expert that received fewer routed
+// calibration tokens than LayerOptions.MinTokens.
+type StarvedPolicy string
+
+// Starved-expert policies.
+const (
+	// StarvedRTN quantizes the expert's three matrices by round-to-nearest.
+	StarvedRTN StarvedPolicy = "rtn"
+	// StarvedIdentity runs GPTQ with an identity Hessian for every matrix.
+	StarvedIdentity StarvedPolicy = "identity"
+	// StarvedAllTokens runs GPTQ with the Hessian of all the layer's
+	// calibration tokens (gate/up), and for down_proj with the activations
+	// all tokens produce through the expert's quantized gate/up.
+	StarvedAllTokens StarvedPolicy = "all-tokens"
+)
+
+// ParseStarvedPolicy parses "rtn", "identity" or "all-tokens".
+func ParseStarvedPolicy(s string) (StarvedPolicy, error) {
+	switch p := StarvedPolicy(strings.ToLower(strings.TrimSpace(s))); p {
+	case StarvedRTN, StarvedIdentity, StarvedAllTokens:
+		return p, nil
+	}
+	return "", fmt.Errorf("calib: unknown starved-expert policy %q (want rtn, identity or all-tokens)", s)
+}
+
+// ParseMethod parses "gptq" or "rtn".
+func ParseMethod(s string) (Method, error) {
+	switch m := Method(strings.ToLower(strings.TrimSpace(s))); m {
+	case MethodGPTQ, MethodRTN:
+		return m, nil
+	}
+	return "", fmt.Errorf("calib: unknown method %q (want gptq or rtn)", s)
+}
+
+// DefaultMinTokensFraction is the default starvation threshold as a
+// fraction of the layer's calibration tokens (0.5%, the threshold GPTQModel
+// uses for its RTN fallback).
+const DefaultMinTokensFraction = 0.005
+
+// LayerOptions configures QuantizeMoELayer. The zero value selects the
+// defaults given per field.
+type LayerOptions struct {
+	// Format of the expert matrices: bfp.BFP4 by default.
+	Format bfp.Format
+	// Axis along which 16 values share an exponent: gptq.InputAxis by
+	// default.
+	Axis gptq.Axis
+	// Method for the routed and shared experts: MethodGPTQ by default.
+	Method Method
+	// GPTQ solver options; the zero value selects gptq.DefaultOptions().
+	GPTQ *gptq.Options
+	// MinTokens is the routed-token count below which an expert is
+	// starved. 0 selects ceil(MinTokensFraction × calibration tokens); a
+	// negative value starves only experts that received no token.
+	MinTokens int
+	// MinTokensFraction: 0 selects DefaultMinTokensFraction.
+	MinTokensFraction float64
+	// Starved is the policy for starved experts: StarvedRTN by default.
+	Starved StarvedPolicy
+	// Workers is the number of experts processed concurrently (default 1).
+	// Results are identical for every value.
+	Workers int
+	// SkipShared leaves the shared expert unquantized (no result for it).
+	SkipShared bool
+}
+
+func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
+	if o.Format == 0 {
+		o.Format = bfp.BFP4
+	}
+	if o.Axis == 0 {
+		o.Axis = gptq.InputAxis
+	}
+	if o.Method == "" {
+		o.Method = MethodGPTQ
+	}
+	if _, err := ParseMethod(string(o.Method)); err != nil {
+		return o, err
+	}
+	if o.GPTQ == nil {
+		d := gptq.DefaultOptions()
+		o.GPTQ = &d
+	}
+	if o.Starved == "" {
+		o.Starved = StarvedRTN
+	}
+	if _, err := ParseStarvedPolicy(string(o.Starved)); err != nil {
+		return o, err
+	}
+	if o.MinTokensFraction == 0 {
+		o.MinTokensFraction = DefaultMinTokensFraction
+	}
+	if o.MinTokensFraction < 0 || o.MinTokensFraction > 1 || math.IsNaN(o.MinTokensFraction) {
+		return o, fmt.Errorf("calib: minimum token fraction %g outside [0, 1]", o.MinTokensFraction)
+	}
+	switch {
+	case o.MinTokens == 0:
+		o.MinTokens = int(math.Ceil(o.MinTokensFraction * float64(tokens)))
+	case o.MinTokens < 0:
+		o.MinTokens = 0
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	if o.Workers < 0 {
+		return o, fmt.Errorf("calib: %d workers", o.Workers)
+	}
+	if err := gptq.NewBFPGrid(o.Format, o.Axis).Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// SharedExpert is the Expert index reported for the shared expert.
+const SharedExpert = -1
+
+// Hessian sources recorded in MatrixStats.Hessian.
+const (
+	HessianRouted    = "routed"     // the expert's routed tokens
+	HessianAllTokens = "all-tokens" // every calibration token of the layer
+	HessianIdentity  = "identity"
+	HessianNone      = "none" // round-to-nearest, no Hessian
+)
+
+// MatrixStats describes how one matrix was quantized.
+type MatrixStats struct {
+	Name   string `json:"name"`   // gate_proj, up_proj or down_proj
+	Method Method `json:"method"` // what was actually applied
+	// Hessian is the source of the Hessian (HessianRouted, …) and
+	// HessianTokens the number of tokens in it.
+	Hessian       string `json:"hessian"`
+	HessianTokens int64  `json:"hessian_tokens"`
+	// Damp is the absolute damping added to the Hessian diagonal, PercDamp
+	// the fraction of its mean that it represents.
+	Damp     float64 `json:"damp"`
+	PercDamp float64 `json:"perc_damp"`
+	// ProxyLoss is ½·tr(ΔHΔᵀ) of the result with the Hessian used (the mean
+	// squared output error per token for a token Hessian), RTNProxyLoss the
+	// same for round-to-nearest; both 0 without a Hessian.
+	ProxyLoss    float64 `json:"proxy_loss"`
+	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
+	// Fallback is non-empty when the requested method was replaced, and
+	// says why.
+	Fallback string `json:"fallback,omitempty"`
+}
+
+// ExpertStats describes one expert's quantization.
+type ExpertStats struct {
+	Expert int `json:"expert"` // SharedExpert for the shared expert
+	// Tokens is the number of calibration tokens routed to the expert (all
+	// tokens for the shared expert).
+	Tokens int `json:"tokens"`
+	// Starved is set when Tokens < the layer's minimum; Policy is then the
+	// starved policy applied and Reason says why.
+	Starved  bool           `json:"starved"`
+	Policy   StarvedPolicy  `json:"policy,omitempty"`
+	Reason   string         `json:"reason,omitempty"`
+	Matrices [3]MatrixStats `json:"matrices"`
+	// HeldOutTokens is the number of held-out tokens routed to the expert;
+	// HeldOutMSE and HeldOutRTNMSE are the mean squared error of its
+	// weighted contribution to the block output (quantized vs original),
+	// per held-out token and output feature of the layer, for the chosen
+	// method and for round-to-nearest.
+	HeldOutTokens int     `json:"held_out_tokens"`
+	HeldOutMSE    float64 `json:"held_out_mse"`
+	HeldOutRTNMSE float64 `json:"held_out_rtn_mse"`
+}
+
+// ExpertResult is one quantized expert, handed to the emit callback of
+// QuantizeMoELayer.
+type ExpertResult struct {
+	Expert    int            // 0 … experts−1, or SharedExpert
+	Quantized *ExpertWeights // the quantized matrices, [out, in] row-major, values on the grid
+	Stats     ExpertStats
+}
+
+// BlockError compares the MoE block's output on held-out tokens.
+type BlockError struct {
+	Tokens int `json:"tokens"`
+	// MSE is the mean squared difference between the block output with
+	// quantized experts (the configured method) and with the original
+	// weights, over tokens × hidden; RTNMSE the same with every expert
+	// matrix rounded to nearest; Ratio = MSE / RTNMSE.
+	MSE    float64 `json:"mse"`
+	RTNMSE float64 `json:"rtn_mse"`
+	Ratio  float64 `json:"ratio"`
+	// RefMeanSquare is the mean square of the original output, for scale.
+	RefMeanSquare float64 `json:"ref_mean_square"`
+}
+
+// LayerReport is the outcome of QuantizeMoELayer.
+type LayerReport struct {
+	Format    string        `json:"format"`
+	Axis      string        `json:"axis"`
+	Method    Method        `json:"method"`
+	Policy    StarvedPolicy `json:"starved_policy"`
+	Tokens    int           `json:"tokens"`     // calibration tokens
+	MinTokens int           `json:"min_tokens"` // starvation threshold used
+	Experts   []ExpertStats `json:"experts"`
+	Shared    *ExpertStats  `json:"shared,omitempty"`
+	Starved   []int         `json:"starved"` // starved expert indices
+	HeldOut   *BlockError   `json:"held_out,omitempty"`
+}
+
+// Activations is a tokens×Hidden row-major matrix of layer inputs.
+type Activations struct {
+	X      []float32
+	Tokens int
+}
+
+// QuantizeMoELayer quantizes the routed experts (and the shared expert) of
+// one MoE block from its calibration inputs calib, one expert at a time:
+//
+//  1. Route the calibration tokens (router in full precision).
+//  2. For expert e with routed tokens X_e: H = Hessian(X_e) for gate_proj
+//     and up_proj (shared), quantize both; then A = silu(X_e·Gqᵀ) ⊙
+//     (X_e·Uqᵀ) with the already quantized Gq, Uq, H_down = Hessian(A),
+//     quantize down_proj. Starved experts follow opt.Starved.
+//  3. The shared expert is a dense MLP over all calibration tokens, in the
+//     same gate/up-then-down order.
+//  4. When heldOut has tokens, the block output on them is computed with
+//     the original, the quantized and the round-to-nearest experts, through
+//     the same computation as MoELayer.Forward, and compared (LayerReport.HeldOut).
+//
+// emit, when non-nil, receives every routed expert in ascending order and
+// then the shared expert, on the calling goroutine; it must not keep the
+// result's slices if it wants memory to stay bounded by a few experts. Peak
+// memory is the activations, the routing, one all-token Hessian (shared
+// expert or all-tokens policy) and per worker one expert's weights and
+// Hessians, whatever the number of experts. With Workers > 1 experts are
+// processed concurrently; the results and the report are identical for
+// every worker count.
+//
+// A matrix whose GPTQ fails (non-finite data, an unusable Hessian) is
+// rounded to nearest and the reason recorded; bad input shapes are errors.
+func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, heldOut Activations, opt LayerOptions, emit func(*ExpertResult) error) (*LayerReport, error) {
+	if err := layer.Check(); err != nil {
+		return nil, err
+	}
+	cfg := layer.Config
+	for _, a := range []struct {
+		name string
+		act  Activations
+	}{{"calibration", calib}, {"held-out", heldOut}} {
+		if a.act.Tokens < 0 || len(a.act.X) != a.act.Tokens*cfg.Hidden {
+			return nil, fmt.Errorf("calib: %s activations hold %d values, want %d tokens × %d", a.name, len(a.act.X), a.act.Tokens, cfg.Hidden)
+		}
+		if err := checkFinite(a.act.X, cfg.Hidden); err != nil {
+			return nil, fmt.Errorf("calib: %s activations: %w", a.name, err)
+		}
+	}
+	if calib.Tokens == 0 {
+		return nil, errors.New("calib: no calibration tokens")
+	}
+	opt, err := opt.withDefaults(calib.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	d := &driver{layer: layer, cfg: cfg, opt: opt, calib: calib, held: heldOut,
+		grid: gptq.NewBFPGrid(opt.Format, opt.Axis)}
+	if d.route, err = Route(calib.X, calib.Tokens, layer.Router, cfg); err != nil {
+		return nil, err
+	}
+	if heldOut.Tokens > 0 {
+		if d.hroute, err = Route(heldOut.X, heldOut.Tokens, layer.Router, cfg); err != nil {
+			return nil, err
+		}
+		n := heldOut.Tokens * cfg.Hidden
+		d.outRef, d.outQ, d.outRTN = make([]float32, n), make([]float32, n), make([]float32, n)
+	}
+	rep := &LayerReport{Format: opt.Format.String(), Axis: opt.Axis.String(), Method: opt.Method,
+		Policy: opt.Starved, Tokens: calib.Tokens, MinTokens: opt.MinTokens, Starved: []int{}}
+	jobs := cfg.Experts
+	withShared := cfg.SharedInter > 0 && !opt.SkipShared
+	if cfg.SharedInter > 0 && opt.SkipShared && heldOut.Tokens > 0 {
+		// The shared expert stays in full precision in every variant.
+		var ws expertScratch
+		for _, out := range [][]float32{d.outRef, d.outQ, d.outRTN} {
+			if err := layer.addShared(out, heldOut.X, heldOut.Tokens, layer.Shared, &ws); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if withShared {
+		jobs++
+	}
+	err = d.runJobs(ctx, jobs, func(r *jobResult) error {
+		if r.heldOut != nil {
+			d.accumulate(r)
+		}
+		res := r.res
+		if res.Expert == SharedExpert {
+			rep.Shared = &res.Stats
+		} else {
+			rep.Experts = append(rep.Experts, res.Stats)
+			if res.Stats.Starved {
+				rep.Starved = append(rep.Starved, res.Expert)
+			}
+		}
+		if emit != nil {
+			return emit(res)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if heldOut.Tokens > 0 {
+		be := &BlockError{Tokens: heldOut.Tokens}
+		be.MSE = meanSqDiff(d.outQ, d.outRef)
+		be.RTNMSE = meanSqDiff(d.outRTN, d.outRef)
+		be.RefMeanSquare = meanSqDiff(d.outRef, nil)
+		if be.RTNMSE > 0 {
+			be.Ratio = be.MSE / be.RTNMSE
+		}
+		rep.HeldOut = be
+	}
+	return rep, nil
+}
+
+func checkFinite(x []float32, cols int) error {
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("token %d feature %d is %v", i/cols, i%cols, v)
+		}
+	}
+	return nil
+}
+
+func meanSqDiff(a, b []float32) float64 {
+	if len(a) == 0 {
+		return 0
+	}
+	var s float64
+	for i, v := range a {
+		d := float64(v)
+		if b != nil {
+			d -= float64(b[i])
+		}
+		s += d * d
+	}
+	return s / float64(len(a))
+}
+
+// driver holds the state shared by the jobs of one layer. Everything in it
+// is read-only while jobs run, except the lazily built all-token Hessian
+// (guarded by allOnce) and the output accumulators (touched only by the
+// emitting goroutine).
+type driver struct {
+	layer  *MoELayer
+	cfg    MoEConfig
+	opt    LayerOptions
+	grid   gptq.Grid
+	calib  Activations
+	held   Activations
+	route  *Routing
+	hroute *Routing
+
+	all allTokenHessian
+
+	outRef, outQ, outRTN []float32
+}
+
+// jobResult is what a job hands to the emitter.
+type jobResult struct {
+	res     *ExpertResult
+	heldOut *heldOutPart
+}
+
+// heldOutPart is one expert's weighted contribution to the held-out block
+// output in the three variants (rows in hroute order), or, for the shared
+// expert, its gated output for every held-out token.
+type heldOutPart struct {
+	tokens      []int32
+	weights     []float32
+	ref, q, rtn []float32
+	shared      bool
+}
+
+// runJobs runs jobs 0 … n−1 (expert e is job e; the shared expert is job
+// Experts) on opt.Workers goroutines and calls emit for each result in job
+// order. At most 2·Workers results exist at once.
+func (d *driver) runJobs(ctx context.Context, n int, emit func(*jobResult) error) error {
+	workers := d.opt.Workers
+	g, gctx := errgroup.WithContext(ctx)
+	done := make([]chan *jobResult, n)
+	for i := range done {
+		done[i] = make(chan *jobResult, 1)
+	}
+	window := make(chan struct{}, 2*workers)
+	sem := make(chan struct{}, workers)
+	g.Go(func() error {
+		for i := 0; i < n; i++ {
+			select {
+			case window <- struct{}{}:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			g.Go(func() error {
+				defer func() { <-sem }()
+				r, err := d.job(gctx, i)
+				if err != nil {
+					return err
+				}
+				done[i] <- r
+				return nil
+			})
+		}
+		return nil
+	})
+	var emitErr error
+	for i := 0; i < n && emitErr == nil; i++ {
+		select {
+		case r := <-done[i]:
+			emitErr = emit(r)
+			<-window
+		case <-gctx.Done():
+			emitErr = gctx.Err()
+		}
+	}
+	if emitErr != nil {
+		// Stop the dispatcher and workers; report the first real error.
+		g.Go(func() error { return emitErr })
+	}
+	werr := g.Wait()
+	if werr != nil {
+		return werr
+	}
+	return emitErr
+}
+
+// job quantizes expert i (or the shared expert when i == Experts).
+func (d *driver) job(ctx context.Context, i int) (*jobResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if i == d.cfg.Experts {
+		return d.sharedJob()
+	}
+	return d.expertJob(i)
+}

@@ -1,0 +1,336 @@
+package calib
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/gptq"
+)
+
+// testLayer builds a small MoE block with deterministic weights.
+func testLayer(cfg MoEConfig, seed uint64) *MoELayer {
+	rng := splitmix{state: seed}
+	mat := func(rows, cols int) []float32 {
+		w := make([]float32, rows*cols)
+		s := 1 / sqrtApprox(float32(cols))
+		for i := range w {
+			w[i] = (2*rng.uniform() - 1) * s
+		}
+		return w
+	}
+	l := &MoELayer{Config: cfg, Router: mat(cfg.Experts, cfg.Hidden)}
+	var experts ExpertList
+	for e := 0; e < cfg.Experts; e++ {
+		experts = append(experts, &ExpertWeights{Gate: mat(cfg.ExpertInter, cfg.Hidden),
+			Up: mat(cfg.ExpertInter, cfg.Hidden), Down: mat(cfg.Hidden, cfg.ExpertInter)})
+	}
+	l.Experts = experts
+	if cfg.SharedInter > 0 {
+		l.Shared = &ExpertWeights{Gate: mat(cfg.SharedInter, cfg.Hidden),
+			Up: mat(cfg.SharedInter, cfg.Hidden), Down: mat(cfg.Hidden, cfg.SharedInter)}
+		l.SharedGate = mat(1, cfg.Hidden)
+	}
+	return l
+}
+
+// activations returns tokens rows of the synthetic distribution seed,
+// starting at row first: calibration and held-out sets of one distribution
+// differ only in their row ranges.
+func activations(t testing.TB, first, tokens, hidden int, seed uint64) Activations {
+	s, err := NewSynth(SynthConfig{Hidden: hidden, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, tokens*hidden)
+	s.Rows(x, first, tokens)
+	return Activations{X: x, Tokens: tokens}
+}
+
+// collect runs QuantizeMoELayer and returns the report and the emitted
+// experts (shared expert last).
+func collect(t *testing.T, l *MoELayer, cal, held Activations, opt LayerOptions) (*LayerReport, []*ExpertResult) {
+	t.Helper()
+	var got []*ExpertResult
+	rep, err := QuantizeMoELayer(context.Background(), l, cal, held, opt, func(r *ExpertResult) error {
+		got = append(got, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, got
+}
+
+// quantizedLayer returns l with its experts replaced by the results.
+func quantizedLayer(l *MoELayer, res []*ExpertResult) *MoELayer {
+	q := *l
+	var experts ExpertList
+	for _, r := range res {
+		if r.Expert == SharedExpert {
+			q.Shared = r.Quantized
+		} else {
+			experts = append(experts, r.Quantized)
+		}
+	}
+	q.Experts = experts
+	return &q
+}
+
+func TestQuantizeMoELayerHeldOut(t *testing.T) {
+	cfg := MoEConfig{Hidden: 128, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 48, NormTopK: true}
+	l := testLayer(cfg, 1)
+	cal := activations(t, 0, 2048, cfg.Hidden, 100)
+	held := activations(t, 2048, 512, cfg.Hidden, 100)
+	rep, res := collect(t, l, cal, held, LayerOptions{})
+	if len(res) != cfg.Experts+1 || res[cfg.Experts].Expert != SharedExpert {
+		t.Fatalf("emitted %d results, want %d experts then the shared expert", len(res), cfg.Experts)
+	}
+	for i, r := range res[:cfg.Experts] {
+		if r.Expert != i {
+			t.Fatalf("result %d is expert %d: not in ascending order", i, r.Expert)
+		}
+	}
+	// The reported held-out error must be the real block computation:
+	// Forward with the quantized experts against Forward with the originals.
+	ref, err := l.Forward(held.X, held.Tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qout, err := quantizedLayer(l, res).Forward(held.X, held.Tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mse := meanSqDiff(qout, ref); mse != rep.HeldOut.MSE {
+		t.Fatalf("held-out MSE %g, Forward with the quantized experts gives %g", rep.HeldOut.MSE, mse)
+	}
+	// And the RTN baseline likewise.
+	var rtnRes []*ExpertResult
+	for _, r := range res {
+		w := l.Shared
+		if r.Expert != SharedExpert {
+			w, _ = l.Experts.Expert(r.Expert)
+		}
+		g := gptq.NewBFPGrid(rep.formatValue(t), gptq.InputAxis)
+		q := &ExpertWeights{}
+		q.Gate, _ = gptq.RTN(w.Gate, len(w.Gate)/cfg.Hidden, cfg.Hidden, g)
+		q.Up, _ = gptq.RTN(w.Up, len(w.Up)/cfg.Hidden, cfg.Hidden, g)
+		q.Down, _ = gptq.RTN(w.Down, cfg.Hidden, len(w.Down)/cfg.Hidden, g)
+		rtnRes = append(rtnRes, &ExpertResult{Expert: r.Expert, Quantized: q})
+	}
+	rout, _ := quantizedLayer(l, rtnRes).Forward(held.X, held.Tokens)
+	if mse := meanSqDiff(rout, ref); mse != rep.HeldOut.RTNMSE {
+		t.Fatalf("held-out RTN MSE %g, Forward with RTN experts gives %g", rep.HeldOut.RTNMSE, mse)
+	}
+	t.Logf("held-out MSE: GPTQ %.4g, RTN %.4g, ratio %.3f (output mean square %.4g)",
+		rep.HeldOut.MSE, rep.HeldOut.RTNMSE, rep.HeldOut.Ratio, rep.HeldOut.RefMeanSquare)
+	if rep.HeldOut.Ratio > 0.8 {
+		t.Errorf("GPTQ/RTN held-out MSE ratio %.3f, want <= 0.8", rep.HeldOut.Ratio)
+	}
+	for _, st := range append(rep.Experts, *rep.Shared) {
+		for _, m := range st.Matrices {
+			if m.Method != MethodGPTQ || m.Fallback != "" {
+				t.Errorf("expert %d %s: method %s fallback %q", st.Expert, m.Name, m.Method, m.Fallback)
+			}
+			if !(m.ProxyLoss <= m.RTNProxyLoss) {
+				t.Errorf("expert %d %s: proxy loss %g above RTN's %g", st.Expert, m.Name, m.ProxyLoss, m.RTNProxyLoss)
+			}
+		}
+	}
+}
+
+func (r *LayerReport) formatValue(t *testing.T) bfpFormat {
+	t.Helper()
+	f, err := parseBFP(r.Format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// starvedLayer returns a block in which expert 6 never wins and expert 7
+// wins exactly for three tokens of cal: channel 0 is a constant 1 in every
+// token ("bias"), channel 1 is 3 in tokens 10, 500 and 1500 and 0
+// elsewhere; the router rows of experts 6 and 7 read only those channels,
+// and no other row reads them.
+func starvedLayer(t *testing.T) (*MoELayer, Activations, Activations) {
+	cfg := MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 32, NormTopK: true}
+	l := testLayer(cfg, 7)
+	cal := activations(t, 0, 2048, cfg.Hidden, 300)
+	held := activations(t, 2048, 256, cfg.Hidden, 300)
+	for _, a := range []Activations{cal, held} {
+		for tk := 0; tk < a.Tokens; tk++ {
+			a.X[tk*64] = 1
+			a.X[tk*64+1] = 0
+		}
+	}
+	for _, tk := range []int{10, 500, 1500} {
+		cal.X[tk*64+1] = 3
+	}
+	for e := 0; e < cfg.Experts; e++ {
+		l.Router[e*64], l.Router[e*64+1] = 0, 0
+	}
+	for e := 6; e < 8; e++ {
+		clear(l.Router[e*64 : (e+1)*64])
+		l.Router[e*64] = -30
+	}
+	l.Router[7*64+1] = 20
+	return l, cal, held
+}
+
+func TestStarvedExperts(t *testing.T) {
+	l, cal, held := starvedLayer(t)
+	r, err := Route(cal.X, cal.Tokens, l.Router, l.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Counts(); c[6] != 0 || c[7] != 3 {
+		t.Fatalf("routed tokens per expert %v: the fixture needs 0 for expert 6 and 3 for expert 7", c)
+	}
+	for _, pol := range []StarvedPolicy{StarvedRTN, StarvedIdentity, StarvedAllTokens} {
+		t.Run(string(pol), func(t *testing.T) {
+			rep, res := collect(t, l, cal, held, LayerOptions{Starved: pol})
+			if rep.MinTokens != 11 { // ceil(0.005 × 2048)
+				t.Errorf("minimum tokens %d, want 11", rep.MinTokens)
+			}
+			if !reflect.DeepEqual(rep.Starved, []int{6, 7}) {
+				t.Errorf("starved experts %v, want [6 7]", rep.Starved)
+			}
+			for _, e := range []int{6, 7} {
+				st := rep.Experts[e]
+				if !st.Starved || st.Policy != pol || !strings.Contains(st.Reason, "minimum 11") {
+					t.Errorf("expert %d: starved %v policy %q reason %q", e, st.Starved, st.Policy, st.Reason)
+				}
+				if st.Tokens != []int{0, 3}[e-6] {
+					t.Errorf("expert %d: %d tokens recorded", e, st.Tokens)
+				}
+				w, _ := l.Experts.Expert(e)
+				q := res[e].Quantized
+				for i, m := range st.Matrices {
+					got := [][]float32{q.Gate, q.Up, q.Down}[i]
+					for _, v := range got {
+						if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+							t.Fatalf("expert %d %s: non-finite value", e, m.Name)
+						}
+					}
+					if !finite(m.ProxyLoss) || !finite(m.RTNProxyLoss) || !finite(m.Damp) {
+						t.Fatalf("expert %d %s: non-finite stats %+v", e, m.Name, m)
+					}
+					switch pol {
+					case StarvedRTN:
+						rows := []int{32, 32, 64}[i]
+						want, _ := gptq.RTN([][]float32{w.Gate, w.Up, w.Down}[i], rows, len(got)/rows, gptq.NewBFPGrid(bfpDefault, gptq.InputAxis))
+						if m.Method != MethodRTN || m.Hessian != HessianNone || m.Fallback == "" || !reflect.DeepEqual(got, want) {
+							t.Errorf("expert %d %s: %+v, or values differ from RTN", e, m.Name, m)
+						}
+					case StarvedIdentity:
+						if m.Method != MethodGPTQ || m.Hessian != HessianIdentity {
+							t.Errorf("expert %d %s: %+v", e, m.Name, m)
+						}
+					case StarvedAllTokens:
+						if m.Method != MethodGPTQ || m.Hessian != HessianAllTokens || m.HessianTokens != 2048 {
+							t.Errorf("expert %d %s: %+v", e, m.Name, m)
+						}
+					}
+				}
+			}
+			for e, st := range rep.Experts {
+				if e < 6 && (st.Starved || st.Matrices[0].Hessian != HessianRouted) {
+					t.Errorf("expert %d (%d tokens): starved %v hessian %s", e, st.Tokens, st.Starved, st.Matrices[0].Hessian)
+				}
+			}
+		})
+	}
+	// With the minimum disabled, the 3-token expert runs GPTQ on its own
+	// rank-3 Hessian (damping keeps it usable) and only the empty one starves.
+	rep, _ := collect(t, l, cal, held, LayerOptions{MinTokens: -1})
+	if !reflect.DeepEqual(rep.Starved, []int{6}) || rep.Experts[7].Matrices[2].Hessian != HessianRouted {
+		t.Errorf("minimum disabled: starved %v, expert 7 %+v", rep.Starved, rep.Experts[7].Matrices)
+	}
+}
+
+func TestWorkersIdentical(t *testing.T) {
+	l, cal, held := starvedLayer(t)
+	var reps [][]byte
+	var outs [][]*ExpertResult
+	for _, w := range []int{1, 4} {
+		rep, res := collect(t, l, cal, held, LayerOptions{Workers: w, Starved: StarvedAllTokens})
+		b, _ := json.Marshal(rep)
+		reps = append(reps, b)
+		outs = append(outs, res)
+	}
+	if string(reps[0]) != string(reps[1]) {
+		t.Fatalf("reports differ between 1 and 4 workers:\n%s\n%s", reps[0], reps[1])
+	}
+	for i := range outs[0] {
+		a, b := outs[0][i], outs[1][i]
+		if a.Expert != b.Expert {
+			t.Fatalf("result %d: expert %d vs %d", i, a.Expert, b.Expert)
+		}
+		for k, m := range [][2][]float32{{a.Quantized.Gate, b.Quantized.Gate}, {a.Quantized.Up, b.Quantized.Up}, {a.Quantized.Down, b.Quantized.Down}} {
+			for j := range m[0] {
+				if math.Float32bits(m[0][j]) != math.Float32bits(m[1][j]) {
+					t.Fatalf("expert %d matrix %d value %d: %g with 1 worker, %g with 4", a.Expert, k, j, m[0][j], m[1][j])
+				}
+			}
+		}
+	}
+}
+
+func TestQuantizeMoELayerRTNMethod(t *testing.T) {
+	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
+	l := testLayer(cfg, 3)
+	rep, res := collect(t, l, activations(t, 0, 256, 64, 1), activations(t, 256, 64, 64, 1), LayerOptions{Method: MethodRTN})
+	if len(res) != 4 || rep.Shared != nil {
+		t.Fatalf("%d results, shared %v", len(res), rep.Shared)
+	}
+	if rep.HeldOut.MSE != rep.HeldOut.RTNMSE || rep.HeldOut.Ratio != 1 {
+		t.Errorf("RTN method: MSE %g vs RTN %g", rep.HeldOut.MSE, rep.HeldOut.RTNMSE)
+	}
+}
+
+func TestQuantizeMoELayerErrors(t *testing.T) {
+	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
+	l := testLayer(cfg, 3)
+	cal := activations(t, 0, 64, 64, 1)
+	ctx := context.Background()
+	if _, err := QuantizeMoELayer(ctx, l, Activations{X: cal.X[:100], Tokens: 64}, Activations{}, LayerOptions{}, nil); err == nil {
+		t.Error("short activations accepted")
+	}
+	bad := Activations{X: append([]float32(nil), cal.X...), Tokens: 64}
+	bad.X[70] = float32(math.NaN())
+	if _, err := QuantizeMoELayer(ctx, l, bad, Activations{}, LayerOptions{}, nil); err == nil || !strings.Contains(err.Error(), "token 1 feature 6") {
+		t.Errorf("NaN activation: %v", err)
+	}
+	broken := *l
+	broken.Experts = ExpertList{l.Experts.(ExpertList)[0], l.Experts.(ExpertList)[1], {Gate: make([]float32, 5)}, l.Experts.(ExpertList)[3]}
+	if _, err := QuantizeMoELayer(ctx, &broken, cal, Activations{}, LayerOptions{Workers: 2}, nil); err == nil || !strings.Contains(err.Error(), "expert 2: gate_proj") {
+		t.Errorf("bad expert shape: %v", err)
+	}
+	if _, err := QuantizeMoELayer(ctx, l, cal, Activations{}, LayerOptions{Starved: "sometimes"}, nil); err == nil {
+		t.Error("unknown policy accepted")
+	}
+	stop := errTest("stop")
+	n := 0
+	_, err := QuantizeMoELayer(ctx, l, cal, Activations{}, LayerOptions{Workers: 3}, func(*ExpertResult) error {
+		n++
+		return stop
+	})
+	if err != stop || n != 1 {
+		t.Errorf("emit error: got %v after %d calls", err, n)
+	}
+}
+
+type errTest string
+
+func (e errTest) Error() string { return string(e) }
+
+type bfpFormat = bfp.Format
+
+var bfpDefault = bfp.BFP4
+
+func parseBFP(s string) (bfp.Format, error) { return bfp.ParseFormat(s) }

@@ -1,0 +1,341 @@
+package calib
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/ttquant/ttquant/gptq"
+)
+
+// allTokenHessian is the Hessian of every calibration token of the layer,
+// built once on first use and then shared read-only.
+type allTokenHessian struct {
+	once sync.Once
+	h    []float64
+	err  error
+}
+
+func (d *driver) allHessian() ([]float64, error) {
+	d.all.once.Do(func() {
+		hs := gptq.NewHessian(d.cfg.Hidden)
+		if err := hs.Add(d.calib.X, d.calib.Tokens); err != nil {
+			d.all.err = fmt.Errorf("calib: all-token Hessian: %w", err)
+			return
+		}
+		d.all.h = hs.Matrix()
+	})
+	return d.all.h, d.all.err
+}
+
+// downHessianAll accumulates the down_proj Hessian of all calibration
+// tokens passed through the quantized gate q.Gate and up q.Up, in chunks so
+// that only a chunk of intermediate activations is held.
+func (d *driver) downHessianAll(q *ExpertWeights, inter int) ([]float64, int64, error) {
+	const chunk = 1024
+	h := d.cfg.Hidden
+	hs := gptq.NewHessian(inter)
+	var ws expertScratch
+	for t := 0; t < d.calib.Tokens; t += chunk {
+		n := min(chunk, d.calib.Tokens-t)
+		a := ws.intermediate(q, d.calib.X[t*h:(t+n)*h], n, h, inter)
+		if err := hs.Add(a, n); err != nil {
+			return nil, 0, err
+		}
+	}
+	return hs.Matrix(), hs.Tokens(), nil
+}
+
+// intermediate computes silu(x·Gateᵀ) ⊙ (x·Upᵀ) into the scratch buffer.
+func (s *expertScratch) intermediate(w *ExpertWeights, x []float32, rows, hidden, inter int) []float32 {
+	s.g = grow(s.g, rows*inter)
+	s.u = grow(s.u, rows*inter)
+	matmulT(s.g, x, rows, hidden, w.Gate, inter)
+	matmulT(s.u, x, rows, hidden, w.Up, inter)
+	swiglu(s.g, s.g, s.u)
+	return s.g
+}
+
+func identity(n int) []float64 {
+	h := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		h[i*n+i] = 1
+	}
+	return h
+}
+
+var matrixNames = [3]string{"gate_proj", "up_proj", "down_proj"}
+
+// quantizer quantizes the matrices of one expert and records what it did.
+type quantizer struct {
+	d    *driver
+	what string // "expert 12", "shared expert"
+}
+
+// rtn rounds one matrix to nearest and fills its stats.
+func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]float32, MatrixStats, error) {
+	ms := MatrixStats{Name: matrixNames[i], Method: MethodRTN, Hessian: HessianNone, Fallback: fallback}
+	q, err := gptq.RTN(w, rows, cols, qz.d.grid)
+	if err != nil {
+		return nil, ms, fmt.Errorf("calib: %s %s [%d, %d]: %w", qz.what, matrixNames[i], rows, cols, err)
+	}
+	return q, ms, nil
+}
+
+// gptq quantizes one matrix with Hessian h (source src, tokens n); when the
+// solver fails or yields a non-finite value the matrix is rounded to nearest
+// and the reason recorded.
+func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, src string, n int64) ([]float32, MatrixStats, error) {
+	opt := *qz.d.opt.GPTQ
+	opt.Name = qz.what + " " + matrixNames[i]
+	res, err := gptq.Quantize(w, rows, cols, h, qz.d.grid, opt)
+	if err != nil {
+		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())
+	}
+	for _, v := range res.Q {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
+		}
+	}
+	ms := MatrixStats{Name: matrixNames[i], Method: MethodGPTQ, Hessian: src, HessianTokens: n,
+		Damp: res.Damp, PercDamp: res.PercDamp, ProxyLoss: res.ProxyLoss, RTNProxyLoss: res.RTNProxyLoss}
+	if res.NoFeedback {
+		ms.Fallback = "no damping gave a usable factorization; quantized without error feedback"
+	}
+	if !finite(ms.ProxyLoss) || !finite(ms.RTNProxyLoss) || !finite(ms.Damp) {
+		return qz.rtn(i, w, rows, cols, "GPTQ reported a non-finite loss")
+	}
+	return res.Q, ms, nil
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// gateUpDown quantizes an expert in the in-block sequential order: gate and
+// up with hGU, then down with the Hessian produced by downH from the
+// quantized gate and up.
+func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, srcGU string, nGU int64,
+	downH func(q *ExpertWeights) ([]float64, string, int64, error)) (*ExpertWeights, [3]MatrixStats, error) {
+	var st [3]MatrixStats
+	h := qz.d.cfg.Hidden
+	q := &ExpertWeights{}
+	var err error
+	if q.Gate, st[0], err = qz.gptq(0, w.Gate, inter, h, hGU, srcGU, nGU); err != nil {
+		return nil, st, err
+	}
+	if q.Up, st[1], err = qz.gptq(1, w.Up, inter, h, hGU, srcGU, nGU); err != nil {
+		return nil, st, err
+	}
+	hd, srcD, nD, err := downH(q)
+	if err != nil {
+		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)
+	}
+	if q.Down, st[2], err = qz.gptq(2, w.Down, h, inter, hd, srcD, nD); err != nil {
+		return nil, st, err
+	}
+	return q, st, nil
+}
+
+// allRTN rounds the three matrices to nearest.
+func (qz quantizer) allRTN(w *ExpertWeights, inter int, fallback string) (*ExpertWeights, [3]MatrixStats, error) {
+	var st [3]MatrixStats
+	h := qz.d.cfg.Hidden
+	q := &ExpertWeights{}
+	var err error
+	if q.Gate, st[0], err = qz.rtn(0, w.Gate, inter, h, fallback); err != nil {
+		return nil, st, err
+	}
+	if q.Up, st[1], err = qz.rtn(1, w.Up, inter, h, fallback); err != nil {
+		return nil, st, err
+	}
+	if q.Down, st[2], err = qz.rtn(2, w.Down, h, inter, fallback); err != nil {
+		return nil, st, err
+	}
+	return q, st, nil
+}
+
+// expertJob quantizes routed expert e.
+func (d *driver) expertJob(e int) (*jobResult, error) {
+	h, inter := d.cfg.Hidden, d.cfg.ExpertInter
+	what := fmt.Sprintf("expert %d", e)
+	w, err := d.layer.Experts.Expert(e)
+	if err != nil {
+		return nil, fmt.Errorf("calib: %s: %w", what, err)
+	}
+	if err := w.check(what, h, inter); err != nil {
+		return nil, err
+	}
+	toks, _ := d.route.ExpertTokens(e)
+	n := len(toks)
+	st := ExpertStats{Expert: e, Tokens: n}
+	qz := quantizer{d: d, what: what}
+	var q *ExpertWeights
+	starved := n == 0 || n < d.opt.MinTokens
+	switch {
+	case d.opt.Method == MethodRTN:
+		q, st.Matrices, err = qz.allRTN(w, inter, "")
+	case starved:
+		st.Starved, st.Policy = true, d.opt.Starved
+		st.Reason = fmt.Sprintf("%d routed calibration tokens, minimum %d", n, d.opt.MinTokens)
+		switch d.opt.Starved {
+		case StarvedRTN:
+			q, st.Matrices, err = qz.allRTN(w, inter, "starved expert: "+st.Reason)
+		case StarvedIdentity:
+			q, st.Matrices, err = qz.gateUpDown(w, inter, identity(h), HessianIdentity, 0,
+				func(*ExpertWeights) ([]float64, string, int64, error) {
+					return identity(inter), HessianIdentity, 0, nil
+				})
+		case StarvedAllTokens:
+			hAll, herr := d.allHessian()
+			if herr != nil {
+				return nil, herr
+			}
+			q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, HessianAllTokens, int64(d.calib.Tokens),
+				func(q *ExpertWeights) ([]float64, string, int64, error) {
+					hd, nd, err := d.downHessianAll(q, inter)
+					return hd, HessianAllTokens, nd, err
+				})
+		}
+	default:
+		xe := gatherRows(nil, d.calib.X, h, toks)
+		hs := gptq.NewHessian(h)
+		if err := hs.Add(xe, n); err != nil {
+			return nil, fmt.Errorf("calib: %s gate/up Hessian: %w", what, err)
+		}
+		hGU := hs.Matrix()
+		hs = nil
+		q, st.Matrices, err = qz.gateUpDown(w, inter, hGU, HessianRouted, int64(n),
+			func(q *ExpertWeights) ([]float64, string, int64, error) {
+				var ws expertScratch
+				a := ws.intermediate(q, xe, n, h, inter)
+				hd := gptq.NewHessian(inter)
+				if err := hd.Add(a, n); err != nil {
+					return nil, "", 0, err
+				}
+				return hd.Matrix(), HessianRouted, int64(n), nil
+			})
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &jobResult{res: &ExpertResult{Expert: e, Quantized: q}}
+	if d.hroute != nil {
+		htoks, hw := d.hroute.ExpertTokens(e)
+		st.HeldOutTokens = len(htoks)
+		if len(htoks) > 0 {
+			part, err := d.heldOutPart(w, q, inter, htoks, hw, qz, &st)
+			if err != nil {
+				return nil, err
+			}
+			r.heldOut = part
+		}
+	}
+	r.res.Stats = st
+	return r, nil
+}
+
+// heldOutPart evaluates expert w, its quantized version q and its
+// round-to-nearest version on the held-out tokens routed to it.
+func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts []float32, qz quantizer, st *ExpertStats) (*heldOutPart, error) {
+	h := d.cfg.Hidden
+	rtn, _, err := qz.allRTN(w, inter, "")
+	if err != nil {
+		return nil, err
+	}
+	var x []float32
+	n := len(toks)
+	if toks == nil {
+		x = d.held.X
+		n = d.held.Tokens
+	} else {
+		x = gatherRows(nil, d.held.X, h, toks)
+	}
+	var ws expertScratch
+	p := &heldOutPart{tokens: toks, weights: wts, shared: toks == nil}
+	p.ref = append([]float32(nil), ws.forward(w, x, n, h, inter)...)
+	p.q = append([]float32(nil), ws.forward(q, x, n, h, inter)...)
+	p.rtn = append([]float32(nil), ws.forward(rtn, x, n, h, inter)...)
+	// Contribution errors, scaled as the block-level MSE.
+	denom := float64(d.held.Tokens) * float64(h)
+	var sq, sr float64
+	for i := 0; i < n; i++ {
+		wi := wts[i]
+		for j := 0; j < h; j++ {
+			k := i*h + j
+			ref := wi * p.ref[k]
+			a := float64(wi*p.q[k] - ref)
+			b := float64(wi*p.rtn[k] - ref)
+			sq += a * a
+			sr += b * b
+		}
+	}
+	st.HeldOutMSE, st.HeldOutRTNMSE = sq/denom, sr/denom
+	return p, nil
+}
+
+// sharedJob quantizes the shared expert as a dense MLP over all calibration
+// tokens.
+func (d *driver) sharedJob() (*jobResult, error) {
+	h, inter := d.cfg.Hidden, d.cfg.SharedInter
+	w := d.layer.Shared
+	qz := quantizer{d: d, what: "shared expert"}
+	st := ExpertStats{Expert: SharedExpert, Tokens: d.calib.Tokens}
+	var q *ExpertWeights
+	var err error
+	if d.opt.Method == MethodRTN {
+		q, st.Matrices, err = qz.allRTN(w, inter, "")
+	} else {
+		hAll, herr := d.allHessian()
+		if herr != nil {
+			return nil, herr
+		}
+		q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, HessianAllTokens, int64(d.calib.Tokens),
+			func(q *ExpertWeights) ([]float64, string, int64, error) {
+				hd, nd, err := d.downHessianAll(q, inter)
+				return hd, HessianAllTokens, nd, err
+			})
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &jobResult{res: &ExpertResult{Expert: SharedExpert, Quantized: q}}
+	if d.held.Tokens > 0 {
+		// Gate values exactly as MoELayer.addShared computes them.
+		g := make([]float32, d.held.Tokens)
+		for t := range g {
+			g[t] = 1
+			if d.layer.SharedGate != nil {
+				g[t] = sigmoid32(dot64(d.held.X[t*h:(t+1)*h], d.layer.SharedGate))
+			}
+		}
+		st.HeldOutTokens = d.held.Tokens
+		part, err := d.heldOutPart(w, q, inter, nil, g, qz, &st)
+		if err != nil {
+			return nil, err
+		}
+		r.heldOut = part
+	}
+	r.res.Stats = st
+	return r, nil
+}
+
+// accumulate adds a job's held-out contribution to the three block outputs,
+// with exactly the operations MoELayer.Forward uses.
+func (d *driver) accumulate(r *jobResult) {
+	p := r.heldOut
+	h := d.cfg.Hidden
+	if p.shared {
+		for t := 0; t < d.held.Tokens; t++ {
+			g := p.weights[t]
+			for _, pair := range [3][2][]float32{{d.outRef, p.ref}, {d.outQ, p.q}, {d.outRTN, p.rtn}} {
+				o := pair[0][t*h : (t+1)*h]
+				for i, v := range pair[1][t*h : (t+1)*h] {
+					o[i] += g * v
+				}
+			}
+		}
+		return
+	}
+	scatterAdd(d.outRef, p.ref, h, p.tokens, p.weights)
+	scatterAdd(d.outQ, p.q, h, p.tokens, p.weights)
+	scatterAdd(d.outRTN, p.rtn, h, p.tokens, p.weights)
+}
