@@ -27,6 +27,12 @@ type Options struct {
 	// the inverse factor and all updates are float32 like the reference.
 	// The factorization itself is always computed in float64.
 	Float64 bool
+	// KeepDead keeps the weights of dead input columns (H_jj = 0, never
+	// active in the calibration data) and rounds them to the grid without
+	// error feedback, instead of zeroing them as the reference does. Use it
+	// when unseen inputs may still occur at inference, e.g. for rarely
+	// routed experts; a Hessian with no tokens then gives exactly RTN.
+	KeepDead bool
 	// Name identifies the matrix in error messages (e.g. a tensor name).
 	Name string
 }
@@ -63,7 +69,7 @@ type Result struct {
 	// matrix was then quantized column by column without error feedback.
 	NoFeedback bool
 	// DeadCols is the number of input columns with H_jj = 0; their weights
-	// are set to zero, as in the reference.
+	// are set to zero, as in the reference, unless Options.KeepDead.
 	DeadCols int
 	// Perm is the act-order permutation (working position → original
 	// column), nil without act-order.
@@ -259,7 +265,7 @@ func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Option
 		}
 	}
 	s.w0 = slices.Clone(s.orig)
-	if res.DeadCols > 0 {
+	if res.DeadCols > 0 && !opt.KeepDead {
 		for r := 0; r < rows; r++ {
 			for j, d := range dead {
 				if d {
