@@ -70,7 +70,7 @@ var signedMag8, signedMag4, signedMag2 = magTable(7), magTable(3), magTable(1)
 func magTable(w uint) []float32 {
 	t := make([]float32, 1<<(w+1))
 	for c := range t {
-		t[c] = math.Float32frombits(uint32(c)>>w<<31) // ±0
+		t[c] = math.Float32frombits(uint32(c) >> w << 31) // ±0
 		if q := c & (1<<w - 1); q != 0 {
 			t[c] = float32(q)
 			if c>>w != 0 {
