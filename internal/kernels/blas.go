@@ -1,0 +1,192 @@
+package kernels
+
+import "fmt"
+
+func tile32(c []float32, ldc int, lowerC bool) tileFunc[float32] {
+	return func(kc int, ap, bp []float32, i, j, mv, nv int) {
+		if mv == sMR && nv == sNR && (!lowerC || i >= j+sNR-1) {
+			sgemmKern(kc, ap, bp, c[i*ldc+j:], ldc)
+			return
+		}
+		var t [sMR * sNR]float32
+		negZeroTile32(&t)
+		sgemmKern(kc, ap, bp, t[:], sNR)
+		for r := 0; r < mv; r++ {
+			w := nv
+			if lowerC {
+				w = min(nv, i+r-j+1)
+			}
+			row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
+			for col := range row {
+				row[col] += t[r*sNR+col]
+			}
+		}
+	}
+}
+
+func tile32to64(c []float64, ldc int, lowerC bool) tileFunc[float32] {
+	return func(kc int, ap, bp []float32, i, j, mv, nv int) {
+		if mv == sMR && nv == sNR && (!lowerC || i >= j+sNR-1) {
+			sgemmKern64(kc, ap, bp, c[i*ldc+j:], ldc)
+			return
+		}
+		var t [sMR * sNR]float32
+		negZeroTile32(&t)
+		sgemmKern(kc, ap, bp, t[:], sNR)
+		for r := 0; r < mv; r++ {
+			w := nv
+			if lowerC {
+				w = min(nv, i+r-j+1)
+			}
+			row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
+			for col := range row {
+				row[col] += float64(t[r*sNR+col])
+			}
+		}
+	}
+}
+
+func tile64(c []float64, ldc int, lowerC bool) tileFunc[float64] {
+	return func(kc int, ap, bp []float64, i, j, mv, nv int) {
+		if mv == dMR && nv == dNR && (!lowerC || i >= j+dNR-1) {
+			dgemmKern(kc, ap, bp, c[i*ldc+j:], ldc)
+			return
+		}
+		var t [dMR * dNR]float64
+		negZeroTile64(&t)
+		dgemmKern(kc, ap, bp, t[:], dNR)
+		for r := 0; r < mv; r++ {
+			w := nv
+			if lowerC {
+				w = min(nv, i+r-j+1)
+			}
+			row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
+			for col := range row {
+				row[col] += t[r*dNR+col]
+			}
+		}
+	}
+}
+
+// Sgemm computes C ← beta·C + (alpha·op(A))·op(B) for float32 row-major
+// matrices: op(A) is m×k (A is stored k×m when transA is set), op(B) is
+// k×n (B is stored n×k when transB is set), C is m×n; lda, ldb and ldc are
+// the leading dimensions (row strides) of the stored matrices.
+//
+// Rounding, which the pure-Go build reproduces bit for bit: alpha·a is
+// rounded to float32 when A is packed (exact when alpha is 1 or −1); beta
+// is applied first (beta 0 clears C, beta 1 leaves it); then for every
+// block of 256 consecutive inner indices, in increasing order, each
+// element of C receives the chain of fused multiply-adds over the block
+// started from +0, added to C with one float32 addition.
+//
+// The GPTQ lazy block update W[:, i2:] −= E·U[i1:i2, i2:] is
+//
+//	Sgemm(false, false, rows, cols-i2, i2-i1, -1, e, i2-i1,
+//		u[i1*ldu+i2:], ldu, 1, w[i2:], cols)
+//
+// Dimension or length errors are programming errors and panic.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkGemm("Sgemm", transA, transB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c))
+	scaleC(m, n, beta, c, ldc, false)
+	if alpha == 0 {
+		return
+	}
+	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha,
+		a:  operand[float32]{data: a, ld: lda, trans: transA},
+		b:  operand[float32]{data: b, ld: ldb, trans: transB},
+		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false)}
+	pl.run()
+}
+
+// Dgemm is Sgemm for float64 (math.FMA chains, float64 additions).
+func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	checkGemm("Dgemm", transA, transB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c))
+	scaleC(m, n, beta, c, ldc, false)
+	if alpha == 0 {
+		return
+	}
+	dgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, c, ldc, false)
+}
+
+// dgemmMasked is Dgemm without beta, with operand masks and an optional
+// lower-triangle-only C (m == n then, C square).
+func dgemmMasked(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, c []float64, ldc int, lowerC bool) {
+	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha,
+		a:      operand[float64]{data: a, ld: lda, trans: transA, mask: am},
+		b:      operand[float64]{data: b, ld: ldb, trans: transB, mask: bm},
+		lowerC: lowerC,
+		mr:     dMR, nr: dNR, mcMax: dMCMax, tile: tile64(c, ldc, lowerC)}
+	pl.run()
+}
+
+// SyrkLower64 adds XᵀX to the lower triangle (diagonal included) of the
+// n×n float64 matrix C, where X is k×n float32 (k rows of n features, the
+// layout of a batch of activations) with leading dimension ldx. This is the
+// Hessian update H += Σ_t x_t x_tᵀ. The strict upper triangle of C is
+// neither read nor written; SymmetrizeLower64 copies the lower triangle
+// up.
+//
+// Products are accumulated in float32 micro-tiles, each over at most 256
+// consecutive rows of X (fused multiply-adds from +0), and every tile
+// partial sum is converted exactly to float64 and added to C. The float32
+// partials limit the relative error of one 256-row block to about
+// 256·2⁻²⁴; blocks are summed in float64, so long token streams do not
+// lose the small contributions of late rows.
+//
+// Work counted as n(n+1)·k floating-point operations (the triangle) is
+// what the kernel needs; a full XᵀX product would count 2·n²·k.
+func SyrkLower64(n, k int, x []float32, ldx int, c []float64, ldc int) {
+	checkMatrix("SyrkLower64", "X", k, n, ldx, len(x))
+	checkMatrix("SyrkLower64", "C", n, n, ldc, len(c))
+	pl := gemmPlan[float32]{m: n, n: n, k: k, alpha: 1,
+		a:      operand[float32]{data: x, ld: ldx, trans: true},
+		b:      operand[float32]{data: x, ld: ldx},
+		lowerC: true,
+		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32to64(c, ldc, true)}
+	pl.run()
+}
+
+// SyrkLower32 adds XᵀX to the lower triangle of the n×n float32 matrix C
+// (X is k×n float32), with the rounding of Sgemm: one float32 addition
+// into C per 256-row block.
+func SyrkLower32(n, k int, x []float32, ldx int, c []float32, ldc int) {
+	checkMatrix("SyrkLower32", "X", k, n, ldx, len(x))
+	checkMatrix("SyrkLower32", "C", n, n, ldc, len(c))
+	pl := gemmPlan[float32]{m: n, n: n, k: k, alpha: 1,
+		a:      operand[float32]{data: x, ld: ldx, trans: true},
+		b:      operand[float32]{data: x, ld: ldx},
+		lowerC: true,
+		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, true)}
+	pl.run()
+}
+
+// SymmetrizeLower64 copies the strict lower triangle of the n×n matrix C
+// onto its upper triangle.
+func SymmetrizeLower64(n int, c []float64, ldc int) {
+	checkMatrix("SymmetrizeLower64", "C", n, n, ldc, len(c))
+	symmetrize(n, c, ldc)
+}
+
+// SymmetrizeLower32 is SymmetrizeLower64 for float32.
+func SymmetrizeLower32(n int, c []float32, ldc int) {
+	checkMatrix("SymmetrizeLower32", "C", n, n, ldc, len(c))
+	symmetrize(n, c, ldc)
+}
+
+func symmetrize[T float32 | float64](n int, c []T, ldc int) {
+	// Blocked transpose copy to stay cache friendly for large n.
+	const bs = 64
+	for ib := 0; ib < n; ib += bs {
+		for jb := 0; jb <= ib; jb += bs {
+			for i := ib; i < min(ib+bs, n); i++ {
+				for j := jb; j < min(jb+bs, i); j++ {
+					c[j*ldc+i] = c[i*ldc+j]
+				}
+			}
+		}
+	}
+}
+
+// String-free helper used in error messages.
+func dims(m, n int) string { return fmt.Sprintf("%d×%d", m, n) }

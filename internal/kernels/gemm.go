@@ -1,0 +1,304 @@
+package kernels
+
+import "fmt"
+
+// Blocking constants. Only blockK influences results: every output element
+// receives one fused-multiply-add chain per block of blockK consecutive
+// inner indices, added to it in increasing block order. blockN and the row
+// blocking only decide which goroutine does what and where data sits in
+// the caches.
+const (
+	blockK  = 256  // inner dimension per packed panel (KC)
+	blockN  = 4080 // columns of B per packed panel (NC), a multiple of sNR and dNR
+	sMCMax  = 144  // rows of A per packed block, float32 (MC, a multiple of sMR)
+	dMCMax  = 96   // rows of A per packed block, float64 (a multiple of dMR)
+	minTask = 2    // row blocks per worker the scheduler aims for
+)
+
+// mask describes which part of a stored operand is read; the rest is taken
+// as zero whatever the memory holds.
+type mask uint8
+
+const (
+	maskNone  mask = iota
+	maskLower      // op(X)[r][c] is zero for c > r
+	maskUpper      // op(X)[r][c] is zero for c < r
+)
+
+// operand is op(X): X stored row-major with leading dimension ld,
+// transposed when trans is set.
+type operand[T float32 | float64] struct {
+	data  []T
+	ld    int
+	trans bool
+	mask  mask
+}
+
+// tileFunc computes one micro-tile: rows [i, i+mv) and columns [j, j+nv)
+// of C receive the product of the packed slivers ap (kc×mr) and bp
+// (kc×nr).
+type tileFunc[T float32 | float64] func(kc int, ap, bp []T, i, j, mv, nv int)
+
+type gemmPlan[T float32 | float64] struct {
+	m, n, k int
+	alpha   T
+	a, b    operand[T]
+	lowerC  bool // only C[i][j] with i >= j is computed
+	mr, nr  int
+	mcMax   int
+	tile    tileFunc[T]
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+func roundUp(a, b int) int { return ceilDiv(a, b) * b }
+
+// skipTile reports whether the micro-tile at rows [i, i+mv), columns
+// [j, j+nv), inner block [pc, pc+kc) contributes nothing to what is
+// computed. Tiles sit at absolute multiples of mr and nr, so the decision
+// does not depend on how rows were split among goroutines.
+func (pl *gemmPlan[T]) skipTile(i, mv, j, pc, kc int) bool {
+	if pl.lowerC && i+mv-1 < j {
+		return true
+	}
+	switch pl.a.mask {
+	case maskLower:
+		return pc > i+mv-1
+	case maskUpper:
+		return pc+kc-1 < i
+	}
+	return false
+}
+
+// packA packs op(A)[ic:ic+mc, pc:pc+kc] as mr-row slivers, each stored
+// p-major (kc groups of mr values), scaled by alpha, zero padded.
+func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
+	mr := pl.mr
+	a := pl.a
+	for s := 0; s < mc; s += mr {
+		sl := dst[(s/mr)*mr*kc : (s/mr+1)*mr*kc]
+		i0 := ic + s
+		rows := min(mr, pl.m-i0)
+		if !a.trans {
+			for r := 0; r < rows; r++ {
+				src := a.data[(i0+r)*a.ld+pc : (i0+r)*a.ld+pc+kc]
+				for p, v := range src {
+					sl[p*mr+r] = v
+				}
+			}
+		} else {
+			for p := 0; p < kc; p++ {
+				off := (pc+p)*a.ld + i0
+				copy(sl[p*mr:p*mr+rows], a.data[off:off+rows])
+			}
+		}
+		for r := rows; r < mr; r++ {
+			for p := 0; p < kc; p++ {
+				sl[p*mr+r] = 0
+			}
+		}
+		switch a.mask {
+		case maskLower: // zero where pc+p > i
+			for r := 0; r < rows; r++ {
+				for p := max(0, i0+r+1-pc); p < kc; p++ {
+					sl[p*mr+r] = 0
+				}
+			}
+		case maskUpper: // zero where pc+p < i
+			for r := 0; r < rows; r++ {
+				for p := 0; p < min(kc, i0+r-pc); p++ {
+					sl[p*mr+r] = 0
+				}
+			}
+		}
+		if pl.alpha != 1 {
+			for x := range sl {
+				sl[x] *= pl.alpha
+			}
+		}
+	}
+}
+
+// packB packs slivers [s0, s1) of op(B)[pc:pc+kc, jc:jc+nc], each nr
+// columns wide, stored p-major, zero padded.
+func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
+	nr := pl.nr
+	b := pl.b
+	for s := s0; s < s1; s++ {
+		sl := dst[s*nr*kc : (s+1)*nr*kc]
+		j0 := jc + s*nr
+		cols := min(nr, jc+nc-j0)
+		if !b.trans {
+			for p := 0; p < kc; p++ {
+				off := (pc+p)*b.ld + j0
+				row := sl[p*nr : p*nr+nr]
+				copy(row[:cols], b.data[off:off+cols])
+				clear(row[cols:])
+			}
+		} else {
+			for c := 0; c < cols; c++ {
+				src := b.data[(j0+c)*b.ld+pc : (j0+c)*b.ld+pc+kc]
+				for p, v := range src {
+					sl[p*nr+c] = v
+				}
+			}
+			if cols < nr {
+				for p := 0; p < kc; p++ {
+					clear(sl[p*nr+cols : p*nr+nr])
+				}
+			}
+		}
+		switch b.mask {
+		case maskLower: // op(B)[p][j] zero where j > p
+			for c := 0; c < cols; c++ {
+				for p := 0; p < kc; p++ {
+					if j0+c > pc+p {
+						sl[p*nr+c] = 0
+					}
+				}
+			}
+		case maskUpper: // zero where j < p
+			for c := 0; c < cols; c++ {
+				for p := 0; p < kc; p++ {
+					if j0+c < pc+p {
+						sl[p*nr+c] = 0
+					}
+				}
+			}
+		}
+	}
+}
+
+// run executes the plan on up to Workers() goroutines.
+func (pl *gemmPlan[T]) run() {
+	m, n, k := pl.m, pl.n, pl.k
+	if m == 0 || n == 0 || k == 0 {
+		return
+	}
+	mr, nr := pl.mr, pl.nr
+	workers := Workers()
+	mc := pl.mcMax
+	if workers > 1 {
+		if t := roundUp(ceilDiv(m, minTask*workers), mr); t < mc {
+			mc = t
+		}
+	}
+	nTasks := ceilDiv(m, mc)
+	kcMax := min(k, blockK)
+	ncMax := min(roundUp(n, nr), blockN)
+	bpBuf := getBuf[T](ncMax * kcMax)
+	defer putBuf(bpBuf)
+	bp := *bpBuf
+	apBufs := make([]*[]T, min(workers, nTasks))
+	defer func() {
+		for _, b := range apBufs {
+			if b != nil {
+				putBuf(b)
+			}
+		}
+	}()
+	for jc := 0; jc < n; jc += blockN {
+		nc := min(blockN, n-jc)
+		nSl := ceilDiv(nc, nr)
+		for pc := 0; pc < k; pc += blockK {
+			kc := min(blockK, k-pc)
+			chunks := min(workers, nSl)
+			parallelFor(chunks, workers, func(t, _ int) {
+				pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
+			})
+			parallelFor(nTasks, workers, func(t, w int) {
+				ic := t * mc
+				mcc := min(mc, m-ic)
+				if pl.skipTile(ic, mcc, jc, pc, kc) {
+					return
+				}
+				if apBufs[w] == nil {
+					apBufs[w] = getBuf[T](roundUp(mc, mr) * kcMax)
+				}
+				ap := *apBufs[w]
+				pl.packA(ap, ic, mcc, pc, kc)
+				for jr := 0; jr < nc; jr += nr {
+					j := jc + jr
+					nv := min(nr, n-j)
+					bs := bp[(jr/nr)*nr*kc : (jr/nr+1)*nr*kc]
+					for ir := 0; ir < mcc; ir += mr {
+						i := ic + ir
+						mv := min(mr, m-i)
+						if pl.skipTile(i, mv, j, pc, kc) {
+							continue
+						}
+						pl.tile(kc, ap[(ir/mr)*mr*kc:(ir/mr+1)*mr*kc], bs, i, j, mv, nv)
+					}
+				}
+			})
+		}
+	}
+}
+
+// checkMatrix panics unless data holds a rows×cols row-major matrix with
+// leading dimension ld.
+func checkMatrix(fn, name string, rows, cols, ld, n int) {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("kernels: %s: negative dimension of %s (%d×%d)", fn, name, rows, cols))
+	}
+	if ld < max(1, cols) {
+		panic(fmt.Sprintf("kernels: %s: leading dimension %d of %s is below its %d columns", fn, ld, name, cols))
+	}
+	if rows > 0 && cols > 0 && n < (rows-1)*ld+cols {
+		panic(fmt.Sprintf("kernels: %s: %s has %d elements, a %d×%d matrix with leading dimension %d needs %d",
+			fn, name, n, rows, cols, ld, (rows-1)*ld+cols))
+	}
+}
+
+func checkGemm(fn string, transA, transB bool, m, n, k, lda, ldb, ldc, na, nb, nc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("kernels: %s: negative dimension m=%d n=%d k=%d", fn, m, n, k))
+	}
+	if transA {
+		checkMatrix(fn, "A", k, m, lda, na)
+	} else {
+		checkMatrix(fn, "A", m, k, lda, na)
+	}
+	if transB {
+		checkMatrix(fn, "B", n, k, ldb, nb)
+	} else {
+		checkMatrix(fn, "B", k, n, ldb, nb)
+	}
+	checkMatrix(fn, "C", m, n, ldc, nc)
+}
+
+// scaleC applies C = beta·C to an m×n matrix (beta 0 sets C to zero, so a
+// NaN in C does not survive; beta 1 leaves C untouched).
+func scaleC[T float32 | float64](m, n int, beta T, c []T, ldc int, lower bool) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		w := n
+		if lower {
+			w = min(n, i+1)
+		}
+		row := c[i*ldc : i*ldc+w]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// negZero32 is a tile of -0: adding an accumulator to -0 returns the
+// accumulator bit for bit, so partial tiles flushed through a scratch tile
+// get exactly what a direct flush would give.
+func negZeroTile32(t *[sMR * sNR]float32) {
+	for i := range t {
+		t[i] = negZero32
+	}
+}
+
+func negZeroTile64(t *[dMR * dNR]float64) {
+	for i := range t {
+		t[i] = negZero64
+	}
+}

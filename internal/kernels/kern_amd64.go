@@ -1,0 +1,91 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import "unsafe"
+
+//go:noescape
+func sgemmKernAVX2(kc int, a, b, c *float32, ldc int)
+
+//go:noescape
+func sgemmKern64AVX2(kc int, a, b *float32, c *float64, ldc int)
+
+//go:noescape
+func dgemmKernAVX2(kc int, a, b, c *float64, ldc int)
+
+func fmaLoop32AVX2(n int)
+func fmaLoop64AVX2(n int)
+
+// useAsm selects the AVX2/FMA micro-kernels. It is fixed at start-up by
+// CPU feature detection.
+var useAsm = detectAVX2FMA()
+
+// implName names the micro-kernels in use.
+func implName() string {
+	if useAsm {
+		return "avx2-fma"
+	}
+	return "go"
+}
+
+// The three micro-kernels below check the slice extents the assembly will
+// touch, then hand raw pointers to it. Callers guarantee kc >= 0, a holds
+// kc*mr values, b holds kc*nr values and c covers the whole tile.
+
+func sgemmKern(kc int, a, b, c []float32, ldc int) {
+	if !useAsm {
+		sgemmKernGo(kc, a, b, c, ldc)
+		return
+	}
+	if kc > 0 {
+		_ = a[kc*sMR-1]
+		_ = b[kc*sNR-1]
+	}
+	_ = c[(sMR-1)*ldc+sNR-1]
+	sgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+}
+
+func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) {
+	if !useAsm {
+		sgemmKern64Go(kc, a, b, c, ldc)
+		return
+	}
+	if kc > 0 {
+		_ = a[kc*sMR-1]
+		_ = b[kc*sNR-1]
+	}
+	_ = c[(sMR-1)*ldc+sNR-1]
+	sgemmKern64AVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+}
+
+func dgemmKern(kc int, a, b, c []float64, ldc int) {
+	if !useAsm {
+		dgemmKernGo(kc, a, b, c, ldc)
+		return
+	}
+	if kc > 0 {
+		_ = a[kc*dMR-1]
+		_ = b[kc*dNR-1]
+	}
+	_ = c[(dMR-1)*ldc+dNR-1]
+	dgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+}
+
+// fmaLoop32 runs n iterations of 12 independent 8-wide float32 FMAs and
+// returns the number of floating-point operations performed.
+func fmaLoop32(n int) float64 {
+	if !useAsm {
+		return fmaLoop32Go(n)
+	}
+	fmaLoop32AVX2(n)
+	return float64(n) * 12 * 8 * 2
+}
+
+// fmaLoop64 is fmaLoop32 for 4-wide float64 FMAs.
+func fmaLoop64(n int) float64 {
+	if !useAsm {
+		return fmaLoop64Go(n)
+	}
+	fmaLoop64AVX2(n)
+	return float64(n) * 12 * 4 * 2
+}

@@ -1,0 +1,244 @@
+package kernels
+
+import (
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+)
+
+// fma32Big rounds a·b+c once to float32 using exact big-float arithmetic.
+func fma32Big(a, b, c float32) float32 {
+	x := new(big.Float).SetPrec(1200).SetFloat64(float64(a))
+	y := new(big.Float).SetPrec(1200).SetFloat64(float64(b))
+	z := new(big.Float).SetPrec(1200).SetFloat64(float64(c))
+	x.Mul(x, y).Add(x, z)
+	f, _ := x.Float32()
+	return f
+}
+
+func TestFMA32DoubleRoundingCase(t *testing.T) {
+	// 2^24+1 = 24929·673, so a·b = 1+2^-24 exactly: the midpoint between
+	// 1 and 1+2^-23. With c = +2^-80 the exact sum is above the midpoint.
+	a := float32(24929) / (1 << 15)
+	b := float32(673) / (1 << 9)
+	if float64(a)*float64(b) != 1+math.Ldexp(1, -24) {
+		t.Fatalf("setup: a·b = %v", float64(a)*float64(b))
+	}
+	c := float32(math.Ldexp(1, -80))
+	naive := float32(math.FMA(float64(a), float64(b), float64(c)))
+	if naive != 1 {
+		t.Fatalf("expected the naive double-rounded result to be 1, got %v", naive)
+	}
+	want := float32(1 + math.Ldexp(1, -23))
+	cases := []struct{ a, b, c, want float32 }{
+		{a, b, c, want}, {a, b, -c, 1}, {-a, b, c, -1}, {-a, b, -c, -want},
+	}
+	for _, tc := range cases {
+		if got := fma32(tc.a, tc.b, tc.c); got != tc.want {
+			t.Errorf("fma32(%v, %v, %v) = %v, want %v", tc.a, tc.b, tc.c, got, tc.want)
+		}
+		if got := fma32Big(tc.a, tc.b, tc.c); got != tc.want {
+			t.Errorf("reference fma32Big(%v, %v, %v) = %v, want %v", tc.a, tc.b, tc.c, got, tc.want)
+		}
+	}
+}
+
+// randSpecial32 draws float32 values biased towards hard cases: random bit
+// patterns (subnormals, huge and tiny exponents), exact small integers,
+// values near powers of two.
+func randSpecial32(r *rand.Rand) float32 {
+	switch r.IntN(6) {
+	case 0:
+		for {
+			v := math.Float32frombits(r.Uint32())
+			if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
+				return v
+			}
+		}
+	case 1:
+		return float32(r.IntN(1<<12)-1<<11) * float32(math.Ldexp(1, r.IntN(40)-20))
+	case 2:
+		return float32(math.Ldexp(1+float64(r.IntN(4)-2)*math.Ldexp(1, -23), r.IntN(60)-30))
+	case 3:
+		return math.Float32frombits(r.Uint32() & 0x807fffff) // subnormal or zero
+	default:
+		return float32(r.NormFloat64())
+	}
+}
+
+func TestFMA32MatchesExactRounding(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 200000
+	if testing.Short() {
+		n = 20000
+	}
+	for i := 0; i < n; i++ {
+		a, b, c := randSpecial32(r), randSpecial32(r), randSpecial32(r)
+		if i%3 == 0 {
+			// Put c near -a·b to force cancellation, or make a·b land on
+			// a float32 midpoint.
+			c = -float32(float64(a) * float64(b))
+		}
+		got, want := fma32(a, b, c), fma32Big(a, b, c)
+		if math.Float32bits(got) != math.Float32bits(want) && !(got == 0 && want == 0) {
+			t.Fatalf("fma32(%g, %g, %g) = %g (%#x), exact rounding %g (%#x)", a, b, c, got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+}
+
+// TestFMA32Midpoints builds products that are exact float32 midpoints and
+// adds tiny perturbations of both signs.
+func TestFMA32Midpoints(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	found := 0
+	for i := 0; i < 20000; i++ {
+		// a·b with a 25-bit odd significand is a midpoint at 24 bits.
+		x := uint64(1<<24 | r.Uint64N(1<<24) | 1)
+		// factor x = p·q with both < 2^24 when possible: try small q.
+		q := uint64(3 + 2*r.IntN(400))
+		if x%q != 0 {
+			continue
+		}
+		p := x / q
+		if p >= 1<<24 {
+			continue
+		}
+		found++
+		a := float32(math.Ldexp(float64(p), -r.IntN(20)))
+		b := float32(math.Ldexp(float64(q), -r.IntN(20)))
+		for _, e := range []int{-30, -60, -90, -140} {
+			for _, s := range []float64{1, -1} {
+				c := float32(s * math.Ldexp(1, e+int(math.Ilogb(float64(a)*float64(b)))))
+				if got, want := fma32(a, b, c), fma32Big(a, b, c); got != want {
+					t.Fatalf("fma32(%g, %g, %g) = %g, exact rounding %g", a, b, c, got, want)
+				}
+			}
+		}
+	}
+	if found < 100 {
+		t.Fatalf("only %d midpoint products generated", found)
+	}
+}
+
+func bitsEqual32(x, y float32) bool {
+	return math.Float32bits(x) == math.Float32bits(y) || (x != x && y != y)
+}
+
+func bitsEqual64(x, y float64) bool {
+	return math.Float64bits(x) == math.Float64bits(y) || (x != x && y != y)
+}
+
+// TestKernelTwins runs the dispatched micro-kernels (assembly when
+// available) against the pure-Go twins on random and special data.
+func TestKernelTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	t.Logf("micro-kernels: %s", implName())
+	for trial := 0; trial < 300; trial++ {
+		kc := r.IntN(40)
+		if trial%50 == 0 {
+			kc = 256
+		}
+		a := make([]float32, kc*sMR)
+		b := make([]float32, kc*sNR)
+		for i := range a {
+			a[i] = randSpecial32(r)
+		}
+		for i := range b {
+			b[i] = randSpecial32(r)
+		}
+		if trial%7 == 0 && kc > 0 {
+			a[r.IntN(len(a))] = float32(math.Inf(1))
+			b[r.IntN(len(b))] = float32(math.NaN())
+		}
+		ldc := sNR + r.IntN(5)
+		c1 := make([]float32, sMR*ldc)
+		for i := range c1 {
+			c1[i] = randSpecial32(r)
+		}
+		c2 := append([]float32(nil), c1...)
+		sgemmKern(kc, a, b, c1, ldc)
+		sgemmKernGo(kc, a, b, c2, ldc)
+		for i := range c1 {
+			if !bitsEqual32(c1[i], c2[i]) {
+				t.Fatalf("float32 kernel trial %d kc=%d element %d: %g vs Go twin %g", trial, kc, i, c1[i], c2[i])
+			}
+		}
+		d1 := make([]float64, sMR*ldc)
+		for i := range d1 {
+			d1[i] = r.NormFloat64()
+		}
+		d2 := append([]float64(nil), d1...)
+		sgemmKern64(kc, a, b, d1, ldc)
+		sgemmKern64Go(kc, a, b, d2, ldc)
+		for i := range d1 {
+			if !bitsEqual64(d1[i], d2[i]) {
+				t.Fatalf("float32→64 kernel trial %d element %d: %g vs Go twin %g", trial, i, d1[i], d2[i])
+			}
+		}
+		da := make([]float64, kc*dMR)
+		db := make([]float64, kc*dNR)
+		for i := range da {
+			da[i] = float64(randSpecial32(r)) * (1 + r.Float64())
+		}
+		for i := range db {
+			db[i] = r.NormFloat64() * math.Ldexp(1, r.IntN(200)-100)
+		}
+		ldd := dNR + r.IntN(3)
+		e1 := make([]float64, dMR*ldd)
+		for i := range e1 {
+			e1[i] = r.NormFloat64()
+		}
+		e2 := append([]float64(nil), e1...)
+		dgemmKern(kc, da, db, e1, ldd)
+		dgemmKernGo(kc, da, db, e2, ldd)
+		for i := range e1 {
+			if !bitsEqual64(e1[i], e2[i]) {
+				t.Fatalf("float64 kernel trial %d element %d: %g vs Go twin %g", trial, i, e1[i], e2[i])
+			}
+		}
+	}
+}
+
+// TestKernelFMAExactness uses kc = 2 so that the kernel computes
+// fma(a1, b1, a0·b0) with a0·b0 chosen to be an exact float32 c: the
+// assembly must agree with exact rounding on the double-rounding traps.
+func TestKernelFMAExactness(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	a := make([]float32, 2*sMR)
+	b := make([]float32, 2*sNR)
+	c := make([]float32, sMR*sNR)
+	x := float32(24929) / (1 << 15)
+	y := float32(673) / (1 << 9)
+	for trial := 0; trial < 200; trial++ {
+		var want [sMR * sNR]float32
+		for i := 0; i < sMR; i++ {
+			a[i] = 1 // p = 0: c0 = 1·b0
+			a[sMR+i] = x
+			if trial > 0 {
+				a[sMR+i] = randSpecial32(r)
+			}
+		}
+		for j := 0; j < sNR; j++ {
+			b[j] = float32(math.Ldexp(1, -80+r.IntN(60))) * float32(1-2*r.IntN(2))
+			b[sNR+j] = y
+			if trial > 0 {
+				b[sNR+j] = randSpecial32(r)
+			}
+		}
+		for i := 0; i < sMR; i++ {
+			for j := 0; j < sNR; j++ {
+				want[i*sNR+j] = fma32Big(a[sMR+i], b[sNR+j], b[j])
+			}
+		}
+		for i := range c {
+			c[i] = negZero32
+		}
+		sgemmKern(2, a, b, c, sNR)
+		for i := range c {
+			if !bitsEqual32(c[i], want[i]) && !(c[i] == 0 && want[i] == 0) {
+				t.Fatalf("trial %d element %d: kernel %g, exact %g", trial, i, c[i], want[i])
+			}
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package kernels
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+var maxWorkers atomic.Int64
+
+// SetWorkers sets how many goroutines the kernels may use at once and
+// returns the previous setting. n <= 0 restores the default,
+// runtime.GOMAXPROCS(0). Results never depend on this setting: every output
+// element is computed by one goroutine in an order fixed by the blocking
+// constants alone.
+func SetWorkers(n int) int {
+	prev := Workers()
+	if n <= 0 {
+		n = 0
+	}
+	maxWorkers.Store(int64(n))
+	return prev
+}
+
+// Workers returns the number of goroutines the kernels use.
+func Workers() int {
+	if n := maxWorkers.Load(); n > 0 {
+		return int(n)
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// parallelFor runs f(task, worker) for task = 0..n-1 on up to workers
+// goroutines; worker is in [0, workers) and identifies per-goroutine
+// scratch space. Tasks are handed out in increasing order.
+func parallelFor(n, workers int, f func(task, worker int)) {
+	if workers > n {
+		workers = n
+	}
+	if workers <= 1 {
+		for t := 0; t < n; t++ {
+			f(t, 0)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			defer wg.Done()
+			for {
+				t := int(next.Add(1) - 1)
+				if t >= n {
+					return
+				}
+				f(t, w)
+			}
+		}(w)
+	}
+	wg.Wait()
+}
