@@ -254,8 +254,12 @@ func TestSyrkLower(t *testing.T) {
 
 func TestGemmPanicsOnBadShapes(t *testing.T) {
 	cases := []func(){
-		func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2) },
-		func() { Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2) },
+		func() {
+			Sgemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2)
+		},
+		func() {
+			Sgemm(false, false, 2, 2, 2, 1, make([]float32, 4), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2)
+		},
 		func() { Dgemm(true, false, -1, 2, 2, 1, nil, 1, nil, 1, 0, nil, 1) },
 		func() { SyrkLower64(4, 4, make([]float32, 16), 4, make([]float64, 15), 4) },
 	}
