@@ -1,0 +1,337 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/ttquant/ttquant/bfp"
+)
+
+// Stored formats a plan rule may assign (Rule.Format, canonical spelling).
+const (
+	StoreBFP8 = "BFP8_B" // Tenstorrent BFP8_b tiles
+	StoreBFP4 = "BFP4_B" // Tenstorrent BFP4_b tiles
+	StoreBFP2 = "BFP2_B" // Tenstorrent BFP2_b tiles
+	StoreBF16 = "BF16"   // bfloat16 (a BF16 source is copied; F32/F16 are rounded to nearest even)
+	StoreF32  = "F32"    // float32 (exact from BF16/F16/F32)
+	StoreAsIs = "AS_IS"  // the source bytes and dtype, unchanged
+)
+
+// Block axes of a BFP rule (Rule.Axis): the direction of a weight [out, in]
+// along which the 16-value exponent groups run.
+const (
+	AxisInput  = "input"  // along the input features (the last dimension)
+	AxisOutput = "output" // along the output features (the stored matrix is transposed)
+)
+
+// DefaultTile is the tile shape of a BFP rule that names none.
+const DefaultTile = "32x32"
+
+// PlanVersion is the version of the plan file format Save writes and
+// LoadPlan reads.
+const PlanVersion = 1
+
+// Rule is one line of a precision plan: tensors whose stored name matches
+// Pattern are stored in Format, quantized with Method, with BFP exponent
+// groups along Axis, in tiles of Tile.
+//
+// Pattern syntax: a glob over the whole stored tensor name where `*`
+// matches any run of characters (dots included), `?` one character, and
+// `{a,b,c}` one of the comma-separated alternatives; every other character
+// is literal. A pattern starting with `re:` is instead a Go regular
+// expression (RE2) that must match the whole name.
+//
+// Format is one of BFP8_B, BFP4_B, BFP2_B, BF16, F32, AS_IS (case does not
+// matter). Method is gptq or rtn for BFP formats (default rtn) and none
+// otherwise (the default). Axis (input or output, default input) and Tile
+// ("HxW", default 32x32) apply to BFP formats only.
+type Rule struct {
+	Pattern string `json:"pattern"`
+	Format  string `json:"format"`
+	Method  string `json:"method,omitempty"`
+	Axis    string `json:"axis,omitempty"`
+	Tile    string `json:"tile,omitempty"`
+	// Note says why the rule exists; it is carried into reports only.
+	Note string `json:"note,omitempty"`
+}
+
+// Plan is an ordered list of rules: the first rule whose pattern matches a
+// stored tensor's name decides how it is stored. A tensor no rule matches
+// is an error.
+type Plan struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Rules       []Rule `json:"rules"`
+}
+
+// IsBFPFormat reports whether a canonical stored format is a BFP format.
+func IsBFPFormat(format string) bool {
+	return format == StoreBFP8 || format == StoreBFP4 || format == StoreBFP2
+}
+
+// IsLosslessFormat reports whether a canonical stored format keeps every
+// value of a source of dtype srcDType exactly.
+func IsLosslessFormat(format, srcDType string) bool {
+	switch format {
+	case StoreAsIs, StoreF32:
+		return true
+	case StoreBF16:
+		return srcDType == "BF16"
+	}
+	return false
+}
+
+// BFPFormat returns the bfp format of a canonical BFP stored format.
+func BFPFormat(format string) (bfp.Format, bool) {
+	switch format {
+	case StoreBFP8:
+		return bfp.BFP8, true
+	case StoreBFP4:
+		return bfp.BFP4, true
+	case StoreBFP2:
+		return bfp.BFP2, true
+	}
+	return 0, false
+}
+
+// normalizeRule returns r with canonical spellings and defaults filled in,
+// or an error naming the rule and the bad field.
+func normalizeRule(i int, r Rule) (Rule, error) {
+	bad := func(format string, args ...any) (Rule, error) {
+		return Rule{}, fmt.Errorf("rule %d (pattern %q): %s", i+1, r.Pattern, fmt.Sprintf(format, args...))
+	}
+	if r.Pattern == "" {
+		return bad("empty pattern")
+	}
+	if _, err := compilePattern(r.Pattern); err != nil {
+		return bad("%v", err)
+	}
+	f := strings.ToUpper(strings.TrimSpace(r.Format))
+	switch f {
+	case StoreBFP8, StoreBFP4, StoreBFP2, StoreBF16, StoreF32, StoreAsIs:
+	case "":
+		return bad("no format (want BFP8_B, BFP4_B, BFP2_B, BF16, F32 or AS_IS)")
+	default:
+		return bad("unknown format %q (want BFP8_B, BFP4_B, BFP2_B, BF16, F32 or AS_IS)", r.Format)
+	}
+	r.Format = f
+	m := strings.ToLower(strings.TrimSpace(r.Method))
+	a := strings.ToLower(strings.TrimSpace(r.Axis))
+	if IsBFPFormat(f) {
+		switch m {
+		case "":
+			m = MethodRTN
+		case MethodRTN, MethodGPTQ:
+		default:
+			return bad("method %q for %s (want gptq or rtn)", r.Method, f)
+		}
+		switch a {
+		case "":
+			a = AxisInput
+		case AxisInput, AxisOutput:
+		default:
+			return bad("unknown axis %q (want input or output)", r.Axis)
+		}
+		tile := strings.TrimSpace(r.Tile)
+		if tile == "" {
+			tile = DefaultTile
+		}
+		t, err := bfp.ParseTile(tile)
+		if err != nil {
+			return bad("tile %q: %v", r.Tile, err)
+		}
+		r.Tile = t.String()
+	} else {
+		switch m {
+		case "", MethodNone:
+			m = MethodNone
+		default:
+			return bad("method %q needs a BFP format, not %s", r.Method, f)
+		}
+		if a != "" || strings.TrimSpace(r.Tile) != "" {
+			return bad("axis and tile apply to BFP formats only, not %s", f)
+		}
+		r.Tile = ""
+	}
+	r.Method, r.Axis = m, a
+	return r, nil
+}
+
+// Validate checks every rule and returns the plan with canonical spellings
+// and defaults filled in (p itself is not modified).
+func (p *Plan) Validate() (*Plan, error) {
+	if p == nil {
+		return nil, errors.New("plan: nil plan")
+	}
+	if len(p.Rules) == 0 {
+		return nil, fmt.Errorf("plan %q has no rules", p.Name)
+	}
+	out := &Plan{Name: p.Name, Description: p.Description, Rules: make([]Rule, len(p.Rules))}
+	for i, r := range p.Rules {
+		nr, err := normalizeRule(i, r)
+		if err != nil {
+			return nil, fmt.Errorf("plan %q: %w", p.Name, err)
+		}
+		out.Rules[i] = nr
+	}
+	return out, nil
+}
+
+// planFile is the JSON document of a plan file.
+type planFile struct {
+	PlanVersion int    `json:"plan_version"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Rules       []Rule `json:"rules"`
+}
+
+// MarshalPlan returns the plan file bytes of p: indented JSON with a
+// plan_version field, ending in a newline.
+func (p *Plan) MarshalPlan() ([]byte, error) {
+	b, err := json.MarshalIndent(planFile{PlanVersion: PlanVersion, Name: p.Name, Description: p.Description, Rules: p.Rules}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Save writes p to path as JSON (see MarshalPlan), replacing the file
+// atomically.
+func (p *Plan) Save(path string) error {
+	b, err := p.MarshalPlan()
+	if err != nil {
+		return fmt.Errorf("plan %q: %w", p.Name, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// ParsePlan decodes a plan file. Unknown fields, a plan_version other than
+// PlanVersion (an absent one means PlanVersion) and invalid rules are
+// errors; the result is validated and canonical.
+func ParsePlan(data []byte) (*Plan, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var pf planFile
+	if err := dec.Decode(&pf); err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("plan: trailing data after the JSON object")
+	}
+	if pf.PlanVersion != 0 && pf.PlanVersion != PlanVersion {
+		return nil, fmt.Errorf("plan: plan_version %d, this build reads %d", pf.PlanVersion, PlanVersion)
+	}
+	return (&Plan{Name: pf.Name, Description: pf.Description, Rules: pf.Rules}).Validate()
+}
+
+// LoadPlan reads and validates a plan file (JSON, see ParsePlan).
+func LoadPlan(path string) (*Plan, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := ParsePlan(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if p.Name == "" {
+		p.Name = path
+	}
+	return p, nil
+}
+
+// compilePattern turns a rule pattern into an anchored regular expression.
+func compilePattern(p string) (*regexp.Regexp, error) {
+	if re, ok := strings.CutPrefix(p, "re:"); ok {
+		r, err := regexp.Compile(`^(?:` + re + `)$`)
+		if err != nil {
+			return nil, fmt.Errorf("bad regular expression: %v", err)
+		}
+		return r, nil
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	depth := 0
+	for _, c := range p {
+		switch c {
+		case '*':
+			b.WriteString(".*")
+		case '?':
+			b.WriteString(".")
+		case '{':
+			if depth > 0 {
+				return nil, errors.New("nested { in glob")
+			}
+			depth++
+			b.WriteString("(?:")
+		case '}':
+			if depth == 0 {
+				return nil, errors.New("unbalanced } in glob")
+			}
+			depth--
+			b.WriteString(")")
+		case ',':
+			if depth > 0 {
+				b.WriteString("|")
+			} else {
+				b.WriteString(",")
+			}
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	if depth != 0 {
+		return nil, errors.New("unbalanced { in glob")
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
+}
+
+// Match returns the index of the first rule of p whose pattern matches
+// name, or -1. Invalid patterns never match (Validate reports them).
+func (p *Plan) Match(name string) int {
+	for i, r := range p.Rules {
+		re, err := compilePattern(r.Pattern)
+		if err == nil && re.MatchString(name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// matcher caches compiled patterns of a validated plan.
+type matcher struct{ res []*regexp.Regexp }
+
+func newMatcher(p *Plan) (*matcher, error) {
+	m := &matcher{res: make([]*regexp.Regexp, len(p.Rules))}
+	for i, r := range p.Rules {
+		re, err := compilePattern(r.Pattern)
+		if err != nil {
+			return nil, fmt.Errorf("plan %q rule %d (pattern %q): %v", p.Name, i+1, r.Pattern, err)
+		}
+		m.res[i] = re
+	}
+	return m, nil
+}
+
+func (m *matcher) match(name string) int {
+	for i, re := range m.res {
+		if re.MatchString(name) {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,101 @@
+package manifest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Built-in preset names.
+const (
+	PresetQwen36MoE = "qwen36-35b-a3b"  // Qwen3.6-35B-A3B (and other Qwen3.5/3.6 MoE)
+	PresetDense27B  = "qwen3-27b-dense" // Qwen3.x 27B-style dense models
+	PresetDense9B   = "qwen3-9b-dense"  // Qwen3.x 9B-style dense models
+)
+
+// losslessRules keep, in their source dtype, every tensor that a
+// quantized Qwen3.x checkpoint keeps lossless: all RMSNorm weights, the
+// Gated DeltaNet conv1d, A_log, dt_bias and its one-row-per-head a/b
+// projections, the router and the shared expert's gate, and the token
+// embedding.
+var losslessRules = []Rule{
+	{Pattern: "*norm*", Format: StoreAsIs, Note: "RMSNorm weights (layer, q/k, final, gated DeltaNet and MTP norms)"},
+	{Pattern: "*.linear_attn.{conv1d.weight,A_log,dt_bias}", Format: StoreAsIs, Note: "Gated DeltaNet conv1d, decay and time-step parameters (A_log stays F32)"},
+	{Pattern: "*.linear_attn.{in_proj_a,in_proj_b,in_proj_ba}.weight", Format: StoreAsIs, Note: "Gated DeltaNet decay/beta projections: one row per value head"},
+	{Pattern: "*.mlp.{gate,shared_expert_gate}.weight", Format: StoreAsIs, Note: "router and shared-expert gate"},
+	{Pattern: "*.embed_tokens.weight", Format: StoreAsIs, Note: "token embedding (a lookup table, not a matmul)"},
+}
+
+// tailRules store the remaining projections, the LM head and MTP's fc in
+// BFP8 and pass vision tensors through.
+var tailRules = []Rule{
+	{Pattern: "*.linear_attn.{in_proj_qkv,in_proj_z,in_proj_qkvz,out_proj}.weight", Format: StoreBFP8, Method: MethodRTN, Note: "Gated DeltaNet input/output projections"},
+	{Pattern: "*.self_attn.{q,k,v,o}_proj.weight", Format: StoreBFP8, Method: MethodRTN, Note: "attention q/k/v/o projections"},
+	{Pattern: "mtp.fc.weight", Format: StoreBFP8, Method: MethodRTN, Note: "MTP input projection"},
+	{Pattern: "lm_head.weight", Format: StoreBFP8, Method: MethodRTN, Note: "LM head"},
+	{Pattern: "{model.visual,visual}.*", Format: StoreAsIs, Note: "vision tower: passed through unchanged"},
+}
+
+func concatRules(parts ...[]Rule) []Rule {
+	var out []Rule
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+var presets = map[string]Plan{
+	PresetQwen36MoE: {
+		Name: PresetQwen36MoE,
+		Description: "Qwen3.6-35B-A3B: routed experts (every layer and the MTP layer) and the shared expert BFP4_b with GPTQ; " +
+			"Gated DeltaNet and attention projections, MTP fc and LM head BFP8_b (RTN); norms, conv1d, A_log, dt_bias, " +
+			"the a/b projections, router, shared-expert gate and embedding kept as stored",
+		Rules: concatRules(losslessRules, []Rule{
+			{Pattern: "*.mlp.experts.*", Format: StoreBFP4, Method: MethodGPTQ, Note: "routed experts"},
+			{Pattern: "*.mlp.shared_expert.*", Format: StoreBFP4, Method: MethodGPTQ, Note: "shared expert"},
+		}, tailRules),
+	},
+	PresetDense27B: {
+		Name: PresetDense27B,
+		Description: "Qwen3.x 27B-style dense: MLP gate/up/down (and any routed or shared expert) BFP4_b with GPTQ; " +
+			"other projections and the LM head BFP8_b (RTN); lossless tensors kept as stored",
+		Rules: concatRules(losslessRules, []Rule{
+			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: StoreBFP4, Method: MethodGPTQ, Note: "dense MLP"},
+			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: StoreBFP4, Method: MethodGPTQ, Note: "MLP experts, should the model have them"},
+		}, tailRules),
+	},
+	PresetDense9B: {
+		Name:        PresetDense9B,
+		Description: "Qwen3.x 9B-style dense: every matrix BFP8_b (RTN) except the lossless tensors, kept as stored",
+		Rules: concatRules(losslessRules, []Rule{
+			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: StoreBFP8, Method: MethodRTN, Note: "dense MLP"},
+			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: StoreBFP8, Method: MethodRTN, Note: "MLP experts, should the model have them"},
+		}, tailRules),
+	},
+}
+
+// PresetNames lists the built-in presets, sorted.
+func PresetNames() []string {
+	out := make([]string, 0, len(presets))
+	for n := range presets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Preset returns a fresh, validated copy of a built-in plan:
+// "qwen36-35b-a3b", "qwen3-27b-dense" or "qwen3-9b-dense".
+func Preset(name string) (*Plan, error) {
+	p, ok := presets[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown preset %q (known: %s)", name, strings.Join(PresetNames(), ", "))
+	}
+	cp := p
+	cp.Rules = append([]Rule(nil), p.Rules...)
+	v, err := cp.Validate()
+	if err != nil {
+		panic("manifest: built-in preset invalid: " + err.Error())
+	}
+	return v, nil
+}

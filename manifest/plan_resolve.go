@@ -1,0 +1,656 @@
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// SourceSlice is a contiguous byte range of one source tensor.
+type SourceSlice struct {
+	Tensor string `json:"tensor"`
+	// Expert is the index along dimension 0 of a fused expert tensor, or -1
+	// when the slice is the whole tensor.
+	Expert int   `json:"expert"`
+	Offset int64 `json:"offset"` // byte offset within the tensor's data
+	Bytes  int64 `json:"bytes"`
+}
+
+// PlannedTensor is one tensor of the planned native checkpoint.
+//
+// Routed experts are always planned per expert with canonical names,
+// whatever the source layout: `<block>experts.<e>.gate_up_proj` ([2I, H],
+// gate rows then up rows) and `<block>experts.<e>.down_proj` ([H, I]), where
+// <block> is the layer's "….mlp." prefix. A fused source contributes one
+// slice of its 3-D tensor; a per-expert source contributes its gate_proj and
+// up_proj tensors, concatenated along rows. Every other tensor keeps its
+// source name and is its own single source.
+type PlannedTensor struct {
+	Name string     `json:"name"`
+	Role TensorRole `json:"role"`
+	// Source is the first source tensor; Sources lists every slice, whose
+	// bytes concatenated (in the source dtype) give the logical tensor.
+	Source  string        `json:"source"`
+	Sources []SourceSlice `json:"sources"`
+	// Expert is the routed expert index, or -1.
+	Expert int `json:"expert"`
+	// ExpertKind is "gate_up" or "down" for routed experts, else "".
+	ExpertKind string `json:"expert_kind,omitempty"`
+	// ExpertGroup is Expert / ExpertsPerFile, or -1.
+	ExpertGroup int `json:"expert_group"`
+	// Layer is the decoder layer (trunk layer i → i, MTP layer k →
+	// NumLayers+k), or -1 outside layers.
+	Layer int  `json:"layer"`
+	MTP   bool `json:"mtp,omitempty"`
+
+	RuleIndex int    `json:"rule"` // index into Plan.Rules (0-based)
+	Format    string `json:"format"`
+	Method    string `json:"method"`
+	Axis      string `json:"axis,omitempty"`
+	Tile      string `json:"tile,omitempty"`
+
+	SourceDType string `json:"source_dtype"`
+	// StoredDType is the element dtype of a non-BFP stored tensor ("" for BFP).
+	StoredDType string  `json:"stored_dtype,omitempty"`
+	Shape       []int64 `json:"shape"` // logical shape of the stored tensor
+	// PackedRows and PackedCols are the tile-padded dimensions of the
+	// packed BFP matrix: [out, in] for the input axis, [in, out] for the
+	// output axis. Zero for other formats.
+	PackedRows  int64 `json:"packed_rows,omitempty"`
+	PackedCols  int64 `json:"packed_cols,omitempty"`
+	SourceBytes int64 `json:"source_bytes"`
+	StoredBytes int64 `json:"stored_bytes"`
+}
+
+// IsBFP reports whether the tensor is stored in a BFP format.
+func (t *PlannedTensor) IsBFP() bool { return IsBFPFormat(t.Format) }
+
+// BFP returns the bfp format and tile of a BFP tensor.
+func (t *PlannedTensor) BFP() (bfp.Format, bfp.Tile, bool) {
+	f, ok := BFPFormat(t.Format)
+	if !ok {
+		return 0, bfp.Tile{}, false
+	}
+	tile, err := bfp.ParseTile(t.Tile)
+	if err != nil {
+		return 0, bfp.Tile{}, false
+	}
+	return f, tile, true
+}
+
+// Elements is the number of logical elements.
+func (t *PlannedTensor) Elements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// ReadSource reads the tensor's source bytes (in SourceDType, its slices
+// concatenated) from m, reading only the slices.
+func (t *PlannedTensor) ReadSource(m *safetensors.Model) ([]byte, error) {
+	out := make([]byte, t.SourceBytes)
+	var at int64
+	for _, s := range t.Sources {
+		f, _, ok := m.Lookup(s.Tensor)
+		if !ok {
+			return nil, fmt.Errorf("planned tensor %s: source tensor %s not in %s", t.Name, s.Tensor, m.Path())
+		}
+		if err := f.ReadTensorAt(s.Tensor, out[at:at+s.Bytes], s.Offset); err != nil {
+			return nil, fmt.Errorf("planned tensor %s: %w", t.Name, err)
+		}
+		at += s.Bytes
+	}
+	return out, nil
+}
+
+// SourceFloat32s reads the source values of the tensor as float32 (exact
+// for BF16, F16 and F32 sources).
+func (t *PlannedTensor) SourceFloat32s(m *safetensors.Model) ([]float32, error) {
+	b, err := t.ReadSource(m)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := safetensors.ParseDType(t.SourceDType)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, t.Elements())
+	if err := safetensors.DecodeFloat32s(out, b, dt); err != nil {
+		return nil, fmt.Errorf("planned tensor %s: %w", t.Name, err)
+	}
+	return out, nil
+}
+
+// FormatTotal sums the planned tensors stored in one format.
+type FormatTotal struct {
+	Format      string `json:"format"`
+	Tensors     int    `json:"tensors"`
+	Elements    int64  `json:"elements"`
+	SourceBytes int64  `json:"source_bytes"`
+	StoredBytes int64  `json:"stored_bytes"`
+}
+
+// Resolved is a plan applied to a model: every stored tensor with its rule,
+// format, method, source and size, plus totals and the predicted file
+// layout of the native checkpoint.
+type Resolved struct {
+	Plan  *Plan  `json:"plan"`
+	Model string `json:"model"`
+	// NumLayers is the number of trunk decoder layers, NumMTPLayers of MTP
+	// layers, Experts the largest routed expert count of a MoE block.
+	NumLayers    int `json:"num_layers"`
+	NumMTPLayers int `json:"num_mtp_layers"`
+	Experts      int `json:"experts"`
+	// ExpertsPerFile is the number of routed experts per grouped expert file.
+	ExpertsPerFile int             `json:"experts_per_file"`
+	Tensors        []PlannedTensor `json:"tensors"`
+	Totals         []FormatTotal   `json:"totals"`
+	SourceTensors  int             `json:"source_tensors"`
+	SourceBytes    int64           `json:"source_bytes"`
+	StoredBytes    int64           `json:"stored_bytes"`
+	// ExpertFiles is the number of grouped expert files (one per layer,
+	// expert group and kind); DenseFiles the number of shards the other
+	// tensors fill at DenseShardBytes each.
+	ExpertFiles     int   `json:"expert_files"`
+	DenseFiles      int   `json:"dense_files"`
+	DenseShardBytes int64 `json:"dense_shard_bytes"`
+}
+
+// TensorFiles is the predicted number of tensor files of the checkpoint
+// (grouped expert files plus dense shards); the manifest, the checksum list
+// and copied configuration files come in addition.
+func (r *Resolved) TensorFiles() int { return r.ExpertFiles + r.DenseFiles }
+
+// Lookup returns the planned tensor with the given stored name.
+func (r *Resolved) Lookup(name string) (*PlannedTensor, bool) {
+	for i := range r.Tensors {
+		if r.Tensors[i].Name == name {
+			return &r.Tensors[i], true
+		}
+	}
+	return nil, false
+}
+
+// ResolveOptions tune Resolve.
+type ResolveOptions struct {
+	// ExpertsPerFile is the number of routed experts per grouped expert
+	// file (default DefaultExpertsPerFile).
+	ExpertsPerFile int
+	// DenseShardBytes is the size limit of a dense shard (default
+	// DefaultDenseShardBytes).
+	DenseShardBytes int64
+}
+
+// ErrAlreadyQuantized is wrapped by the error Resolve returns for a source
+// that is already quantized (FP8 weights with scale companions, packed
+// integer weights, or a quantization_config in config.json).
+var ErrAlreadyQuantized = errors.New("source checkpoint is already quantized")
+
+// ErrUnknownTensor is wrapped by the error Resolve returns for a tensor
+// whose name is not a known Qwen3.x text tensor.
+var ErrUnknownTensor = errors.New("unknown tensor")
+
+// ErrNoRule is wrapped by the error Resolve returns for a tensor that no
+// rule of the plan matches.
+var ErrNoRule = errors.New("no rule matches")
+
+// Resolve applies the plan to the model with default options. It reads
+// headers only (and config.json beside the model, when present).
+func (p *Plan) Resolve(m *safetensors.Model) (*Resolved, error) {
+	return p.ResolveWith(m, ResolveOptions{})
+}
+
+// rawSource is one classified source tensor.
+type rawSource struct {
+	info  safetensors.TensorInfo
+	class SourceClass
+}
+
+// ResolveWith applies the plan to the model: it classifies every source
+// tensor (an unknown name is an error naming it), refuses already-quantized
+// sources, splits routed experts per expert, matches every stored tensor
+// against the rules (first match wins; no match is an error naming the
+// tensor), checks that the chosen format suits the tensor, and computes
+// stored sizes and the file layout.
+func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved, error) {
+	if opt.ExpertsPerFile == 0 {
+		opt.ExpertsPerFile = DefaultExpertsPerFile
+	}
+	if opt.DenseShardBytes == 0 {
+		opt.DenseShardBytes = DefaultDenseShardBytes
+	}
+	if opt.ExpertsPerFile < 0 || opt.DenseShardBytes < 0 {
+		return nil, fmt.Errorf("plan: experts per file %d and dense shard bytes %d must be positive", opt.ExpertsPerFile, opt.DenseShardBytes)
+	}
+	plan, err := p.Validate()
+	if err != nil {
+		return nil, err
+	}
+	mt, err := newMatcher(plan)
+	if err != nil {
+		return nil, err
+	}
+	names := m.Names()
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s: the model has no tensors", m.Path())
+	}
+	if err := checkNotQuantized(m, names); err != nil {
+		return nil, err
+	}
+
+	srcs := make([]rawSource, 0, len(names))
+	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
+	var unknown []string
+	for _, n := range names {
+		_, info, _ := m.Lookup(n)
+		c, err := ClassifyTensor(n)
+		if err != nil {
+			unknown = append(unknown, n)
+			continue
+		}
+		if err := checkSourceShape(c, info); err != nil {
+			return nil, err
+		}
+		if c.Layer >= 0 {
+			if c.MTP {
+				r.NumMTPLayers = max(r.NumMTPLayers, c.Layer+1)
+			} else {
+				r.NumLayers = max(r.NumLayers, c.Layer+1)
+			}
+		}
+		srcs = append(srcs, rawSource{info, c})
+		r.SourceBytes += info.Size()
+	}
+	if len(unknown) > 0 {
+		more := ""
+		if len(unknown) > 1 {
+			more = fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(firstN(unknown[1:], 5), ", "))
+		}
+		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", m.Path(), unknown[0], ErrUnknownTensor, more)
+	}
+
+	layerOfClass := func(c SourceClass) int {
+		if c.MTP && c.Layer >= 0 {
+			return r.NumLayers + c.Layer
+		}
+		return c.Layer
+	}
+	var planned []PlannedTensor
+	// Per-expert sources, gathered by (block, expert).
+	type pe struct {
+		gate, up, down *rawSource
+		class          SourceClass
+	}
+	perExpert := map[string]*pe{}
+	var peKeys []string
+	blockShapes := map[string][2][]int64{} // fused gate_up and down shapes per block
+	for i := range srcs {
+		s := &srcs[i]
+		c := s.class
+		switch {
+		case c.Role.IsExpert() && c.Fused:
+			dims := s.info.Shape
+			E, rows, cols := dims[0], dims[1], dims[2]
+			per := s.info.Size() / max(E, 1)
+			kind := "down"
+			if c.Role == RoleExpertGateUp {
+				kind = "gate_up"
+				if rows%2 != 0 {
+					return nil, fmt.Errorf("tensor %s: fused gate_up_proj %v has an odd row count %d (want gate rows then up rows)", s.info.Name, dims, rows)
+				}
+			}
+			bs := blockShapes[c.Block]
+			if kind == "gate_up" {
+				bs[0] = dims
+			} else {
+				bs[1] = dims
+			}
+			blockShapes[c.Block] = bs
+			r.Experts = max(r.Experts, int(E))
+			for e := int64(0); e < E; e++ {
+				planned = append(planned, PlannedTensor{
+					Name: c.Block + "experts." + strconv.FormatInt(e, 10) + "." + kind + "_proj",
+					Role: c.Role, Source: s.info.Name, Expert: int(e), ExpertKind: kind,
+					Sources: []SourceSlice{{Tensor: s.info.Name, Expert: int(e), Offset: e * per, Bytes: per}},
+					Layer:   layerOfClass(c), MTP: c.MTP,
+					SourceDType: s.info.DType.String(), Shape: []int64{rows, cols}, SourceBytes: per,
+				})
+			}
+		case c.Role.IsExpert():
+			key := c.Block + "\x00" + strconv.Itoa(c.Expert)
+			x := perExpert[key]
+			if x == nil {
+				x = &pe{class: c}
+				perExpert[key] = x
+				peKeys = append(peKeys, key)
+			}
+			switch c.Part {
+			case "gate":
+				x.gate = s
+			case "up":
+				x.up = s
+			default:
+				x.down = s
+			}
+		default:
+			planned = append(planned, PlannedTensor{
+				Name: s.info.Name, Role: c.Role, Source: s.info.Name, Expert: -1,
+				Sources: []SourceSlice{{Tensor: s.info.Name, Expert: -1, Offset: 0, Bytes: s.info.Size()}},
+				Layer:   layerOfClass(c), MTP: c.MTP,
+				SourceDType: s.info.DType.String(), Shape: append([]int64(nil), s.info.Shape...), SourceBytes: s.info.Size(),
+			})
+		}
+	}
+	for block, bs := range blockShapes {
+		gu, dn := bs[0], bs[1]
+		if gu == nil || dn == nil {
+			missing := "experts.down_proj"
+			if gu == nil {
+				missing = "experts.gate_up_proj"
+			}
+			return nil, fmt.Errorf("MoE block %s: fused %s%s is missing", strings.TrimSuffix(block, "."), block, missing)
+		}
+		if gu[0] != dn[0] || gu[2] != dn[1] || gu[1] != 2*dn[2] {
+			return nil, fmt.Errorf("MoE block %s: gate_up_proj %v and down_proj %v disagree (want [E, 2I, H] and [E, H, I])", strings.TrimSuffix(block, "."), gu, dn)
+		}
+	}
+	for _, key := range peKeys {
+		x := perExpert[key]
+		c := x.class
+		where := fmt.Sprintf("%sexperts.%d", c.Block, c.Expert)
+		if x.gate == nil || x.up == nil || x.down == nil {
+			return nil, fmt.Errorf("expert %s: needs gate_proj, up_proj and down_proj; some are missing", where)
+		}
+		g, u, d := x.gate.info, x.up.info, x.down.info
+		if !sameShape(g.Shape, u.Shape) || g.DType != u.DType || g.Shape[1] != d.Shape[0] || g.Shape[0] != d.Shape[1] {
+			return nil, fmt.Errorf("expert %s: gate_proj %s%v, up_proj %s%v and down_proj %v disagree (want [I, H], [I, H], [H, I])", where, g.DType, g.Shape, u.DType, u.Shape, d.Shape)
+		}
+		r.Experts = max(r.Experts, c.Expert+1)
+		planned = append(planned,
+			PlannedTensor{
+				Name: where + ".gate_up_proj", Role: RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
+				Sources: []SourceSlice{
+					{Tensor: g.Name, Expert: -1, Offset: 0, Bytes: g.Size()},
+					{Tensor: u.Name, Expert: -1, Offset: 0, Bytes: u.Size()},
+				},
+				Layer: layerOfClass(c), MTP: c.MTP, SourceDType: g.DType.String(),
+				Shape: []int64{2 * g.Shape[0], g.Shape[1]}, SourceBytes: g.Size() + u.Size(),
+			},
+			PlannedTensor{
+				Name: where + ".down_proj", Role: RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
+				Sources: []SourceSlice{{Tensor: d.Name, Expert: -1, Offset: 0, Bytes: d.Size()}},
+				Layer:   layerOfClass(c), MTP: c.MTP, SourceDType: d.DType.String(),
+				Shape: append([]int64(nil), d.Shape...), SourceBytes: d.Size(),
+			})
+	}
+
+	sort.Slice(planned, func(i, j int) bool { return naturalLess(planned[i].Name, planned[j].Name) })
+	for i := 1; i < len(planned); i++ {
+		if planned[i].Name == planned[i-1].Name {
+			return nil, fmt.Errorf("%s: stored tensor %s would come from both %s and %s (fused and per-expert experts in the same block?)",
+				m.Path(), planned[i].Name, planned[i-1].Source, planned[i].Source)
+		}
+	}
+
+	totals := map[string]*FormatTotal{}
+	expertFiles := map[string]bool{}
+	for i := range planned {
+		t := &planned[i]
+		ri := mt.match(t.Name)
+		if ri < 0 {
+			src := ""
+			if t.Source != t.Name {
+				src = ", from " + t.Source
+			}
+			return nil, fmt.Errorf("plan %q: tensor %s (role %s%s): %w; add a rule for it", plan.Name, t.Name, t.Role, src, ErrNoRule)
+		}
+		rule := plan.Rules[ri]
+		t.RuleIndex, t.Format, t.Method, t.Axis, t.Tile = ri, rule.Format, rule.Method, rule.Axis, rule.Tile
+		if err := sizeTensor(t); err != nil {
+			return nil, fmt.Errorf("plan %q rule %d (pattern %q): %w", plan.Name, ri+1, rule.Pattern, err)
+		}
+		if t.Role.MustStayLossless() && !IsLosslessFormat(t.Format, t.SourceDType) {
+			return nil, fmt.Errorf("plan %q rule %d (pattern %q) stores %s (role %s, %s) as %s, but this role must stay lossless (use AS_IS or F32)",
+				plan.Name, ri+1, rule.Pattern, t.Name, t.Role, t.SourceDType, t.Format)
+		}
+		if t.Expert >= 0 {
+			t.ExpertGroup = t.Expert / opt.ExpertsPerFile
+			expertFiles[fmt.Sprintf("%d/%s/%d", t.Layer, t.ExpertKind, t.ExpertGroup)] = true
+		} else {
+			t.ExpertGroup = -1
+		}
+		ft := totals[t.Format]
+		if ft == nil {
+			ft = &FormatTotal{Format: t.Format}
+			totals[t.Format] = ft
+		}
+		ft.Tensors++
+		ft.Elements += t.Elements()
+		ft.SourceBytes += t.SourceBytes
+		ft.StoredBytes += t.StoredBytes
+		r.StoredBytes += t.StoredBytes
+	}
+	r.Tensors = planned
+	r.ExpertFiles = len(expertFiles)
+	r.DenseFiles = denseFiles(planned, opt.DenseShardBytes)
+	for _, f := range []string{StoreBFP2, StoreBFP4, StoreBFP8, StoreBF16, StoreF32, StoreAsIs} {
+		if ft := totals[f]; ft != nil {
+			r.Totals = append(r.Totals, *ft)
+		}
+	}
+	return r, nil
+}
+
+// denseFiles counts the shards the non-expert tensors fill, taken in name
+// order, a shard being closed when the next tensor would push it past
+// limit.
+func denseFiles(ts []PlannedTensor, limit int64) int {
+	var sizes []struct {
+		name string
+		n    int64
+	}
+	for _, t := range ts {
+		if t.Expert < 0 {
+			sizes = append(sizes, struct {
+				name string
+				n    int64
+			}{t.Name, t.StoredBytes})
+		}
+	}
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i].name < sizes[j].name })
+	files := 0
+	var cur int64
+	for i, s := range sizes {
+		if i == 0 || (cur > 0 && cur+s.n > limit) {
+			files++
+			cur = 0
+		}
+		cur += s.n
+	}
+	return files
+}
+
+// sizeTensor fills the stored dtype, packed geometry and stored bytes of t
+// from its format, or explains why the format does not suit it.
+func sizeTensor(t *PlannedTensor) error {
+	n := t.Elements()
+	switch t.Format {
+	case StoreAsIs:
+		t.StoredDType = t.SourceDType
+		t.StoredBytes = t.SourceBytes
+	case StoreBF16:
+		t.StoredDType = "BF16"
+		t.StoredBytes = 2 * n
+	case StoreF32:
+		t.StoredDType = "F32"
+		t.StoredBytes = 4 * n
+	default:
+		f, tile, ok := t.BFP()
+		if !ok {
+			return fmt.Errorf("tensor %s: bad BFP format %s tile %q", t.Name, t.Format, t.Tile)
+		}
+		if len(t.Shape) != 2 {
+			return fmt.Errorf("tensor %s (role %s) has shape %v: %s needs a 2-D matrix", t.Name, t.Role, t.Shape, t.Format)
+		}
+		rows, cols := t.Shape[0], t.Shape[1]
+		if t.Axis == AxisOutput {
+			rows, cols = cols, rows
+		}
+		tr, tc := (rows+int64(tile.H)-1)/int64(tile.H), (cols+int64(tile.W)-1)/int64(tile.W)
+		t.PackedRows, t.PackedCols = tr*int64(tile.H), tc*int64(tile.W)
+		t.StoredBytes = tr * tc * int64(bfp.TileBytes(f, tile))
+	}
+	return nil
+}
+
+// checkSourceShape checks the rank of a classified source tensor.
+func checkSourceShape(c SourceClass, info safetensors.TensorInfo) error {
+	rank := len(info.Shape)
+	want := ""
+	switch c.Role {
+	case RoleVision:
+		return nil
+	case RoleNorm, RoleGDNNorm, RoleDTBias, RoleALog:
+		if rank != 1 {
+			want = "1-D"
+		}
+	case RoleConv1D:
+		if rank != 2 && rank != 3 {
+			want = "2-D or 3-D"
+		}
+	case RoleExpertGateUp, RoleExpertDown:
+		if c.Fused && rank != 3 {
+			want = "3-D [experts, rows, cols]"
+		} else if !c.Fused && rank != 2 {
+			want = "2-D"
+		}
+	default:
+		if rank != 2 {
+			want = "2-D"
+		}
+	}
+	if want != "" {
+		return fmt.Errorf("tensor %s (role %s) has shape %v, want %s", info.Name, c.Role, info.Shape, want)
+	}
+	for _, d := range info.Shape {
+		if d <= 0 {
+			return fmt.Errorf("tensor %s (role %s) has shape %v with an empty dimension", info.Name, c.Role, info.Shape)
+		}
+	}
+	return nil
+}
+
+// checkNotQuantized refuses sources that are already quantized: low
+// precision or integer weight dtypes, scale/packing companions, or a
+// quantization_config in the config.json beside the model.
+func checkNotQuantized(m *safetensors.Model, names []string) error {
+	var lowPrec, companions, badDType []string
+	for _, n := range names {
+		_, info, _ := m.Lookup(n)
+		dt := info.DType.String()
+		switch {
+		case quantizedCompanion(n):
+			companions = append(companions, n)
+		case strings.HasPrefix(dt, "F8_") || strings.HasPrefix(dt, "F6_") || dt == "F4" || dt == "I8" || dt == "U8" || dt == "I4" || dt == "U4":
+			lowPrec = append(lowPrec, fmt.Sprintf("%s is %s", n, dt))
+		case dt != "BF16" && dt != "F16" && dt != "F32":
+			badDType = append(badDType, fmt.Sprintf("%s is %s", n, dt))
+		}
+	}
+	if len(lowPrec) > 0 || len(companions) > 0 {
+		var parts []string
+		if len(lowPrec) > 0 {
+			parts = append(parts, fmt.Sprintf("%d low-precision weight(s), e.g. %s", len(lowPrec), lowPrec[0]))
+		}
+		if len(companions) > 0 {
+			parts = append(parts, fmt.Sprintf("%d scale/packing companion(s), e.g. %s", len(companions), companions[0]))
+		}
+		return fmt.Errorf("%s: %w (%s); ttquant converts BF16, F16 or F32 checkpoints: use the unquantized release", m.Path(), ErrAlreadyQuantized, strings.Join(parts, "; "))
+	}
+	if len(badDType) > 0 {
+		return fmt.Errorf("%s: unsupported source dtype: %s (want BF16, F16 or F32)", m.Path(), badDType[0])
+	}
+	dir := m.Path()
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+		var cfg struct {
+			Q          json.RawMessage `json:"quantization_config"`
+			TextConfig struct {
+				Q json.RawMessage `json:"quantization_config"`
+			} `json:"text_config"`
+		}
+		if json.Unmarshal(b, &cfg) == nil {
+			q := cfg.Q
+			if len(q) == 0 {
+				q = cfg.TextConfig.Q
+			}
+			if len(q) > 0 && string(q) != "null" {
+				return fmt.Errorf("%s: %w (config.json has a quantization_config: %s); ttquant converts BF16, F16 or F32 checkpoints: use the unquantized release",
+					m.Path(), ErrAlreadyQuantized, truncate(string(q), 120))
+			}
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(append([]string(nil), s[:n]...), "…")
+	}
+	return s
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// naturalLess orders dotted names comparing all-digit segments as numbers,
+// so that layers.2 comes before layers.10.
+func naturalLess(a, b string) bool {
+	for a != "" && b != "" {
+		var sa, sb string
+		sa, a, _ = strings.Cut(a, ".")
+		sb, b, _ = strings.Cut(b, ".")
+		if sa == sb {
+			continue
+		}
+		na, ea := strconv.ParseUint(sa, 10, 63)
+		nb, eb := strconv.ParseUint(sb, 10, 63)
+		if ea == nil && eb == nil {
+			if na != nb {
+				return na < nb
+			}
+			return sa < sb
+		}
+		return sa < sb
+	}
+	return a == "" && b != ""
+}
