@@ -300,7 +300,7 @@ func TestCompareLogitsErrors(t *testing.T) {
 }
 
 // writeLogitsFile writes a minimal safetensors file holding one tensor.
-func writeLogitsFile(t *testing.T, path, name, dtype string, shape []int64, data []byte) {
+func writeLogitsFile(t testing.TB, path, name, dtype string, shape []int64, data []byte) {
 	t.Helper()
 	hdr, err := json.Marshal(map[string]any{name: map[string]any{"dtype": dtype, "shape": shape, "data_offsets": []int{0, len(data)}}})
 	if err != nil {
