@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ttquant/ttquant/manifest"
+)
+
+func init() {
+	register(&command{name: "convert", summary: "build a native checkpoint with round-to-nearest quantization", run: runConvert})
+}
+
+// buildFlags are the flags convert and gptq share.
+type buildFlags struct {
+	model, out, preset, planFile, parent string
+	workers, expertsPerFile              int
+	denseShard                           int64
+	quiet, asJSON                        bool
+}
+
+func addBuildFlags(fs *flag.FlagSet) *buildFlags {
+	b := &buildFlags{}
+	fs.StringVar(&b.model, "model", "", "source checkpoint: a .safetensors file, a directory or a *.index.json (required)")
+	fs.StringVar(&b.out, "out", "", "output directory (required; an unfinished build there of the same inputs is resumed)")
+	fs.StringVar(&b.preset, "preset", "", "precision plan preset (default qwen36-35b-a3b unless --plan is given)")
+	fs.StringVar(&b.planFile, "plan", "", "precision plan JSON file")
+	fs.StringVar(&b.parent, "parent", "", "sha256 of the manifest this checkpoint derives from")
+	fs.IntVar(&b.workers, "workers", runtime.NumCPU(), "files produced at once; the output does not depend on it")
+	fs.IntVar(&b.expertsPerFile, "experts-per-file", manifest.DefaultExpertsPerFile, "routed experts per grouped expert file")
+	fs.Int64Var(&b.denseShard, "dense-shard-bytes", manifest.DefaultDenseShardBytes, "target size of a dense shard file")
+	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
+	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
+	return b
+}
+
+// options turns the shared flags into build options.
+func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error) {
+	var opt manifest.BuildOptions
+	if b.model == "" {
+		return opt, usageErrorf("--model is required")
+	}
+	if needOut && b.out == "" {
+		return opt, usageErrorf("--out is required")
+	}
+	if b.preset != "" && b.planFile != "" {
+		return opt, usageErrorf("give --preset or --plan, not both")
+	}
+	if b.workers < 1 {
+		return opt, usageErrorf("--workers must be at least 1")
+	}
+	var plan *manifest.Plan
+	var err error
+	if b.planFile != "" {
+		plan, err = manifest.LoadPlan(b.planFile)
+	} else {
+		name := b.preset
+		if name == "" {
+			name = "qwen36-35b-a3b"
+		}
+		plan, err = manifest.Preset(name)
+	}
+	if err != nil {
+		return opt, err
+	}
+	setToolVersion()
+	opt = manifest.BuildOptions{
+		Source:          b.model,
+		Out:             b.out,
+		Plan:            plan,
+		Workers:         b.workers,
+		ExpertsPerFile:  b.expertsPerFile,
+		DenseShardBytes: b.denseShard,
+		Parent:          b.parent,
+	}
+	if !b.quiet {
+		opt.Progress = newProgress(e.stderr).event
+	}
+	return opt, nil
+}
+
+// setToolVersion records this binary's version in the manifests it writes.
+func setToolVersion() {
+	bi := readBuildInfo()
+	manifest.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
+}
+
+// buildReport is the --json document of convert and gptq.
+type buildReport struct {
+	SchemaVersion   int                   `json:"schema_version"`
+	Dir             string                `json:"dir"`
+	Identity        string                `json:"identity"`
+	CacheKey        string                `json:"cache_key"`
+	Files           int                   `json:"files"`
+	Tensors         int                   `json:"tensors"`
+	Bytes           int64                 `json:"bytes"`
+	Kept            int                   `json:"kept_files"`
+	AlreadyComplete bool                  `json:"already_complete"`
+	Work            *manifest.WorkSummary `json:"work"`
+}
+
+func printBuild(e *env, res *manifest.BuildResult, asJSON bool) error {
+	if asJSON {
+		return writeJSON(e.stdout, buildReport{
+			SchemaVersion: schemaVersion, Dir: res.Dir, Identity: res.Identity, CacheKey: res.CacheKey,
+			Files: res.Files, Tensors: res.Tensors, Bytes: res.Bytes, Kept: res.Kept,
+			AlreadyComplete: res.AlreadyComplete, Work: res.Work,
+		})
+	}
+	fmt.Fprintf(e.stdout, "checkpoint  %s\n", res.Dir)
+	fmt.Fprintf(e.stdout, "identity    %s\n", res.Identity)
+	fmt.Fprintf(e.stdout, "cache key   %s\n", res.CacheKey)
+	fmt.Fprintf(e.stdout, "contents    %d files, %d tensors, %s\n", res.Files, res.Tensors, humanBytes(res.Bytes))
+	if res.Kept > 0 {
+		fmt.Fprintf(e.stdout, "resumed     kept %d finished files\n", res.Kept)
+	}
+	return nil
+}
+
+func runConvert(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "convert", "--model SRC --out DST [--preset P | --plan FILE] [flags]")
+	bf := addBuildFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	opt, err := bf.options(e, true)
+	if err != nil {
+		return err
+	}
+	res, err := manifest.Convert(ctx, opt)
+	if err != nil {
+		return err
+	}
+	return printBuild(e, res, bf.asJSON)
+}
+
+// progress renders build progress on stderr: a live line with rate and ETA
+// when stderr is a terminal, otherwise one line per finished layer.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	tty   bool
+	last  time.Time
+	width int
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) event(ev manifest.ProgressEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rate := 0.0
+	if s := ev.Elapsed.Seconds(); s > 0 {
+		rate = float64(ev.BytesDone) / s
+	}
+	eta := "?"
+	if rate > 0 && ev.BytesTotal >= ev.BytesDone {
+		eta = time.Duration(float64(ev.BytesTotal-ev.BytesDone) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	line := fmt.Sprintf("%d/%d files  %s/%s  %s/s  ETA %s", ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), humanBytes(int64(rate)), eta)
+	switch ev.Kind {
+	case "file":
+		if p.tty && time.Since(p.last) > 200*time.Millisecond {
+			p.last = time.Now()
+			pad := ""
+			if n := p.width - len(line); n > 0 {
+				pad = strings.Repeat(" ", n)
+			}
+			p.width = len(line)
+			fmt.Fprintf(p.w, "\r%s%s", line, pad)
+		}
+	case "layer":
+		if !p.tty {
+			fmt.Fprintf(p.w, "layer %d done  %s\n", ev.Layer, line)
+		}
+	case "done":
+		if p.tty {
+			fmt.Fprintf(p.w, "\r%s\n", line)
+		} else {
+			fmt.Fprintf(p.w, "done  %s  in %s\n", line, ev.Elapsed.Round(time.Millisecond))
+		}
+	}
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// parseInterleaved parses flags that may follow positional arguments
+// ("verify DIR --json") and returns the positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

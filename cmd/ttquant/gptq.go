@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+func init() {
+	register(&command{name: "gptq", summary: "build a native checkpoint with GPTQ for the selected matrices", run: runGPTQ})
+}
+
+// dryRunReport is the --json document of gptq --dry-run.
+type dryRunReport struct {
+	SchemaVersion int                   `json:"schema_version"`
+	DryRun        bool                  `json:"dry_run"`
+	Plan          *manifest.Plan        `json:"plan"`
+	Work          *manifest.WorkSummary `json:"work"`
+}
+
+func runGPTQ(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "gptq", "--model SRC --calib STORE --layers experts|dense|all|PATTERN --out DST [flags]")
+	bf := addBuildFlags(fs)
+	calibPath := fs.String("calib", "", "calibration store (required unless --dry-run)")
+	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
+	def := gptq.DefaultOptions()
+	blockSize := fs.Int("block-size", def.BlockSize, "GPTQ lazy-update block size")
+	percDamp := fs.Float64("percdamp", def.PercDamp, "GPTQ damping, as a fraction of the mean Hessian diagonal")
+	actOrder := fs.Bool("act-order", false, "process columns in order of decreasing Hessian diagonal")
+	f64 := fs.Bool("float64", false, "run the solver in float64")
+	dryRun := fs.Bool("dry-run", false, "print the plan and the work without reading tensor data or writing anything")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	opt, err := bf.options(e, !*dryRun)
+	if err != nil {
+		return err
+	}
+	if *calibPath == "" && !*dryRun {
+		return usageErrorf("--calib is required")
+	}
+	g := def
+	g.BlockSize, g.PercDamp, g.ActOrder, g.Float64 = *blockSize, *percDamp, *actOrder, *f64
+	opt.GPTQOptions = &g
+	opt.Calib = *calibPath
+	opt.Layers = *layers
+	opt.DryRun = *dryRun
+	res, err := manifest.GPTQ(ctx, opt)
+	if err != nil {
+		return err
+	}
+	if *dryRun {
+		if bf.asJSON {
+			return writeJSON(e.stdout, dryRunReport{SchemaVersion: schemaVersion, DryRun: true, Plan: opt.Plan, Work: res.Work})
+		}
+		printWork(e, opt.Plan, res.Work)
+		return nil
+	}
+	return printBuild(e, res, bf.asJSON)
+}
+
+func printWork(e *env, p *manifest.Plan, w *manifest.WorkSummary) {
+	fmt.Fprintf(e.stdout, "plan %s (%d rules)\n", p.Name, len(p.Rules))
+	for i, r := range p.Rules {
+		fmt.Fprintf(e.stdout, "  %2d  %-50s %-8s %-5s %s %s\n", i, r.Pattern, r.Format, r.Method, r.Axis, r.Tile)
+	}
+	fmt.Fprintf(e.stdout, "work (dry run: no tensor data read, nothing written)\n")
+	fmt.Fprintf(e.stdout, "  source tensors   %d (%s)\n", w.SourceTensors, humanBytes(w.SourceBytes))
+	fmt.Fprintf(e.stdout, "  stored tensors   %d (%s)\n", w.Tensors, humanBytes(w.OutputBytes))
+	fmt.Fprintf(e.stdout, "  files            %d (%d expert groups, %d dense shards)\n", w.Files, w.ExpertFiles, w.DenseFiles)
+	fmt.Fprintf(e.stdout, "  layers           %d\n", len(w.Layers))
+	for _, k := range sortedKeys(w.Methods) {
+		fmt.Fprintf(e.stdout, "  method %-9s %d tensors\n", k, w.Methods[k])
+	}
+	for _, k := range sortedKeys(w.Formats) {
+		fmt.Fprintf(e.stdout, "  format %-9s %d tensors\n", k, w.Formats[k])
+	}
+	fmt.Fprintf(e.stdout, "  GPTQ matrices    %d (about %.3g GFLOP of solver work)\n", w.GPTQMatrices, w.GPTQFlops/1e9)
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

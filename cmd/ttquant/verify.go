@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ttquant/ttquant/manifest"
+)
+
+func init() {
+	register(&command{name: "verify", summary: "check a native checkpoint (exit 3 when a check fails)", run: runVerify})
+}
+
+// verifyReport is the --json document of verify.
+type verifyReport struct {
+	SchemaVersion int `json:"schema_version"`
+	*manifest.VerifyReport
+}
+
+func runVerify(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json]")
+	source := fs.String("source", "", "source checkpoint to compare every tensor against")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	workers := fs.Int("workers", 2, "files checked at once")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
+	}
+	rep, err := manifest.Verify(ctx, pos[0], manifest.VerifyOptions{Source: *source, Workers: *workers})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := writeJSON(e.stdout, verifyReport{SchemaVersion: schemaVersion, VerifyReport: rep}); err != nil {
+			return err
+		}
+	} else {
+		printVerify(e, rep)
+	}
+	if !rep.OK {
+		return &statusError{status: exitVerifyKO}
+	}
+	return nil
+}
+
+func printVerify(e *env, rep *manifest.VerifyReport) {
+	for _, f := range rep.Failures {
+		fmt.Fprintf(e.stdout, "FAIL  %s\n", f)
+	}
+	switch {
+	case rep.OK:
+		src := ""
+		if rep.SourceChecked {
+			src = ", checked against the source"
+		}
+		fmt.Fprintf(e.stdout, "OK  %s: %d files, %d tensors, %s%s\n", rep.Dir, rep.Files, rep.Tensors, humanBytes(rep.Bytes), src)
+		fmt.Fprintf(e.stdout, "identity   %s\ncache key  %s\n", rep.Identity, rep.CacheKey)
+	case rep.Incomplete:
+		fmt.Fprintf(e.stdout, "INCOMPLETE  %s: %d failed checks\n", rep.Dir, len(rep.Failures))
+	default:
+		fmt.Fprintf(e.stdout, "FAILED  %s: %d failed checks\n", rep.Dir, len(rep.Failures))
+	}
+}

@@ -1,0 +1,502 @@
+package manifest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// ToolVersion identifies the program recorded in manifests. Commands set it
+// from their build information before building; the zero value records
+// "ttquant (devel)".
+var ToolVersion = ToolInfo{Name: "ttquant", Version: "(devel)"}
+
+// BuildOptions configure Convert and GPTQ.
+type BuildOptions struct {
+	// Source is the source checkpoint: a .safetensors file, a directory or
+	// a *.index.json.
+	Source string
+	// Out is the output directory. It is created if needed; an existing
+	// unfinished build of the same inputs there is resumed.
+	Out string
+	// Plan is the precision plan.
+	Plan *Plan
+	// Workers is the number of files produced at once (default 1). The
+	// output does not depend on it.
+	Workers int
+	// ExpertsPerFile (default DefaultExpertsPerFile) and DenseShardBytes
+	// (default DefaultDenseShardBytes) shape the layout.
+	ExpertsPerFile  int
+	DenseShardBytes int64
+	// Progress, when set, receives progress events from the calling
+	// goroutine's workers; it must be safe for concurrent use.
+	Progress func(ProgressEvent)
+
+	// GPTQ builds only.
+
+	// Calib is the calibration store path.
+	Calib string
+	// Layers selects the matrices GPTQ handles: "experts", "dense", "all"
+	// or a regular expression over stored tensor names.
+	Layers string
+	// GPTQOptions are the solver options (zero value: gptq.DefaultOptions).
+	GPTQOptions *gptq.Options
+	// Hessians, when set, supplies the Hessians instead of Calib (the demo
+	// and tests use it).
+	Hessians HessianSource
+	// CalibInfo identifies the Hessians' calibration data when Hessians is
+	// set.
+	CalibInfo *CalibInfo
+
+	// DryRun plans the work and reports it without reading tensor data or
+	// writing anything.
+	DryRun bool
+	// Parent is the sha256 of the manifest this checkpoint derives from.
+	Parent string
+
+	// testHook, when set, is called after every tensor written (with the
+	// file and tensor name) and after every file committed (tensor "").
+	testHook func(file, tensor string)
+}
+
+// HessianSource supplies the Hessian of a stored matrix: a cols×cols matrix
+// over the input features, and the number of tokens behind it. A nil
+// Hessian with a reason means GPTQ cannot run for that matrix; the builder
+// falls back to RTN and records the reason.
+type HessianSource interface {
+	Hessian(ctx context.Context, tensor string, layer, expert int, cols int) (h []float64, tokens int64, reason string, err error)
+}
+
+// ProgressEvent reports progress. Kind is "start", "file" (one output file
+// finished or kept), "layer" (every file of a layer finished) or "done".
+type ProgressEvent struct {
+	Kind       string
+	File       string
+	Layer      int
+	Kept       bool
+	FilesDone  int
+	FilesTotal int
+	BytesDone  int64
+	BytesTotal int64
+	Elapsed    time.Duration
+}
+
+// BuildResult is what a build produced.
+type BuildResult struct {
+	Dir      string
+	Identity string
+	CacheKey string
+	Files    int
+	Tensors  int
+	Bytes    int64
+	// Kept is the number of data files a resumed run kept.
+	Kept int
+	// AlreadyComplete is set when the directory already held this
+	// checkpoint and nothing was written.
+	AlreadyComplete bool
+	Manifest        *Manifest
+	// Work is the planned work (always set; the only result of a dry run).
+	Work *WorkSummary
+}
+
+// WorkSummary describes the work a build does.
+type WorkSummary struct {
+	Plan          string         `json:"plan"`
+	SourceTensors int            `json:"source_tensors"`
+	Tensors       int            `json:"stored_tensors"`
+	Files         int            `json:"files"`
+	ExpertFiles   int            `json:"expert_files"`
+	DenseFiles    int            `json:"dense_files"`
+	Methods       map[string]int `json:"tensors_by_method"`
+	Formats       map[string]int `json:"tensors_by_format"`
+	SourceBytes   int64          `json:"source_bytes"`
+	OutputBytes   int64          `json:"output_bytes"`
+	GPTQMatrices  int            `json:"gptq_matrices"`
+	// GPTQFlops is an estimate of the solver's floating-point work: per
+	// matrix the Cholesky and inverse of the Hessian (cols³) plus the
+	// column updates (2·rows·cols²).
+	GPTQFlops float64 `json:"gptq_flops"`
+	Layers    []int   `json:"layers"`
+}
+
+// buildKind distinguishes Convert from GPTQ.
+type buildKind int
+
+const (
+	kindConvert buildKind = iota
+	kindGPTQ
+)
+
+// Convert builds a native checkpoint with round-to-nearest for every
+// quantized tensor.
+func Convert(ctx context.Context, opt BuildOptions) (*BuildResult, error) {
+	return build(ctx, kindConvert, opt)
+}
+
+// GPTQ builds a native checkpoint with GPTQ for the matrices opt.Layers
+// selects and round-to-nearest for the other quantized ones.
+func GPTQ(ctx context.Context, opt BuildOptions) (*BuildResult, error) {
+	return build(ctx, kindGPTQ, opt)
+}
+
+type builder struct {
+	kind     buildKind
+	opt      BuildOptions
+	model    *safetensors.Model
+	tensors  []*storedTensor
+	jobs     []*job
+	params   BuildParams
+	gopt     gptq.Options
+	selector func(*storedTensor) bool
+	hess     HessianSource
+	calib    *CalibInfo
+	progress func(ProgressEvent)
+}
+
+// fingerprint is what a resumed build must share with the interrupted one.
+type fingerprint struct {
+	Command     string      `json:"command"`
+	Tool        ToolInfo    `json:"tool"`
+	Source      string      `json:"source_identity"`
+	Plan        string      `json:"plan_sha256"`
+	Calibration string      `json:"calibration_sha256,omitempty"`
+	Options     BuildParams `json:"options"`
+	Parent      string      `json:"parent,omitempty"`
+}
+
+// fileRecord is the bookkeeping of one finished file of an unfinished
+// build: enough to rebuild its part of the manifest without redoing it.
+type fileRecord struct {
+	File     FileEntry     `json:"file"`
+	Tensors  []TensorEntry `json:"tensors"`
+	Matrices []MatrixStats `json:"matrices,omitempty"`
+}
+
+func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult, error) {
+	if opt.Source == "" {
+		return nil, errors.New("manifest: no source checkpoint given")
+	}
+	if opt.Out == "" && !opt.DryRun {
+		return nil, errors.New("manifest: no output directory given")
+	}
+	if opt.Plan == nil {
+		return nil, errors.New("manifest: no plan given")
+	}
+	if opt.Workers <= 0 {
+		opt.Workers = 1
+	}
+	if opt.ExpertsPerFile == 0 {
+		opt.ExpertsPerFile = DefaultExpertsPerFile
+	}
+	if opt.DenseShardBytes == 0 {
+		opt.DenseShardBytes = DefaultDenseShardBytes
+	}
+	b := &builder{kind: kind, opt: opt, progress: opt.Progress}
+	if b.progress == nil {
+		b.progress = func(ProgressEvent) {}
+	}
+	b.params = BuildParams{ExpertsPerFile: opt.ExpertsPerFile, DenseShard: opt.DenseShardBytes}
+	if kind == kindGPTQ {
+		if opt.GPTQOptions != nil {
+			b.gopt = *opt.GPTQOptions
+		} else {
+			b.gopt = gptq.DefaultOptions()
+		}
+		layers := opt.Layers
+		if layers == "" {
+			layers = "experts"
+		}
+		sel, err := layerSelector(layers)
+		if err != nil {
+			return nil, err
+		}
+		b.selector = sel
+		b.params.Layers = layers
+		b.params.BlockSize = b.gopt.BlockSize
+		b.params.PercDamp = b.gopt.PercDamp
+		b.params.ActOrder = b.gopt.ActOrder
+		b.params.StaticGroups = b.gopt.StaticGroups
+		b.params.Float64 = b.gopt.Float64
+	}
+
+	m, err := safetensors.OpenModel(opt.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	b.model = m
+	if b.tensors, err = resolveStored(opt.Plan, m, ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes}); err != nil {
+		return nil, err
+	}
+	if kind == kindGPTQ {
+		for _, st := range b.tensors {
+			if st.isBFP && st.method == MethodGPTQ && !b.selector(st) {
+				st.method = MethodRTN
+			} else if st.isBFP && st.method != MethodNone && b.selector(st) {
+				st.method = MethodGPTQ
+			}
+		}
+	} else {
+		for _, st := range b.tensors {
+			if st.isBFP {
+				st.method = MethodRTN
+			}
+		}
+	}
+	if b.jobs, err = planJobs(b.tensors, opt.ExpertsPerFile, opt.DenseShardBytes); err != nil {
+		return nil, err
+	}
+	work := b.summary()
+	if opt.DryRun {
+		return &BuildResult{Work: work}, nil
+	}
+	if kind == kindGPTQ && work.GPTQMatrices > 0 {
+		if err := b.openCalibration(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res, err := b.run(ctx)
+	if res != nil {
+		res.Work = work
+	}
+	return res, err
+}
+
+func (b *builder) summary() *WorkSummary {
+	w := &WorkSummary{Plan: b.opt.Plan.Name, Methods: map[string]int{}, Formats: map[string]int{}}
+	srcSeen := map[string]bool{}
+	layers := map[int]bool{}
+	for _, st := range b.tensors {
+		for _, p := range st.parts {
+			if !srcSeen[p.tensor] {
+				srcSeen[p.tensor] = true
+				w.SourceTensors++
+			}
+		}
+		w.Tensors++
+		w.Methods[st.method]++
+		w.Formats[st.format]++
+		w.SourceBytes += st.srcLen
+		w.OutputBytes += st.outSize
+		if st.layer >= 0 {
+			layers[st.layer] = true
+		}
+		if st.method == MethodGPTQ {
+			w.GPTQMatrices++
+			_, r, c := matDims(st.shape)
+			fr, fc := float64(r), float64(c)
+			w.GPTQFlops += fc*fc*fc + 2*fr*fc*fc
+		}
+	}
+	for _, j := range b.jobs {
+		w.Files++
+		if j.role == FileExperts {
+			w.ExpertFiles++
+		} else {
+			w.DenseFiles++
+		}
+	}
+	for l := range layers {
+		w.Layers = append(w.Layers, l)
+	}
+	sort.Ints(w.Layers)
+	return w
+}
+
+// layerSelector parses --layers.
+func layerSelector(s string) (func(*storedTensor) bool, error) {
+	switch s {
+	case "experts":
+		return func(st *storedTensor) bool { return st.isExpertMatrix() }, nil
+	case "dense":
+		return func(st *storedTensor) bool { return !st.isExpertMatrix() }, nil
+	case "all":
+		return func(*storedTensor) bool { return true }, nil
+	}
+	re, err := compileLayerPattern(s)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: --layers %q is neither experts, dense, all nor a valid regular expression: %w", s, err)
+	}
+	return func(st *storedTensor) bool { return re.MatchString(st.name) }, nil
+}
+
+// configPatterns name the non-weight files copied from the source
+// directory.
+var configPatterns = []string{
+	"config.json", "generation_config.json", "preprocessor_config.json",
+	"video_preprocessor_config.json", "chat_template.*", "tokenizer*",
+	"special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
+}
+
+// sourceFiles lists the source checkpoint's files: shards, the index and the
+// config/tokenizer files, with their paths.
+func sourceFiles(src string, m *safetensors.Model) (shards []string, index string, configs []string, err error) {
+	for _, f := range m.Files() {
+		shards = append(shards, f.Path())
+	}
+	sort.Strings(shards)
+	dir := src
+	if fi, statErr := os.Stat(src); statErr == nil && !fi.IsDir() {
+		dir = filepath.Dir(src)
+		if strings.HasSuffix(src, ".index.json") {
+			index = src
+		}
+	} else if statErr != nil {
+		return nil, "", nil, statErr
+	} else {
+		idx, _ := filepath.Glob(filepath.Join(dir, "*.safetensors.index.json"))
+		if len(idx) > 0 {
+			sort.Strings(idx)
+			index = idx[0]
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range configPatterns {
+		ms, _ := filepath.Glob(filepath.Join(dir, p))
+		for _, mm := range ms {
+			fi, e := os.Stat(mm)
+			if e != nil || !fi.Mode().IsRegular() || seen[mm] || strings.HasSuffix(mm, ".safetensors") {
+				continue
+			}
+			seen[mm] = true
+			configs = append(configs, mm)
+		}
+	}
+	sort.Strings(configs)
+	return shards, index, configs, nil
+}
+
+// sourceIdentity hashes the source files (in parallel) and returns the
+// source section of the manifest and the config files to copy.
+func (b *builder) sourceIdentity(ctx context.Context) (SourceInfo, []string, error) {
+	shards, index, configs, err := sourceFiles(b.opt.Source, b.model)
+	if err != nil {
+		return SourceInfo{}, nil, err
+	}
+	all := append(append([]string(nil), shards...), configs...)
+	if index != "" {
+		all = append(all, index)
+	}
+	entries := make([]FileEntry, len(all))
+	err = parallelFor(ctx, len(all), b.opt.Workers, func(i int) error {
+		n, sum, err := hashFile(all[i])
+		if err != nil {
+			return err
+		}
+		entries[i] = FileEntry{Name: filepath.Base(all[i]), Size: n, SHA256: sum}
+		return nil
+	})
+	if err != nil {
+		return SourceInfo{}, nil, err
+	}
+	si := SourceInfo{Format: "safetensors"}
+	for i, p := range all {
+		e := entries[i]
+		switch {
+		case p == index:
+			e.Role = "index"
+			si.Index = &e
+		case i < len(shards):
+			e.Role = "shard"
+			si.Files = append(si.Files, e)
+		default:
+			e.Role = FileConfig
+			si.Files = append(si.Files, e)
+		}
+	}
+	sort.Slice(si.Files, func(i, j int) bool { return si.Files[i].Name < si.Files[j].Name })
+	idb, _ := json.Marshal(struct {
+		F []FileEntry
+		I *FileEntry
+	}{si.Files, si.Index})
+	si.Identity = sha256Hex(idb)
+	return si, configs, nil
+}
+
+// parallelFor runs fn(0..n-1) on up to workers goroutines, stopping at the
+// first error or when ctx is done. The error returned is the one of the
+// lowest index that failed, so it does not depend on scheduling.
+func parallelFor(ctx context.Context, n, workers int, fn func(i int) error) error {
+	if workers < 1 {
+		workers = 1
+	}
+	errs := make([]error, n)
+	var mu sync.Mutex
+	next := 0
+	failed := false
+	var wg sync.WaitGroup
+	for w := 0; w < workers && w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if failed || next >= n {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				if err := ctx.Err(); err != nil {
+					errs[i] = err
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+					return
+				}
+				if err := fn(i); err != nil {
+					errs[i] = err
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return ctx.Err()
+}
+
+// readSlice reads the source bytes of a stored tensor: its parts,
+// concatenated.
+func readSlice(st *storedTensor) ([]byte, error) {
+	buf := make([]byte, st.srcLen)
+	pos := int64(0)
+	for _, p := range st.parts {
+		if err := readPart(p.file, p.tensor, buf[pos:pos+p.len], p.off); err != nil {
+			return nil, err
+		}
+		pos += p.len
+	}
+	return buf, nil
+}
+
+// readPart reads len(dst) bytes of a source tensor's data from offset off.
+func readPart(f *safetensors.File, tensor string, dst []byte, off int64) error {
+	sr, err := f.SectionReader(tensor)
+	if err != nil {
+		return err
+	}
+	if n, err := sr.ReadAt(dst, off); err != nil && !(errors.Is(err, io.EOF) && n == len(dst)) {
+		return fmt.Errorf("reading %s from %s: %w", tensor, f.Path(), err)
+	}
+	return nil
+}

@@ -1,0 +1,289 @@
+package manifest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// Names of the fixed files of a native checkpoint.
+const (
+	// ManifestName is the manifest file, written last.
+	ManifestName = "native_manifest.json"
+	// SumsName is the checksum list in the format `sha256sum -c` reads. It
+	// lists every file of the checkpoint except itself and the manifest; the
+	// manifest in turn records the hash of SumsName.
+	SumsName = "SHA256SUMS"
+	// partialDir holds the bookkeeping of an unfinished build; it never
+	// survives a completed build.
+	partialDir = ".ttquant-partial"
+)
+
+// FormatVersion is the native_manifest.json format version this package
+// writes and reads. It changes when a field is removed or changes meaning.
+const FormatVersion = 1
+
+// FormatName identifies the manifest kind in its "format" field.
+const FormatName = "ttquant-native-checkpoint"
+
+// Orientations of a stored BFP tensor.
+const (
+	// OrientRow: the packed matrix is the logical matrix (last two dims, all
+	// leading dims folded into the rows); exponent groups run along the last
+	// dim, the input features of a [out, in] weight.
+	OrientRow = "row"
+	// OrientTransposed: the packed matrix is the transpose of the last two
+	// logical dims; exponent groups run along the logical second-to-last dim
+	// (the output features of a [out, in] weight).
+	OrientTransposed = "transposed"
+)
+
+// Methods recorded per tensor.
+const (
+	MethodGPTQ = "gptq"
+	MethodRTN  = "rtn"
+	MethodNone = "none"
+)
+
+// File roles.
+const (
+	FileExperts  = "experts"
+	FileDense    = "dense"
+	FileConfig   = "config"
+	FileChecksum = "checksums"
+)
+
+// Manifest is the content of native_manifest.json. Field order is the
+// serialization order; every list is sorted, so the same checkpoint always
+// serializes to the same bytes.
+type Manifest struct {
+	FormatVersion int            `json:"format_version"`
+	Format        string         `json:"format"`
+	Tool          ToolInfo       `json:"tool"`
+	Source        SourceInfo     `json:"source"`
+	Plan          PlanInfo       `json:"plan"`
+	Layout        LayoutInfo     `json:"layout"`
+	Files         []FileEntry    `json:"files"`
+	Tensors       []TensorEntry  `json:"tensors"`
+	TTQuant       TTQuantSection `json:"ttquant"`
+}
+
+// ToolInfo names the program that wrote the checkpoint.
+type ToolInfo struct {
+	Name     string `json:"name"`
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+}
+
+// SourceInfo identifies the source checkpoint: every shard's size and hash
+// and the index file, and an identity hash over them.
+type SourceInfo struct {
+	Format   string      `json:"format"`
+	Files    []FileEntry `json:"files"`
+	Index    *FileEntry  `json:"index,omitempty"`
+	Identity string      `json:"identity"`
+}
+
+// PlanInfo is the precision plan the checkpoint was built with.
+type PlanInfo struct {
+	Name   string     `json:"name"`
+	Rules  []RuleInfo `json:"rules"`
+	SHA256 string     `json:"sha256"`
+}
+
+// RuleInfo is one plan rule as recorded in the manifest.
+type RuleInfo struct {
+	Pattern string `json:"pattern"`
+	Format  string `json:"format"`
+	Method  string `json:"method"`
+	Axis    string `json:"axis,omitempty"`
+	Tile    string `json:"tile,omitempty"`
+}
+
+// LayoutInfo records the layout parameters.
+type LayoutInfo struct {
+	ExpertsPerFile  int   `json:"experts_per_file"`
+	DenseShardBytes int64 `json:"dense_shard_bytes"`
+	Alignment       int   `json:"alignment"`
+}
+
+// FileEntry is one file with its size and hash.
+type FileEntry struct {
+	Name   string `json:"name"`
+	Role   string `json:"role,omitempty"`
+	Layer  *int   `json:"layer,omitempty"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// TensorEntry describes one stored tensor.
+type TensorEntry struct {
+	Name string `json:"name"`
+	// Sources are the source byte ranges whose concatenation is the stored
+	// tensor's source data: one range of one tensor usually (a slice of a
+	// fused expert tensor), several when parts are joined (gate and up of
+	// a per-expert source).
+	Sources []SourceRef `json:"sources"`
+	// Expert is the expert index within a fused source tensor, or the
+	// expert the tensor belongs to; absent for non-expert tensors.
+	Expert      *int    `json:"expert,omitempty"`
+	Layer       *int    `json:"layer,omitempty"`
+	Role        string  `json:"role"`
+	Rule        int     `json:"rule"`
+	Method      string  `json:"method"`
+	Format      string  `json:"format"`
+	SourceDType string  `json:"source_dtype"`
+	DType       string  `json:"dtype"`
+	Shape       []int64 `json:"shape"`
+	PaddedShape []int64 `json:"padded_shape,omitempty"`
+	Orientation string  `json:"orientation,omitempty"`
+	Tile        string  `json:"tile,omitempty"`
+	File        string  `json:"file"`
+	Offset      int64   `json:"offset"`
+	Length      int64   `json:"length"`
+	SHA256      string  `json:"sha256"`
+	Finite      bool    `json:"finite"`
+}
+
+// SourceRef is a byte range [Offset, Offset+Length) of a source tensor's
+// data.
+type SourceRef struct {
+	Tensor string `json:"tensor"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+}
+
+// TTQuantSection carries what ttquant did: the GPTQ parameters, the
+// calibration identity, statistics, and the parent checkpoint.
+type TTQuantSection struct {
+	Command     string        `json:"command"`
+	Options     BuildParams   `json:"options"`
+	Calibration *CalibInfo    `json:"calibration,omitempty"`
+	Layers      []LayerStats  `json:"layers,omitempty"`
+	Matrices    []MatrixStats `json:"matrices,omitempty"`
+	Parent      string        `json:"parent_manifest_sha256,omitempty"`
+}
+
+// BuildParams are the options that influence the bytes written. They take
+// part in the resume check.
+type BuildParams struct {
+	Layers         string  `json:"layers,omitempty"`
+	BlockSize      int     `json:"gptq_block_size,omitempty"`
+	PercDamp       float64 `json:"gptq_percdamp,omitempty"`
+	ActOrder       bool    `json:"gptq_act_order,omitempty"`
+	StaticGroups   bool    `json:"gptq_static_groups,omitempty"`
+	Float64        bool    `json:"gptq_float64,omitempty"`
+	MinTokens      int64   `json:"gptq_min_tokens,omitempty"`
+	ExpertsPerFile int     `json:"experts_per_file"`
+	DenseShard     int64   `json:"dense_shard_bytes"`
+}
+
+// CalibInfo identifies the calibration store.
+type CalibInfo struct {
+	Sequences int64  `json:"sequences"`
+	Tokens    int64  `json:"tokens"`
+	SHA256    string `json:"sha256"`
+}
+
+// LayerStats aggregates a layer's GPTQ statistics.
+type LayerStats struct {
+	Layer        int     `json:"layer"`
+	Matrices     int     `json:"matrices"`
+	GPTQ         int     `json:"gptq"`
+	Fallbacks    int     `json:"fallbacks"`
+	ProxyLoss    float64 `json:"proxy_loss"`
+	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
+	Tokens       int64   `json:"tokens"`
+}
+
+// MatrixStats are one quantized matrix's statistics.
+type MatrixStats struct {
+	Tensor       string  `json:"tensor"`
+	Layer        *int    `json:"layer,omitempty"`
+	Expert       *int    `json:"expert,omitempty"`
+	Method       string  `json:"method"`
+	Tokens       int64   `json:"tokens"`
+	Damp         float64 `json:"damp"`
+	ProxyLoss    float64 `json:"proxy_loss"`
+	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
+	// Error is Σ (w − q)² over the logical elements, in float64, in
+	// row-major order; verify --source recomputes it exactly.
+	Error    float64 `json:"error"`
+	Fallback string  `json:"fallback,omitempty"`
+}
+
+// Encode returns the canonical bytes of m: indented JSON with a trailing
+// newline. Lists are sorted first so that the encoding does not depend on
+// the order in which work finished.
+func (m *Manifest) Encode() ([]byte, error) {
+	m.sort()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", " ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("manifest: encoding: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func (m *Manifest) sort() {
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Name < m.Files[j].Name })
+	sort.Slice(m.Tensors, func(i, j int) bool { return m.Tensors[i].Name < m.Tensors[j].Name })
+	sort.Slice(m.Source.Files, func(i, j int) bool { return m.Source.Files[i].Name < m.Source.Files[j].Name })
+	sort.Slice(m.TTQuant.Matrices, func(i, j int) bool { return m.TTQuant.Matrices[i].Tensor < m.TTQuant.Matrices[j].Tensor })
+	sort.Slice(m.TTQuant.Layers, func(i, j int) bool { return m.TTQuant.Layers[i].Layer < m.TTQuant.Layers[j].Layer })
+}
+
+// Identity returns the sha256 of the encoded manifest bytes: the
+// checkpoint's identity.
+func Identity(manifestBytes []byte) string {
+	s := sha256.Sum256(manifestBytes)
+	return hex.EncodeToString(s[:])
+}
+
+// CacheKey is the short cache key derived from an identity: its first 16 hex
+// digits.
+func CacheKey(identity string) string {
+	if len(identity) < 16 {
+		return identity
+	}
+	return identity[:16]
+}
+
+// DecodeManifest parses and checks manifest bytes strictly: unknown fields
+// are an error, as is a format_version other than FormatVersion.
+func DecodeManifest(data []byte) (*Manifest, error) {
+	var probe struct {
+		FormatVersion *int   `json:"format_version"`
+		Format        string `json:"format"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("%s: not JSON: %w", ManifestName, err)
+	}
+	if probe.FormatVersion == nil {
+		return nil, fmt.Errorf("%s: no format_version", ManifestName)
+	}
+	if *probe.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("%s: format_version %d, this build reads %d", ManifestName, *probe.FormatVersion, FormatVersion)
+	}
+	if probe.Format != FormatName {
+		return nil, fmt.Errorf("%s: format %q, want %q", ManifestName, probe.Format, FormatName)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestName, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: trailing data after the manifest", ManifestName)
+	}
+	return &m, nil
+}
+
+func intPtr(v int) *int { return &v }

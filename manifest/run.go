@@ -1,0 +1,629 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/gptq"
+)
+
+// ErrResumeMismatch is wrapped by the error a build returns when the output
+// directory holds a build of different inputs or options.
+var ErrResumeMismatch = errors.New("output directory holds a different build")
+
+const buildRecordName = "build.json"
+
+func (b *builder) fingerprint(si SourceInfo) fingerprint {
+	fp := fingerprint{
+		Command: b.command(),
+		Tool:    ToolVersion,
+		Source:  si.Identity,
+		Plan:    planInfo(b.opt.Plan).SHA256,
+		Options: b.params,
+		Parent:  b.opt.Parent,
+	}
+	if b.calib != nil {
+		fp.Calibration = b.calib.SHA256
+	}
+	return fp
+}
+
+func (b *builder) command() string {
+	if b.kind == kindGPTQ {
+		return "gptq"
+	}
+	return "convert"
+}
+
+// diffFingerprints names what differs between two builds.
+func diffFingerprints(have, want fingerprint) []string {
+	var d []string
+	if have.Command != want.Command {
+		d = append(d, fmt.Sprintf("command (%s, now %s)", have.Command, want.Command))
+	}
+	if have.Source != want.Source {
+		d = append(d, fmt.Sprintf("source checkpoint (identity %.16s, now %.16s)", have.Source, want.Source))
+	}
+	if have.Plan != want.Plan {
+		d = append(d, fmt.Sprintf("plan (sha256 %.16s, now %.16s)", have.Plan, want.Plan))
+	}
+	if have.Calibration != want.Calibration {
+		d = append(d, fmt.Sprintf("calibration (sha256 %.16s, now %.16s)", have.Calibration, want.Calibration))
+	}
+	if have.Options != want.Options {
+		hv, wv := reflect.ValueOf(have.Options), reflect.ValueOf(want.Options)
+		for i := 0; i < hv.NumField(); i++ {
+			if hv.Field(i).Interface() != wv.Field(i).Interface() {
+				tag := strings.Split(hv.Type().Field(i).Tag.Get("json"), ",")[0]
+				d = append(d, fmt.Sprintf("option %s (%v, now %v)", tag, hv.Field(i).Interface(), wv.Field(i).Interface()))
+			}
+		}
+	}
+	if have.Parent != want.Parent {
+		d = append(d, "parent manifest")
+	}
+	if have.Tool != want.Tool {
+		d = append(d, fmt.Sprintf("tool version (%s %s, now %s %s)", have.Tool.Version, have.Tool.Revision, want.Tool.Version, want.Tool.Revision))
+	}
+	return d
+}
+
+// fingerprintOf recovers the fingerprint of a finished checkpoint.
+func fingerprintOf(m *Manifest) fingerprint {
+	fp := fingerprint{
+		Command: m.TTQuant.Command,
+		Tool:    m.Tool,
+		Source:  m.Source.Identity,
+		Plan:    m.Plan.SHA256,
+		Options: m.TTQuant.Options,
+		Parent:  m.TTQuant.Parent,
+	}
+	if m.TTQuant.Calibration != nil {
+		fp.Calibration = m.TTQuant.Calibration.SHA256
+	}
+	return fp
+}
+
+// recordsOf splits a finished manifest into per-file records.
+func recordsOf(m *Manifest) map[string]*fileRecord {
+	recs := map[string]*fileRecord{}
+	for _, f := range m.Files {
+		if f.Role == FileExperts || f.Role == FileDense {
+			recs[f.Name] = &fileRecord{File: f}
+		}
+	}
+	fileOf := map[string]string{}
+	for _, t := range m.Tensors {
+		if r := recs[t.File]; r != nil {
+			r.Tensors = append(r.Tensors, t)
+			fileOf[t.Name] = t.File
+		}
+	}
+	for _, ms := range m.TTQuant.Matrices {
+		if r := recs[fileOf[ms.Tensor]]; r != nil {
+			r.Matrices = append(r.Matrices, ms)
+		}
+	}
+	return recs
+}
+
+func recordPath(out, file string) string {
+	return filepath.Join(out, partialDir, file+".json")
+}
+
+// prepareDir checks the output directory and returns the records of files
+// an earlier run of the same build finished.
+func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
+	out := b.opt.Out
+	if err := os.MkdirAll(filepath.Join(out, partialDir), 0o755); err != nil {
+		return nil, err
+	}
+	recs := map[string]*fileRecord{}
+	mpath := filepath.Join(out, ManifestName)
+	bpath := filepath.Join(out, partialDir, buildRecordName)
+	if data, err := os.ReadFile(mpath); err == nil {
+		old, err := DecodeManifest(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (remove it or choose another output directory)", mpath, err)
+		}
+		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
+			return nil, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+		}
+		recs = recordsOf(old)
+		for name, r := range recs {
+			if err := writeJSONAtomic(recordPath(out, name), r); err != nil {
+				return nil, err
+			}
+		}
+		if err := writeJSONAtomic(bpath, fp); err != nil {
+			return nil, err
+		}
+		// From here on the directory is an unfinished build again until the
+		// manifest is rewritten.
+		if err := os.Remove(mpath); err != nil {
+			return nil, err
+		}
+	} else if data, err := os.ReadFile(bpath); err == nil {
+		var have fingerprint
+		if err := json.Unmarshal(data, &have); err != nil {
+			return nil, fmt.Errorf("%s: %w", bpath, err)
+		}
+		if d := diffFingerprints(have, fp); len(d) > 0 {
+			return nil, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+		}
+		ents, err := os.ReadDir(filepath.Join(out, partialDir))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if e.Name() == buildRecordName || !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			data, err := os.ReadFile(filepath.Join(out, partialDir, e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			var r fileRecord
+			if json.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
+				continue // a damaged record: the file is redone
+			}
+			recs[r.File.Name] = &r
+		}
+	} else {
+		ents, err := os.ReadDir(out)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if e.Name() != partialDir {
+				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
+			}
+		}
+		if err := writeJSONAtomic(bpath, fp); err != nil {
+			return nil, err
+		}
+	}
+	// Leftovers of interrupted writes.
+	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, partialSuffix) {
+			os.Remove(p)
+		}
+		return nil
+	})
+	return recs, nil
+}
+
+func writeJSONAtomic(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	_, err = writeFileAtomic(path, append(data, '\n'))
+	return err
+}
+
+func (b *builder) run(ctx context.Context) (*BuildResult, error) {
+	start := time.Now()
+	si, configs, err := b.sourceIdentity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fp := b.fingerprint(si)
+	recs, err := b.prepareDir(fp)
+	if err != nil {
+		return nil, err
+	}
+	out := b.opt.Out
+
+	var total int64
+	for _, j := range b.jobs {
+		total += j.bytes
+	}
+	b.progress(ProgressEvent{Kind: "start", FilesTotal: len(b.jobs), BytesTotal: total})
+
+	// Copy the config and tokenizer files.
+	var files []FileEntry
+	for _, c := range configs {
+		data, err := os.ReadFile(c)
+		if err != nil {
+			return nil, err
+		}
+		name := filepath.Base(c)
+		sum, err := writeFileAtomic(filepath.Join(out, name), data)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, FileEntry{Name: name, Role: FileConfig, Size: int64(len(data)), SHA256: sum})
+	}
+
+	// Per layer, the number of files still to finish, for "layer" events.
+	left := map[int]int{}
+	for _, j := range b.jobs {
+		left[j.layer]++
+	}
+	results := make([]*fileRecord, len(b.jobs))
+	var mu sync.Mutex
+	var filesDone, kept int
+	var bytesDone int64
+	finish := func(j *job, r *fileRecord, wasKept bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		filesDone++
+		bytesDone += j.bytes
+		if wasKept {
+			kept++
+		}
+		ev := ProgressEvent{Kind: "file", File: j.file, Layer: j.layer, Kept: wasKept, FilesDone: filesDone, FilesTotal: len(b.jobs), BytesDone: bytesDone, BytesTotal: total, Elapsed: time.Since(start)}
+		b.progress(ev)
+		left[j.layer]--
+		if left[j.layer] == 0 && j.layer >= 0 {
+			ev.Kind = "layer"
+			b.progress(ev)
+		}
+	}
+	err = parallelFor(ctx, len(b.jobs), b.opt.Workers, func(i int) error {
+		j := b.jobs[i]
+		if r := recs[j.file]; r != nil && b.recordHolds(j, r) {
+			results[i] = r
+			finish(j, r, true)
+			return nil
+		}
+		r, err := b.writeJob(ctx, j)
+		if err != nil {
+			return fmt.Errorf("%s: %w", j.file, err)
+		}
+		if err := writeJSONAtomic(recordPath(out, j.file), r); err != nil {
+			return err
+		}
+		results[i] = r
+		finish(j, r, false)
+		if b.opt.testHook != nil {
+			b.opt.testHook(j.file, "")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	m := &Manifest{
+		FormatVersion: FormatVersion,
+		Format:        FormatName,
+		Tool:          ToolVersion,
+		Source:        si,
+		Plan:          planInfo(b.opt.Plan),
+		Layout:        LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: fileAlignment},
+		TTQuant: TTQuantSection{
+			Command:     b.command(),
+			Options:     b.params,
+			Calibration: b.calib,
+			Parent:      b.opt.Parent,
+		},
+	}
+	var dataBytes int64
+	for _, r := range results {
+		m.Files = append(m.Files, r.File)
+		m.Tensors = append(m.Tensors, r.Tensors...)
+		m.TTQuant.Matrices = append(m.TTQuant.Matrices, r.Matrices...)
+		dataBytes += r.File.Size
+	}
+	m.TTQuant.Layers = layerStats(m.TTQuant.Matrices)
+	m.Files = append(m.Files, files...)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sums := encodeSums(m.Files)
+	sumsHash, err := writeFileAtomic(filepath.Join(out, SumsName), sums)
+	if err != nil {
+		return nil, err
+	}
+	m.Files = append(m.Files, FileEntry{Name: SumsName, Role: FileChecksum, Size: int64(len(sums)), SHA256: sumsHash})
+	data, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := writeFileAtomic(filepath.Join(out, ManifestName), data); err != nil {
+		return nil, err
+	}
+	syncDir(out)
+	if err := os.RemoveAll(filepath.Join(out, partialDir)); err != nil {
+		return nil, err
+	}
+	id := Identity(data)
+	b.progress(ProgressEvent{Kind: "done", FilesDone: len(b.jobs), FilesTotal: len(b.jobs), BytesDone: total, BytesTotal: total, Elapsed: time.Since(start)})
+	return &BuildResult{
+		Dir:             out,
+		Identity:        id,
+		CacheKey:        CacheKey(id),
+		Files:           len(m.Files) + 1,
+		Tensors:         len(m.Tensors),
+		Bytes:           dataBytes + int64(len(sums)) + int64(len(data)) + configBytes(files),
+		Kept:            kept,
+		AlreadyComplete: kept == len(b.jobs) && len(b.jobs) > 0,
+		Manifest:        m,
+	}, nil
+}
+
+func configBytes(fs []FileEntry) int64 {
+	var n int64
+	for _, f := range fs {
+		n += f.Size
+	}
+	return n
+}
+
+// recordHolds reports whether a finished file of an earlier run can be
+// kept: the record describes the same tensors and the file on disk has the
+// recorded size and hash.
+func (b *builder) recordHolds(j *job, r *fileRecord) bool {
+	if r.File.Name != j.file || len(r.Tensors) != len(j.tensors) {
+		return false
+	}
+	names := map[string]bool{}
+	for _, t := range r.Tensors {
+		names[t.Name] = true
+	}
+	for _, st := range j.tensors {
+		if !names[st.name] {
+			return false
+		}
+	}
+	n, sum, err := hashFile(filepath.Join(b.opt.Out, j.file))
+	return err == nil && n == r.File.Size && sum == r.File.SHA256
+}
+
+func layerStats(ms []MatrixStats) []LayerStats {
+	by := map[int]*LayerStats{}
+	for _, s := range ms {
+		if s.Layer == nil {
+			continue
+		}
+		l := by[*s.Layer]
+		if l == nil {
+			l = &LayerStats{Layer: *s.Layer}
+			by[*s.Layer] = l
+		}
+		l.Matrices++
+		if s.Method == MethodGPTQ {
+			l.GPTQ++
+		}
+		if s.Fallback != "" {
+			l.Fallbacks++
+		}
+		l.ProxyLoss += s.ProxyLoss
+		l.RTNProxyLoss += s.RTNProxyLoss
+		l.Tokens += s.Tokens
+	}
+	var out []LayerStats
+	for _, l := range by {
+		out = append(out, *l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Layer < out[j].Layer })
+	return out
+}
+
+// writeJob produces one output file.
+func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
+	hts := make([]headerTensor, len(j.tensors))
+	for i, st := range j.tensors {
+		shape := st.shape
+		if st.isBFP {
+			shape = []int64{st.outSize}
+		}
+		hts[i] = headerTensor{name: st.name, dtype: st.outDType, shape: shape, size: st.outSize}
+	}
+	md := map[string]string{"format": "ttquant-native"}
+	header, offs, err := encodeSTHeader(hts, md)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(b.opt.Out, j.file)
+	af, err := createAtomic(path)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			af.Abort()
+		}
+	}()
+	if _, err := af.Write(header); err != nil {
+		return nil, err
+	}
+	r := &fileRecord{}
+	for i, st := range j.tensors {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		data, te, ms, err := b.produce(ctx, st)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s (shape %v): %w", st.name, st.shape, err)
+		}
+		if int64(len(data)) != st.outSize {
+			panic(fmt.Sprintf("manifest: %s produced %d bytes, planned %d", st.name, len(data), st.outSize))
+		}
+		if _, err := af.Write(data); err != nil {
+			return nil, err
+		}
+		te.File = j.file
+		te.Offset = offs[i]
+		te.Length = st.outSize
+		te.SHA256 = sha256Hex(data)
+		r.Tensors = append(r.Tensors, te)
+		if ms != nil {
+			r.Matrices = append(r.Matrices, *ms)
+		}
+		if b.opt.testHook != nil {
+			b.opt.testHook(j.file, st.name)
+		}
+	}
+	n, sum, err := af.Commit()
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	fe := FileEntry{Name: j.file, Role: j.role, Size: n, SHA256: sum}
+	if j.layer >= 0 {
+		fe.Layer = intPtr(j.layer)
+	}
+	r.File = fe
+	return r, nil
+}
+
+// entryOf fills the descriptive fields of a tensor entry.
+func entryOf(st *storedTensor) TensorEntry {
+	te := TensorEntry{
+		Name:        st.name,
+		Sources:     st.sourceRefs(),
+		Role:        st.role,
+		Rule:        st.rule,
+		Method:      st.method,
+		Format:      st.format,
+		SourceDType: st.srcDType,
+		DType:       st.outDType,
+		Shape:       st.shape,
+	}
+	if st.expert >= 0 {
+		te.Expert = intPtr(st.expert)
+	}
+	if st.layer >= 0 {
+		te.Layer = intPtr(st.layer)
+	}
+	if st.isBFP {
+		te.PaddedShape = st.padded
+		te.Orientation = st.orient
+		te.Tile = st.tile.String()
+	}
+	return te
+}
+
+// produce returns the stored bytes of one tensor, its entry (without file
+// position and hash) and, for GPTQ matrices, its statistics.
+func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error) {
+	te := entryOf(st)
+	raw, err := readSlice(st)
+	if err != nil {
+		return nil, te, nil, err
+	}
+	te.Finite = true
+	if !st.isBFP && st.outDType == st.srcDType {
+		if floatDType(st.srcDType) {
+			v, err := decodeFloats(st.srcDType, raw)
+			if err != nil {
+				return nil, te, nil, err
+			}
+			te.Finite = allFinite(v)
+		}
+		return raw, te, nil, nil
+	}
+	vals, err := decodeFloats(st.srcDType, raw)
+	if err != nil {
+		return nil, te, nil, err
+	}
+	te.Finite = allFinite(vals)
+	if !st.isBFP {
+		return encodeFloat(st.outDType, vals), te, nil, nil
+	}
+	if st.method != MethodGPTQ {
+		packed, err := packBFP(st.bfpF, st.tile, vals, st.shape, st.orient)
+		return packed, te, nil, err
+	}
+	return b.produceGPTQ(ctx, st, vals, te)
+}
+
+func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32, te TensorEntry) ([]byte, TensorEntry, *MatrixStats, error) {
+	slices, rows, cols := matDims(st.shape)
+	ms := &MatrixStats{Tensor: st.name, Method: MethodGPTQ}
+	if st.layer >= 0 {
+		ms.Layer = intPtr(st.layer)
+	}
+	if st.expert >= 0 {
+		ms.Expert = intPtr(st.expert)
+	}
+	rtn := func(reason string) ([]byte, TensorEntry, *MatrixStats, error) {
+		packed, err := packBFP(st.bfpF, st.tile, w, st.shape, st.orient)
+		if err != nil {
+			return nil, te, nil, err
+		}
+		q, err := unpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
+		if err != nil {
+			return nil, te, nil, err
+		}
+		te.Method = MethodRTN
+		ms.Method = MethodRTN
+		ms.Fallback = reason
+		ms.Error = sqErr(w, q)
+		return packed, te, ms, nil
+	}
+	if slices != 1 {
+		return rtn(fmt.Sprintf("GPTQ needs a matrix; shape %v has %d slices", st.shape, slices))
+	}
+	if b.hess == nil {
+		return rtn("no calibration data")
+	}
+	h, tokens, reason, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
+	if err != nil {
+		return nil, te, nil, err
+	}
+	ms.Tokens = tokens
+	if h == nil {
+		return rtn(reason)
+	}
+	if len(h) != cols*cols {
+		return nil, te, nil, fmt.Errorf("Hessian has %d entries, want %d×%d", len(h), cols, cols)
+	}
+	axis := gptq.InputAxis
+	if st.axis == "output" {
+		axis = gptq.OutputAxis
+	}
+	res, err := gptq.Quantize(w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis), b.gopt)
+	if err != nil {
+		return rtn("gptq: " + err.Error())
+	}
+	packed, err := packBFP(st.bfpF, st.tile, res.Q, st.shape, st.orient)
+	if err != nil {
+		return nil, te, nil, err
+	}
+	back, err := unpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
+	if err != nil {
+		return nil, te, nil, err
+	}
+	for i := range back {
+		if back[i] != res.Q[i] && !(back[i] == 0 && res.Q[i] == 0) {
+			panic(fmt.Sprintf("manifest: GPTQ value %d of %s (%g) is not representable in %s (packs to %g)", i, st.name, res.Q[i], st.bfpF, back[i]))
+		}
+	}
+	ms.Damp = res.Damp
+	ms.ProxyLoss = res.ProxyLoss
+	ms.RTNProxyLoss = res.RTNProxyLoss
+	ms.Error = sqErr(w, back)
+	return packed, te, ms, nil
+}
+
+// planInfo records a plan in the manifest.
+func planInfo(p *Plan) PlanInfo {
+	pi := PlanInfo{Name: p.Name}
+	for _, r := range p.Rules {
+		pi.Rules = append(pi.Rules, RuleInfo{Pattern: r.Pattern, Format: r.Format, Method: r.Method, Axis: r.Axis, Tile: r.Tile})
+	}
+	data, _ := json.Marshal(pi)
+	pi.SHA256 = sha256Hex(data)
+	return pi
+}
+
+var _ = bytes.Equal
+var _ = io.EOF
+var _ = bfp.BFP8

@@ -1,0 +1,237 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/x448/float16"
+
+	"github.com/ttquant/ttquant/bfp"
+)
+
+// floatDType reports whether a safetensors dtype name is one this package
+// converts to float32 values exactly.
+func floatDType(dt string) bool {
+	switch dt {
+	case "F32", "BF16", "F16", "F64":
+		return true
+	}
+	return false
+}
+
+// decodeFloats converts little-endian tensor bytes of a float dtype to
+// float32. F64 values are rounded to float32 (ties to even), the others are
+// exact.
+func decodeFloats(dt string, b []byte) ([]float32, error) {
+	switch dt {
+	case "F32":
+		if len(b)%4 != 0 {
+			return nil, fmt.Errorf("%d bytes is not a whole number of F32 values", len(b))
+		}
+		out := make([]float32, len(b)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return out, nil
+	case "BF16":
+		if len(b)%2 != 0 {
+			return nil, fmt.Errorf("%d bytes is not a whole number of BF16 values", len(b))
+		}
+		out := make([]float32, len(b)/2)
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
+		}
+		return out, nil
+	case "F16":
+		if len(b)%2 != 0 {
+			return nil, fmt.Errorf("%d bytes is not a whole number of F16 values", len(b))
+		}
+		out := make([]float32, len(b)/2)
+		for i := range out {
+			out[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
+		}
+		return out, nil
+	case "F64":
+		if len(b)%8 != 0 {
+			return nil, fmt.Errorf("%d bytes is not a whole number of F64 values", len(b))
+		}
+		out := make([]float32, len(b)/8)
+		for i := range out {
+			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("dtype %s has no float32 conversion", dt)
+}
+
+// allFinite reports whether every value is finite.
+func allFinite(v []float32) bool {
+	for _, x := range v {
+		if math.IsInf(float64(x), 0) || x != x {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeBF16 rounds float32 values to BF16 (nearest, ties to even; NaN stays
+// a quiet NaN with its sign) and returns the little-endian bytes.
+func encodeBF16(v []float32) []byte {
+	out := make([]byte, 2*len(v))
+	for i, x := range v {
+		b := math.Float32bits(x)
+		var h uint16
+		if x != x {
+			h = uint16(b>>16) | 0x0040
+		} else {
+			r := b + 0x7fff + (b>>16)&1
+			h = uint16(r >> 16)
+		}
+		binary.LittleEndian.PutUint16(out[2*i:], h)
+	}
+	return out
+}
+
+// encodeFloat encodes values as BF16 or F32 little-endian bytes.
+func encodeFloat(dt string, v []float32) []byte {
+	if dt == "BF16" {
+		return encodeBF16(v)
+	}
+	if dt != "F32" {
+		panic("manifest: encodeFloat to " + dt)
+	}
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	}
+	return out
+}
+
+// matDims returns the number of leading slices and the rows and columns of
+// the last two dims of shape (a 1-D shape is one row; a scalar one value).
+func matDims(shape []int64) (slices, rows, cols int) {
+	switch len(shape) {
+	case 0:
+		return 1, 1, 1
+	case 1:
+		return 1, 1, int(shape[0])
+	}
+	slices = 1
+	for _, d := range shape[:len(shape)-2] {
+		slices *= int(d)
+	}
+	return slices, int(shape[len(shape)-2]), int(shape[len(shape)-1])
+}
+
+// packedGeometry returns, for a BFP tensor of the given logical shape and
+// orientation, the padded shape (of the packed matrices, leading dims kept)
+// and the packed byte size.
+func packedGeometry(f bfp.Format, t bfp.Tile, shape []int64, orient string) ([]int64, int64, error) {
+	slices, rows, cols := matDims(shape)
+	if orient == OrientTransposed {
+		rows, cols = cols, rows
+	}
+	if slices <= 0 || rows <= 0 || cols <= 0 {
+		return nil, 0, fmt.Errorf("shape %v has no elements to pack", shape)
+	}
+	n, err := bfp.PackedSize(f, t, rows, cols)
+	if err != nil {
+		return nil, 0, err
+	}
+	pr := int64((rows + t.H - 1) / t.H * t.H)
+	pc := int64((cols + t.W - 1) / t.W * t.W)
+	var padded []int64
+	if len(shape) > 2 {
+		padded = append(padded, shape[:len(shape)-2]...)
+	}
+	padded = append(padded, pr, pc)
+	return padded, int64(n) * int64(slices), nil
+}
+
+// transposeInto writes the transpose of the rows×cols matrix src to dst.
+func transposeInto(dst, src []float32, rows, cols int) {
+	for r := 0; r < rows; r++ {
+		row := src[r*cols : (r+1)*cols]
+		for c, v := range row {
+			dst[c*rows+r] = v
+		}
+	}
+}
+
+// packBFP packs logical values (row-major over shape) in the given
+// orientation, slice by slice.
+func packBFP(f bfp.Format, t bfp.Tile, vals []float32, shape []int64, orient string) ([]byte, error) {
+	slices, rows, cols := matDims(shape)
+	if len(vals) != slices*rows*cols {
+		return nil, fmt.Errorf("%d values for shape %v", len(vals), shape)
+	}
+	pr, pc := rows, cols
+	if orient == OrientTransposed {
+		pr, pc = cols, rows
+	}
+	per, err := bfp.PackedSize(f, t, pr, pc)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, per*slices)
+	var tmp []float32
+	if orient == OrientTransposed {
+		tmp = make([]float32, rows*cols)
+	}
+	for s := 0; s < slices; s++ {
+		src := vals[s*rows*cols : (s+1)*rows*cols]
+		if orient == OrientTransposed {
+			transposeInto(tmp, src, rows, cols)
+			src = tmp
+		}
+		if err := bfp.PackInto(out[s*per:(s+1)*per], f, t, src, pr, pc); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// unpackBFP decodes packed bytes back to logical values (row-major over
+// shape).
+func unpackBFP(f bfp.Format, t bfp.Tile, packed []byte, shape []int64, orient string) ([]float32, error) {
+	slices, rows, cols := matDims(shape)
+	pr, pc := rows, cols
+	if orient == OrientTransposed {
+		pr, pc = cols, rows
+	}
+	per, err := bfp.PackedSize(f, t, pr, pc)
+	if err != nil {
+		return nil, err
+	}
+	if len(packed) != per*slices {
+		return nil, fmt.Errorf("%d packed bytes, want %d for shape %v as %s %s", len(packed), per*slices, shape, f, t)
+	}
+	out := make([]float32, slices*rows*cols)
+	var tmp []float32
+	if orient == OrientTransposed {
+		tmp = make([]float32, rows*cols)
+	}
+	for s := 0; s < slices; s++ {
+		dst := out[s*rows*cols : (s+1)*rows*cols]
+		if orient == OrientTransposed {
+			if err := bfp.UnpackInto(tmp, f, t, packed[s*per:(s+1)*per], pr, pc); err != nil {
+				return nil, err
+			}
+			transposeInto(dst, tmp, pr, pc)
+		} else if err := bfp.UnpackInto(dst, f, t, packed[s*per:(s+1)*per], pr, pc); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// sqErr returns Σ (a−b)² accumulated in float64 in index order.
+func sqErr(a, b []float32) float64 {
+	var s float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		s += d * d
+	}
+	return s
+}

@@ -1,0 +1,575 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	// Source, when set, is the source checkpoint to compare against.
+	Source string
+	// Workers is the number of files checked at once (default 1).
+	Workers int
+}
+
+// Failure is one failed check.
+type Failure struct {
+	File   string `json:"file,omitempty"`
+	Tensor string `json:"tensor,omitempty"`
+	What   string `json:"what"`
+}
+
+func (f Failure) String() string {
+	var b strings.Builder
+	if f.File != "" {
+		b.WriteString(f.File)
+		b.WriteString(": ")
+	}
+	if f.Tensor != "" {
+		b.WriteString("tensor ")
+		b.WriteString(f.Tensor)
+		b.WriteString(": ")
+	}
+	b.WriteString(f.What)
+	return b.String()
+}
+
+// VerifyReport is the result of Verify. OK is true only when Failures is
+// empty.
+type VerifyReport struct {
+	Dir string `json:"dir"`
+	OK  bool   `json:"ok"`
+	// Incomplete is set when the directory holds an unfinished build.
+	Incomplete    bool      `json:"incomplete"`
+	Identity      string    `json:"identity,omitempty"`
+	CacheKey      string    `json:"cache_key,omitempty"`
+	Files         int       `json:"files"`
+	Tensors       int       `json:"tensors"`
+	Bytes         int64     `json:"bytes"`
+	SourceChecked bool      `json:"source_checked"`
+	Failures      []Failure `json:"failures"`
+}
+
+// ErrNotCheckpoint is returned by Verify when the directory does not exist
+// or is empty.
+var ErrNotCheckpoint = errors.New("not a native checkpoint")
+
+var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Verify checks a native checkpoint directory: the manifest's schema and
+// layout, every file's size and hash, every tensor's byte range and hash,
+// that the directory holds exactly the listed files, that each data file is
+// a safetensors file whose header agrees with the manifest, and that every
+// BFP tensor decodes to finite values where the source was finite. With
+// opt.Source it also checks the source identity and each tensor against the
+// source (see docs/checkpoint.md).
+//
+// Failed checks are listed in the report; the error is non-nil only when
+// verification could not run (no such directory, unreadable source).
+func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, error) {
+	if opt.Workers <= 0 {
+		opt.Workers = 1
+	}
+	rep := &VerifyReport{Dir: dir, Failures: []Failure{}}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotCheckpoint, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrNotCheckpoint, dir)
+	}
+	onDisk, partial, err := listFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(f Failure) { rep.Failures = append(rep.Failures, f) }
+	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		if len(onDisk) == 0 && len(partial) == 0 {
+			return nil, fmt.Errorf("%w: %s is empty", ErrNotCheckpoint, dir)
+		}
+		rep.Incomplete = true
+		what := fmt.Sprintf("incomplete: no %s; the build that wrote this directory did not finish (%d files present", ManifestName, len(onDisk))
+		if len(partial) > 0 {
+			what += fmt.Sprintf(", %d unfinished", len(partial))
+		}
+		what += "); re-run the build to resume it"
+		fail(Failure{File: ManifestName, What: what})
+		return rep, nil
+	} else if err != nil {
+		return nil, err
+	}
+	rep.Identity = Identity(data)
+	rep.CacheKey = CacheKey(rep.Identity)
+	if len(partial) > 0 {
+		rep.Incomplete = true
+		for _, p := range partial {
+			fail(Failure{File: p, What: "incomplete: leftover of an unfinished write"})
+		}
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		fail(Failure{File: ManifestName, What: "schema: " + err.Error()})
+		return finish(rep), nil
+	}
+	rep.Files = len(m.Files) + 1
+	rep.Tensors = len(m.Tensors)
+	for _, f := range checkSchema(m) {
+		fail(f)
+	}
+
+	// Files on disk against the manifest.
+	listed := map[string]FileEntry{}
+	for _, f := range m.Files {
+		listed[f.Name] = f
+	}
+	for _, name := range onDisk {
+		if name == ManifestName {
+			continue
+		}
+		if _, ok := listed[name]; !ok {
+			fail(Failure{File: name, What: "extra file: not listed in the manifest"})
+		}
+	}
+	present := map[string]bool{}
+	for _, n := range onDisk {
+		present[n] = true
+	}
+	var toCheck []FileEntry
+	for _, f := range m.Files {
+		if !validRelName(f.Name) {
+			continue // reported by checkSchema
+		}
+		if !present[f.Name] {
+			fail(Failure{File: f.Name, What: "missing file: listed in the manifest but not present"})
+			continue
+		}
+		toCheck = append(toCheck, f)
+		rep.Bytes += f.Size
+	}
+	rep.Bytes += int64(len(data))
+
+	// SHA256SUMS must be exactly the rendering of the manifest's file list.
+	var rest []FileEntry
+	for _, f := range m.Files {
+		if f.Name != SumsName {
+			rest = append(rest, f)
+		}
+	}
+	if present[SumsName] {
+		if got, err := os.ReadFile(filepath.Join(dir, SumsName)); err == nil && !bytes.Equal(got, encodeSums(rest)) {
+			fail(Failure{File: SumsName, What: "does not match the manifest's file list"})
+		}
+	}
+
+	byFile := map[string][]TensorEntry{}
+	for _, t := range m.Tensors {
+		byFile[t.File] = append(byFile[t.File], t)
+	}
+	var mu sync.Mutex
+	perFile := make([][]Failure, len(toCheck))
+	err = parallelFor(ctx, len(toCheck), opt.Workers, func(i int) error {
+		perFile[i] = checkFile(dir, toCheck[i], byFile[toCheck[i].Name])
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	for _, fs := range perFile {
+		rep.Failures = append(rep.Failures, fs...)
+	}
+	mu.Unlock()
+
+	if opt.Source != "" {
+		sf, err := verifySource(ctx, dir, m, opt)
+		if err != nil {
+			return nil, err
+		}
+		rep.SourceChecked = true
+		rep.Failures = append(rep.Failures, sf...)
+	}
+	return finish(rep), nil
+}
+
+func finish(rep *VerifyReport) *VerifyReport {
+	sort.SliceStable(rep.Failures, func(i, j int) bool {
+		a, b := rep.Failures[i], rep.Failures[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		return a.Tensor < b.Tensor
+	})
+	rep.OK = len(rep.Failures) == 0
+	return rep
+}
+
+// listFiles returns every regular file under dir (relative, slash
+// separated, sorted), and separately the leftovers of unfinished writes
+// (the bookkeeping directory and *.partial files). Symbolic links and other
+// non-regular entries are listed as files so they are reported.
+func listFiles(dir string) (files, partial []string, err error) {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			return nil
+		}
+		if d.IsDir() {
+			if rel == partialDir {
+				partial = append(partial, rel+"/")
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(rel, partialSuffix) {
+			partial = append(partial, rel)
+			return nil
+		}
+		files = append(files, rel)
+		return nil
+	})
+	sort.Strings(files)
+	sort.Strings(partial)
+	return files, partial, err
+}
+
+var knownFormats = map[string]bool{"BFP8_b": true, "BFP4_b": true, "BFP2_b": true, "BF16": true, "F32": true, "AS_IS": true}
+
+// parseBFP returns the BFP format of a recorded format name.
+func parseBFP(s string) (bfp.Format, bool) {
+	if !strings.HasPrefix(s, "BFP") {
+		return 0, false
+	}
+	f, err := bfp.ParseFormat(s)
+	return f, err == nil
+}
+
+// checkSchema checks the manifest on its own: names, hashes, formats,
+// geometry, byte ranges and the grouped layout.
+func checkSchema(m *Manifest) []Failure {
+	var out []Failure
+	bad := func(file, tensor, format string, args ...any) {
+		out = append(out, Failure{File: file, Tensor: tensor, What: fmt.Sprintf(format, args...)})
+	}
+	if m.Tool.Name == "" {
+		bad(ManifestName, "", "schema: tool.name is empty")
+	}
+	if !hexRe.MatchString(m.Source.Identity) {
+		bad(ManifestName, "", "schema: source.identity is not a sha256")
+	}
+	if !hexRe.MatchString(m.Plan.SHA256) {
+		bad(ManifestName, "", "schema: plan.sha256 is not a sha256")
+	}
+	if m.Layout.ExpertsPerFile <= 0 {
+		bad(ManifestName, "", "schema: layout.experts_per_file must be positive")
+	}
+	files := map[string]FileEntry{}
+	sawSums := false
+	for _, f := range m.Files {
+		if !validRelName(f.Name) || f.Name == ManifestName {
+			bad(ManifestName, "", "schema: invalid file name %q", f.Name)
+			continue
+		}
+		if _, dup := files[f.Name]; dup {
+			bad(ManifestName, "", "schema: file %s listed twice", f.Name)
+		}
+		files[f.Name] = f
+		if !hexRe.MatchString(f.SHA256) {
+			bad(f.Name, "", "schema: sha256 %q is not a lowercase hex sha256", f.SHA256)
+		}
+		if f.Size < 0 {
+			bad(f.Name, "", "schema: negative size")
+		}
+		switch f.Role {
+		case FileExperts, FileDense, FileConfig:
+		case FileChecksum:
+			sawSums = f.Name == SumsName
+		default:
+			bad(f.Name, "", "schema: unknown role %q", f.Role)
+		}
+	}
+	if !sawSums {
+		bad(ManifestName, "", "schema: %s is not listed", SumsName)
+	}
+	seen := map[string]bool{}
+	type rng struct {
+		off, end int64
+		name     string
+	}
+	ranges := map[string][]rng{}
+	for _, t := range m.Tensors {
+		if seen[t.Name] {
+			bad(t.File, t.Name, "schema: tensor listed twice")
+		}
+		seen[t.Name] = true
+		f, ok := files[t.File]
+		if !ok {
+			bad(t.File, t.Name, "schema: tensor's file is not listed")
+			continue
+		}
+		if f.Role != FileExperts && f.Role != FileDense {
+			bad(t.File, t.Name, "schema: tensor stored in a %s file", f.Role)
+		}
+		if t.Rule < 0 || t.Rule >= len(m.Plan.Rules) {
+			bad(t.File, t.Name, "schema: rule %d out of range (plan has %d rules)", t.Rule, len(m.Plan.Rules))
+		}
+		if !hexRe.MatchString(t.SHA256) {
+			bad(t.File, t.Name, "schema: sha256 is not a lowercase hex sha256")
+		}
+		if t.Offset < 0 || t.Length < 0 || t.Offset+t.Length > f.Size {
+			bad(t.File, t.Name, "byte range [%d, %d) is outside the file (%d bytes)", t.Offset, t.Offset+t.Length, f.Size)
+		}
+		ranges[t.File] = append(ranges[t.File], rng{t.Offset, t.Offset + t.Length, t.Name})
+		for _, d := range t.Shape {
+			if d < 0 {
+				bad(t.File, t.Name, "schema: negative dimension in shape %v", t.Shape)
+			}
+		}
+		if !knownFormats[t.Format] {
+			bad(t.File, t.Name, "schema: unknown format %q", t.Format)
+			continue
+		}
+		if f, isBFP := parseBFP(t.Format); isBFP {
+			if t.Method != MethodRTN && t.Method != MethodGPTQ {
+				bad(t.File, t.Name, "schema: method %q for a BFP tensor", t.Method)
+			}
+			if t.DType != "U8" {
+				bad(t.File, t.Name, "schema: BFP tensor stored as %s, want U8", t.DType)
+			}
+			tile, err := bfp.ParseTile(t.Tile)
+			if err != nil {
+				bad(t.File, t.Name, "schema: tile %q: %v", t.Tile, err)
+				continue
+			}
+			if t.Orientation != OrientRow && t.Orientation != OrientTransposed {
+				bad(t.File, t.Name, "schema: orientation %q", t.Orientation)
+				continue
+			}
+			padded, size, err := packedGeometry(f, tile, t.Shape, t.Orientation)
+			if err != nil {
+				bad(t.File, t.Name, "schema: shape %v as %s %s: %v", t.Shape, t.Format, t.Tile, err)
+				continue
+			}
+			if !equalShape(padded, t.PaddedShape) {
+				bad(t.File, t.Name, "schema: padded shape %v, the logical shape %v gives %v", t.PaddedShape, t.Shape, padded)
+			}
+			if size != t.Length {
+				bad(t.File, t.Name, "schema: length %d, a %s %v tensor packs to %d bytes", t.Length, t.Format, t.Shape, size)
+			}
+		} else {
+			if t.Method != MethodNone {
+				bad(t.File, t.Name, "schema: method %q for a lossless tensor", t.Method)
+			}
+			dt, err := safetensors.ParseDType(t.DType)
+			if err != nil {
+				bad(t.File, t.Name, "schema: dtype %q: %v", t.DType, err)
+				continue
+			}
+			if (t.Format == "BF16" || t.Format == "F32") && t.DType != t.Format {
+				bad(t.File, t.Name, "schema: format %s stored as %s", t.Format, t.DType)
+			}
+			if t.Format == "AS_IS" && t.DType != t.SourceDType {
+				bad(t.File, t.Name, "schema: format AS_IS stored as %s from a %s source", t.DType, t.SourceDType)
+			}
+			n := int64(1)
+			for _, d := range t.Shape {
+				n *= d
+			}
+			if want := n * int64(dt.Bits()) / 8; want != t.Length {
+				bad(t.File, t.Name, "schema: length %d, a %s %v tensor has %d bytes", t.Length, t.DType, t.Shape, want)
+			}
+		}
+		// Layout: routed experts in their group file, the rest in dense shards.
+		if t.Expert != nil && t.Layer != nil {
+			kind := "gate_up"
+			if strings.Contains(t.Name, "down") {
+				kind = "down"
+			}
+			if m.Layout.ExpertsPerFile > 0 {
+				if want := expertFileName(*t.Layer, kind, *t.Expert/m.Layout.ExpertsPerFile); want != t.File {
+					bad(t.File, t.Name, "layout: expert %d of layer %d belongs in %s", *t.Expert, *t.Layer, want)
+				}
+			}
+		} else if f.Role != FileDense {
+			bad(t.File, t.Name, "layout: a non-expert tensor outside the dense shards")
+		}
+	}
+	for file, rs := range ranges {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].off < rs[j].off })
+		for i := 1; i < len(rs); i++ {
+			if rs[i].off < rs[i-1].end {
+				bad(file, rs[i].name, "byte range overlaps tensor %s", rs[i-1].name)
+			}
+		}
+	}
+	for _, ms := range m.TTQuant.Matrices {
+		if !seen[ms.Tensor] {
+			bad(ManifestName, ms.Tensor, "schema: statistics for a tensor that is not stored")
+		}
+	}
+	return out
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkFile hashes one file in a single pass, hashing each tensor's range
+// on the way, decoding BFP tensors and checking the safetensors header.
+func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
+	var out []Failure
+	bad := func(tensor, format string, args ...any) {
+		out = append(out, Failure{File: fe.Name, Tensor: tensor, What: fmt.Sprintf(format, args...)})
+	}
+	path := filepath.Join(dir, filepath.FromSlash(fe.Name))
+	f, err := os.Open(path)
+	if err != nil {
+		bad("", "cannot open: %v", err)
+		return out
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		bad("", "cannot stat: %v", err)
+		return out
+	}
+	if !st.Mode().IsRegular() {
+		bad("", "not a regular file")
+		return out
+	}
+	if st.Size() != fe.Size {
+		bad("", "size %d bytes, the manifest says %d (truncated or extended)", st.Size(), fe.Size)
+	}
+	sorted := append([]TensorEntry(nil), ts...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Offset < sorted[j].Offset })
+	h := sha256.New()
+	var pos int64
+	var buf []byte
+	for _, t := range sorted {
+		if t.Offset < pos || t.Offset+t.Length > st.Size() || t.Length < 0 {
+			continue // overlap or out of range; reported elsewhere
+		}
+		if _, err := io.CopyN(h, f, t.Offset-pos); err != nil {
+			bad("", "read: %v", err)
+			return out
+		}
+		if int64(cap(buf)) < t.Length {
+			buf = make([]byte, t.Length)
+		}
+		b := buf[:t.Length]
+		if _, err := io.ReadFull(f, b); err != nil {
+			bad(t.Name, "read: %v", err)
+			return out
+		}
+		h.Write(b)
+		pos = t.Offset + t.Length
+		if sha256Hex(b) != t.SHA256 {
+			bad(t.Name, "sha256 of bytes [%d, %d) differs from the manifest", t.Offset, pos)
+			continue
+		}
+		if fm, ok := parseBFP(t.Format); ok && t.Finite {
+			tile, err := bfp.ParseTile(t.Tile)
+			if err != nil {
+				continue
+			}
+			vals, err := unpackBFP(fm, tile, b, t.Shape, t.Orientation)
+			if err != nil {
+				bad(t.Name, "decode: %v", err)
+			} else if !allFinite(vals) {
+				bad(t.Name, "decodes to a non-finite value where the source was finite")
+			}
+		} else if t.Finite && floatDType(t.DType) {
+			if vals, err := decodeFloats(t.DType, b); err == nil && !allFinite(vals) {
+				bad(t.Name, "holds a non-finite value where the source was finite")
+			}
+		}
+	}
+	if _, err := io.Copy(h, f); err != nil {
+		bad("", "read: %v", err)
+		return out
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != fe.SHA256 {
+		bad("", "sha256 %s differs from the manifest's %s", sum, fe.SHA256)
+	}
+	if fe.Role == FileExperts || fe.Role == FileDense {
+		out = append(out, checkHeader(path, fe, ts)...)
+	}
+	return out
+}
+
+// checkHeader opens a data file as safetensors and compares its header with
+// the manifest's tensors.
+func checkHeader(path string, fe FileEntry, ts []TensorEntry) []Failure {
+	var out []Failure
+	bad := func(tensor, format string, args ...any) {
+		out = append(out, Failure{File: fe.Name, Tensor: tensor, What: fmt.Sprintf(format, args...)})
+	}
+	sf, err := safetensors.Open(path)
+	if err != nil {
+		bad("", "not a valid safetensors file: %v", err)
+		return out
+	}
+	defer sf.Close()
+	want := map[string]TensorEntry{}
+	for _, t := range ts {
+		want[t.Name] = t
+	}
+	for _, info := range sf.Tensors() {
+		t, ok := want[info.Name]
+		if !ok {
+			bad(info.Name, "in the file's header but not in the manifest")
+			continue
+		}
+		delete(want, info.Name)
+		if info.DType.String() != t.DType {
+			bad(t.Name, "header dtype %s, manifest %s", info.DType, t.DType)
+		}
+		shape := t.Shape
+		if _, isBFP := parseBFP(t.Format); isBFP {
+			shape = []int64{t.Length}
+		}
+		if !equalShape(info.Shape, shape) {
+			bad(t.Name, "header shape %v, manifest %v", info.Shape, shape)
+		}
+		if sf.DataOffset()+info.Begin != t.Offset || info.End-info.Begin != t.Length {
+			bad(t.Name, "header range [%d, %d), manifest [%d, %d)", sf.DataOffset()+info.Begin, sf.DataOffset()+info.End, t.Offset, t.Offset+t.Length)
+		}
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		bad(n, "in the manifest but not in the file's header")
+	}
+	return out
+}
