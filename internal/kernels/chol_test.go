@@ -1,0 +1,228 @@
+package kernels
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// randSPD returns a random n×n symmetric positive definite matrix with
+// leading dimension ld: XᵀX/rows plus a small diagonal shift; cond
+// controls how far the spectrum is stretched.
+func randSPD(r *rand.Rand, n, ld int, cond float64) []float64 {
+	rows := n + 8
+	x := make([]float64, rows*n)
+	for j := 0; j < n; j++ {
+		scale := math.Pow(cond, -float64(j)/float64(max(n-1, 1))/2)
+		for i := 0; i < rows; i++ {
+			x[i*n+j] = r.NormFloat64() * scale
+		}
+	}
+	a := make([]float64, n*ld)
+	for i := 0; i < n; i++ {
+		for j := 0; j <= i; j++ {
+			var s float64
+			for k := 0; k < rows; k++ {
+				s += x[k*n+i] * x[k*n+j]
+			}
+			s /= float64(rows)
+			a[i*ld+j], a[j*ld+i] = s, s
+		}
+		a[i*ld+i] += 1e-3 / cond
+	}
+	return a
+}
+
+func maxAbsDiff(n int, x []float64, ldx int, y []float64, ldy int, lowerOnly bool) float64 {
+	var d float64
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			if lowerOnly && j > i {
+				break
+			}
+			d = max(d, math.Abs(x[i*ldx+j]-y[i*ldy+j]))
+		}
+	}
+	return d
+}
+
+var cholSizes = []int{1, 2, 5, 95, 96, 97, 200, 301}
+
+func TestDpotrf(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, n := range cholSizes {
+		ld := n + 3
+		a := randSPD(r, n, ld, 1e4)
+		l := append([]float64(nil), a...)
+		// Poison the strict upper triangle: it must be neither read nor written.
+		for i := 0; i < n; i++ {
+			for j := i + 1; j < n; j++ {
+				l[i*ld+j] = math.NaN()
+			}
+		}
+		if err := Dpotrf(n, l, ld); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		var scale float64
+		for i := 0; i < n; i++ {
+			scale = max(scale, a[i*ld+i])
+			for j := 0; j < n; j++ {
+				if j > i {
+					if !math.IsNaN(l[i*ld+j]) {
+						t.Fatalf("n=%d: upper entry [%d][%d] written", n, i, j)
+					}
+					continue
+				}
+				var s float64
+				for k := 0; k <= j; k++ {
+					s += l[i*ld+k] * l[j*ld+k]
+				}
+				if d := math.Abs(s - a[i*ld+j]); d > 1e-12*scale {
+					t.Fatalf("n=%d: (L·Lᵀ)[%d][%d] = %g, A = %g", n, i, j, s, a[i*ld+j])
+				}
+			}
+		}
+		// Worker count independence, bit for bit.
+		prev := SetWorkers(1)
+		l1 := append([]float64(nil), a...)
+		if err := Dpotrf(n, l1, ld); err != nil {
+			t.Fatal(err)
+		}
+		SetWorkers(3)
+		l3 := append([]float64(nil), a...)
+		if err := Dpotrf(n, l3, ld); err != nil {
+			t.Fatal(err)
+		}
+		SetWorkers(prev)
+		for i := range l1 {
+			if !bitsEqual64(l1[i], l3[i]) {
+				t.Fatalf("n=%d: 1 and 3 workers differ at %d: %g vs %g", n, i, l1[i], l3[i])
+			}
+		}
+	}
+}
+
+func TestDpotrfNotPositiveDefinite(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, k := range []int{0, 50, 96, 150, 199} {
+		n := 200
+		a := randSPD(r, n, n, 10)
+		// Make the leading (k+1)-minor indefinite while the k-minor stays
+		// positive definite.
+		a[k*n+k] = -1
+		err := Dpotrf(n, a, n)
+		var npd *NotPositiveDefiniteError
+		if !errors.As(err, &npd) || npd.Order != k+1 || npd.Trailing || !(npd.Pivot < 0) {
+			t.Errorf("k=%d: err = %v, want a leading minor of order %d", k, err, k+1)
+		}
+	}
+	a := []float64{1, 0, 0, math.NaN()}
+	if err := Dpotrf(2, a, 2); err == nil {
+		t.Error("NaN pivot accepted")
+	}
+}
+
+func TestDtrtriAndDpotri(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, n := range cholSizes {
+		ld := n + 1
+		a := randSPD(r, n, ld, 1e3)
+		l := append([]float64(nil), a...)
+		if err := Dpotrf(n, l, ld); err != nil {
+			t.Fatal(err)
+		}
+		li := append([]float64(nil), l...)
+		if err := Dtrtri(n, li, ld); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			for j := 0; j <= i; j++ {
+				var s float64
+				for k := j; k <= i; k++ {
+					s += l[i*ld+k] * li[k*ld+j]
+				}
+				want := 0.0
+				if i == j {
+					want = 1
+				}
+				if math.Abs(s-want) > 1e-10 {
+					t.Fatalf("n=%d: (L·L⁻¹)[%d][%d] = %g", n, i, j, s)
+				}
+			}
+		}
+		ai := append([]float64(nil), l...)
+		if err := Dpotri(n, ai, ld); err != nil {
+			t.Fatal(err)
+		}
+		SymmetrizeLower64(n, ai, ld)
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				var s float64
+				for k := 0; k < n; k++ {
+					s += ai[i*ld+k] * a[k*ld+j]
+				}
+				want := 0.0
+				if i == j {
+					want = 1
+				}
+				if math.Abs(s-want) > 1e-8 {
+					t.Fatalf("n=%d: (A⁻¹·A)[%d][%d] = %g", n, i, j, s)
+				}
+			}
+		}
+	}
+	if err := Dtrtri(2, []float64{1, 0, 3, 0}, 2); err == nil {
+		t.Error("singular triangle accepted")
+	}
+}
+
+func TestCholInvUpper(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, n := range cholSizes {
+		ld := n + 2
+		h := randSPD(r, n, ld, 1e3)
+		u := make([]float64, n*ld)
+		for i := range u {
+			u[i] = math.NaN()
+		}
+		if err := CholInvUpper(n, h, ld, u, ld); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		// The three-step form: L = chol(H), Hinv = L⁻ᵀL⁻¹, U = chol(Hinv)ᵀ.
+		hi := append([]float64(nil), h...)
+		if err := Dpotrf(n, hi, ld); err != nil {
+			t.Fatal(err)
+		}
+		if err := Dpotri(n, hi, ld); err != nil {
+			t.Fatal(err)
+		}
+		if err := Dpotrf(n, hi, ld); err != nil {
+			t.Fatal(err)
+		}
+		var scale float64
+		for i := 0; i < n; i++ {
+			scale = max(scale, math.Abs(hi[i*ld+i]))
+		}
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				got := u[i*ld+j]
+				if j < i {
+					if got != 0 {
+						t.Fatalf("n=%d: U[%d][%d] = %g below the diagonal", n, i, j, got)
+					}
+					continue
+				}
+				want := hi[j*ld+i]
+				if math.Abs(got-want) > 1e-9*scale {
+					t.Fatalf("n=%d: U[%d][%d] = %g, three-step form %g", n, i, j, got, want)
+				}
+			}
+		}
+	}
+	h := []float64{4, 0, 0, 0, 1, 0, 0, 0, -1}
+	var npd *NotPositiveDefiniteError
+	if err := CholInvUpper(3, h, 3, make([]float64, 9), 3); !errors.As(err, &npd) || !npd.Trailing || npd.Order != 1 {
+		t.Errorf("indefinite H: err = %v", err)
+	}
+}
