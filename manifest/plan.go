@@ -253,59 +253,106 @@ func LoadPlan(path string) (*Plan, error) {
 	return p, nil
 }
 
-// compilePattern turns a rule pattern into an anchored regular expression.
-func compilePattern(p string) (*regexp.Regexp, error) {
+// pattern is a compiled rule pattern: either a regular expression or a set
+// of alternative globs made only of literals, `*` and `?`.
+type pattern struct {
+	re    *regexp.Regexp
+	globs []string
+}
+
+func (p *pattern) match(name string) bool {
+	if p.re != nil {
+		return p.re.MatchString(name)
+	}
+	for _, g := range p.globs {
+		if globMatch(g, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxGlobAlternatives bounds the expansion of {a,b} groups.
+const maxGlobAlternatives = 4096
+
+// compilePattern parses a rule pattern (see Rule).
+func compilePattern(p string) (*pattern, error) {
 	if re, ok := strings.CutPrefix(p, "re:"); ok {
 		r, err := regexp.Compile(`^(?:` + re + `)$`)
 		if err != nil {
 			return nil, fmt.Errorf("bad regular expression: %v", err)
 		}
-		return r, nil
+		return &pattern{re: r}, nil
 	}
-	var b strings.Builder
-	b.WriteString("^")
-	depth := 0
-	for _, c := range p {
-		switch c {
-		case '*':
-			b.WriteString(".*")
-		case '?':
-			b.WriteString(".")
-		case '{':
-			if depth > 0 {
-				return nil, errors.New("nested { in glob")
+	globs := []string{""}
+	for len(p) > 0 {
+		open := strings.IndexAny(p, "{}")
+		if open < 0 {
+			for i := range globs {
+				globs[i] += p
 			}
-			depth++
-			b.WriteString("(?:")
-		case '}':
-			if depth == 0 {
-				return nil, errors.New("unbalanced } in glob")
+			break
+		}
+		if p[open] == '}' {
+			return nil, errors.New("unbalanced } in glob")
+		}
+		end := strings.IndexAny(p[open+1:], "{}")
+		if end < 0 || p[open+1+end] == '{' {
+			if end < 0 {
+				return nil, errors.New("unbalanced { in glob")
 			}
-			depth--
-			b.WriteString(")")
-		case ',':
-			if depth > 0 {
-				b.WriteString("|")
-			} else {
-				b.WriteString(",")
+			return nil, errors.New("nested { in glob")
+		}
+		lit, alts := p[:open], strings.Split(p[open+1:open+1+end], ",")
+		if len(globs)*len(alts) > maxGlobAlternatives {
+			return nil, fmt.Errorf("glob expands to more than %d alternatives", maxGlobAlternatives)
+		}
+		next := make([]string, 0, len(globs)*len(alts))
+		for _, g := range globs {
+			for _, a := range alts {
+				next = append(next, g+lit+a)
 			}
+		}
+		globs = next
+		p = p[open+1+end+1:]
+	}
+	return &pattern{globs: globs}, nil
+}
+
+// globMatch reports whether name matches glob g made of literals, `*` (any
+// run) and `?` (one byte). It backtracks only to the last star, so it runs
+// in O(len(g)·len(name)) at worst.
+func globMatch(g, name string) bool {
+	gi, ni := 0, 0
+	star, mark := -1, 0
+	for ni < len(name) {
+		switch {
+		case gi < len(g) && (g[gi] == '?' || g[gi] == name[ni]) && g[gi] != '*':
+			gi++
+			ni++
+		case gi < len(g) && g[gi] == '*':
+			star, mark = gi, ni
+			gi++
+		case star >= 0:
+			mark++
+			ni = mark
+			gi = star + 1
 		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
+			return false
 		}
 	}
-	if depth != 0 {
-		return nil, errors.New("unbalanced { in glob")
+	for gi < len(g) && g[gi] == '*' {
+		gi++
 	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
+	return gi == len(g)
 }
 
 // Match returns the index of the first rule of p whose pattern matches
 // name, or -1. Invalid patterns never match (Validate reports them).
 func (p *Plan) Match(name string) int {
 	for i, r := range p.Rules {
-		re, err := compilePattern(r.Pattern)
-		if err == nil && re.MatchString(name) {
+		pt, err := compilePattern(r.Pattern)
+		if err == nil && pt.match(name) {
 			return i
 		}
 	}
@@ -313,23 +360,23 @@ func (p *Plan) Match(name string) int {
 }
 
 // matcher caches compiled patterns of a validated plan.
-type matcher struct{ res []*regexp.Regexp }
+type matcher struct{ pats []*pattern }
 
 func newMatcher(p *Plan) (*matcher, error) {
-	m := &matcher{res: make([]*regexp.Regexp, len(p.Rules))}
+	m := &matcher{pats: make([]*pattern, len(p.Rules))}
 	for i, r := range p.Rules {
-		re, err := compilePattern(r.Pattern)
+		pt, err := compilePattern(r.Pattern)
 		if err != nil {
 			return nil, fmt.Errorf("plan %q rule %d (pattern %q): %v", p.Name, i+1, r.Pattern, err)
 		}
-		m.res[i] = re
+		m.pats[i] = pt
 	}
 	return m, nil
 }
 
 func (m *matcher) match(name string) int {
-	for i, re := range m.res {
-		if re.MatchString(name) {
+	for i, pt := range m.pats {
+		if pt.match(name) {
 			return i
 		}
 	}

@@ -394,7 +394,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 			})
 	}
 
-	sort.Slice(planned, func(i, j int) bool { return naturalLess(planned[i].Name, planned[j].Name) })
+	sortNatural(planned)
 	for i := 1; i < len(planned); i++ {
 		if planned[i].Name == planned[i-1].Name {
 			return nil, fmt.Errorf("%s: stored tensor %s would come from both %s and %s (fused and per-expert experts in the same block?)",
@@ -632,25 +632,45 @@ func sameShape(a, b []int64) bool {
 	return true
 }
 
-// naturalLess orders dotted names comparing all-digit segments as numbers,
-// so that layers.2 comes before layers.10.
-func naturalLess(a, b string) bool {
-	for a != "" && b != "" {
-		var sa, sb string
-		sa, a, _ = strings.Cut(a, ".")
-		sb, b, _ = strings.Cut(b, ".")
-		if sa == sb {
-			continue
-		}
-		na, ea := strconv.ParseUint(sa, 10, 63)
-		nb, eb := strconv.ParseUint(sb, 10, 63)
-		if ea == nil && eb == nil {
-			if na != nb {
-				return na < nb
-			}
-			return sa < sb
-		}
-		return sa < sb
+// sortNatural sorts planned tensors by name, comparing all-digit dotted
+// segments as numbers so that layers.2 comes before layers.10.
+func sortNatural(ts []PlannedTensor) {
+	keys := make([]string, len(ts))
+	idx := make([]int, len(ts))
+	for i := range ts {
+		keys[i] = naturalKey(ts[i].Name)
+		idx[i] = i
 	}
-	return a == "" && b != ""
+	sort.Slice(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+	out := make([]PlannedTensor, len(ts))
+	for i, j := range idx {
+		out[i] = ts[j]
+	}
+	copy(ts, out)
+}
+
+// naturalKey maps a dotted name to a string whose byte order is the
+// natural order: every all-digit segment is prefixed with its length, and
+// segments are joined with a byte below every printable character.
+func naturalKey(name string) string {
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i, seg := range strings.Split(name, ".") {
+		if i > 0 {
+			b.WriteByte(1)
+		}
+		digits := seg != ""
+		for j := 0; j < len(seg); j++ {
+			if seg[j] < '0' || seg[j] > '9' {
+				digits = false
+				break
+			}
+		}
+		if digits {
+			b.WriteByte(2)
+			b.WriteByte(byte('0' + min(len(seg), 40)))
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
 }
