@@ -29,18 +29,18 @@ func packGroupGo(f Format, g *[16]float32, m []byte) uint8 {
 	case BFP8:
 		m := (*[16]byte)(m)
 		for k := range 16 {
-			m[k] = uint8(encodeFast(b[k], e, 7))
+			m[k] = uint8(enc8(b[k], e))
 		}
 	case BFP4:
 		m := (*[8]byte)(m)
 		for k := range 8 {
-			m[k] = uint8(encodeFast(b[2*k], e, 3) | encodeFast(b[2*k+1], e, 3)<<4)
+			m[k] = uint8(enc4(b[2*k], e) | enc4(b[2*k+1], e)<<4)
 		}
 	case BFP2:
 		m := (*[4]byte)(m)
 		for k := range 4 {
-			m[k] = uint8(encodeFast(b[4*k], e, 1) | encodeFast(b[4*k+1], e, 1)<<2 |
-				encodeFast(b[4*k+2], e, 1)<<4 | encodeFast(b[4*k+3], e, 1)<<6)
+			m[k] = uint8(enc2(b[4*k], e) | enc2(b[4*k+1], e)<<2 |
+				enc2(b[4*k+2], e)<<4 | enc2(b[4*k+3], e)<<6)
 		}
 	default:
 		panic("bfp: invalid format " + f.String())
@@ -50,33 +50,59 @@ func packGroupGo(f Format, g *[16]float32, m []byte) uint8 {
 
 // encodeFast is encodeBits for an element whose exponent field does not
 // exceed e (always true inside Pack), written without data-dependent
-// branches.
+// branches. enc8, enc4 and enc2 are the same with w fixed, small enough to
+// be inlined.
 func encodeFast(b, e uint32, w uint) uint32 {
 	ex := b >> 23 & 0xff
-	nz := (ex + 0xff) >> 8 // 1 unless ex == 0
-	m := (b&0x7fffff | 0x800000) & -nz
-	a := m >> (e - ex)
+	// Zeros and subnormals (ex == 0) get a shift of at least 32, hence 0.
+	d := (e - ex) | (ex-1)>>31<<5
+	a := (b | 0x800000) & 0xffffff >> d
 	s := 24 - w
-	q := (a + (uint32(1)<<(s-1) - 1) + (a >> s & 1)) >> s
 	maxq := uint32(1)<<w - 1
-	q = min(q, maxq)
+	q := min((a+(uint32(1)<<(s-1)-1)+(a>>s&1))>>s, maxq)
 	return q | (b>>31&((q+maxq)>>w))<<w
+}
+
+func enc8(b, e uint32) uint32 {
+	ex := b >> 23 & 0xff
+	a := (b | 0x800000) & 0xffffff >> ((e - ex) | (ex-1)>>31<<5)
+	q := min((a+0xffff+(a>>17&1))>>17, 127)
+	return q | (b>>31&((q+127)>>7))<<7
+}
+
+func enc4(b, e uint32) uint32 {
+	ex := b >> 23 & 0xff
+	a := (b | 0x800000) & 0xffffff >> ((e - ex) | (ex-1)>>31<<5)
+	q := min((a+0xfffff+(a>>21&1))>>21, 7)
+	return q | (b>>31&((q+7)>>3))<<3
+}
+
+func enc2(b, e uint32) uint32 {
+	ex := b >> 23 & 0xff
+	a := (b | 0x800000) & 0xffffff >> ((e - ex) | (ex-1)>>31<<5)
+	q := min((a+0x3fffff+(a>>23&1))>>23, 1)
+	return q | (b>>31&q)<<1
 }
 
 // signedMag8/4/2 map a code to its signed magnitude as a float32 (the
 // sign-only code gives -0).
-var signedMag8, signedMag4, signedMag2 = magTable(7), magTable(3), magTable(1)
+var (
+	signedMag8 = magTable[[256]float32](7)
+	signedMag4 = magTable[[16]float32](3)
+	signedMag2 = magTable[[4]float32](1)
+)
 
-func magTable(w uint) []float32 {
-	t := make([]float32, 1<<(w+1))
-	for c := range t {
-		t[c] = math.Float32frombits(uint32(c) >> w << 31) // ±0
+func magTable[A [256]float32 | [16]float32 | [4]float32](w uint) A {
+	var t A
+	for c := range len(t) {
+		v := math.Float32frombits(uint32(c) >> w << 31) // ±0
 		if q := c & (1<<w - 1); q != 0 {
-			t[c] = float32(q)
+			v = float32(q)
 			if c>>w != 0 {
-				t[c] = -t[c]
+				v = -v
 			}
 		}
+		t[c] = v
 	}
 	return t
 }

@@ -178,7 +178,7 @@ func packedSize(f Format, t Tile, rows, cols int) (int, bool) {
 		return 0, false
 	}
 	n := tr * tc
-	if n > maxInt/tb {
+	if n > maxInt/tb || n > maxInt/(t.H*t.W) {
 		return 0, false
 	}
 	return n * tb, true
