@@ -44,6 +44,22 @@ type ModelConfig struct {
 	// TensorPrefix is the name prefix of the decoder layers' parent, for
 	// example "model.language_model" (Qwen3.5/3.6) or "model" (Qwen3-Next).
 	TensorPrefix string
+	// Vocab is vocab_size (0 when absent).
+	Vocab int
+	// LayerTypes is layer_types ("linear_attention", "full_attention"),
+	// nil when absent.
+	LayerTypes []string
+	// AttnInner is the input width of self_attn.o_proj
+	// (num_attention_heads × head_dim); LinearValueDim the input width of
+	// linear_attn.out_proj (linear_num_value_heads × linear_value_head_dim).
+	// 0 when the config does not say.
+	AttnInner, LinearValueDim int
+}
+
+// LayerPrefix returns the tensor-name prefix of decoder layer i, ending in
+// a dot, e.g. "model.language_model.layers.3.".
+func (c *ModelConfig) LayerPrefix(i int) string {
+	return fmt.Sprintf("%s.layers.%d.", c.TensorPrefix, i)
 }
 
 type hfTextConfig struct {
@@ -55,6 +71,12 @@ type hfTextConfig struct {
 	MoEIntermediateSize *int          `json:"moe_intermediate_size"`
 	SharedIntermediate  *int          `json:"shared_expert_intermediate_size"`
 	NormTopKProb        *bool         `json:"norm_topk_prob"`
+	VocabSize           *int          `json:"vocab_size"`
+	LayerTypes          []string      `json:"layer_types"`
+	NumAttentionHeads   *int          `json:"num_attention_heads"`
+	HeadDim             *int          `json:"head_dim"`
+	LinearNumValueHeads *int          `json:"linear_num_value_heads"`
+	LinearValueHeadDim  *int          `json:"linear_value_head_dim"`
 	TextConfig          *hfTextConfig `json:"text_config"`
 }
 
@@ -124,6 +146,24 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 		case "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next":
 			cfg.MoE.NormTopK = true
 		}
+	}
+	get := func(v *int) int {
+		if v == nil || *v < 0 {
+			return 0
+		}
+		return *v
+	}
+	cfg.Vocab = get(tc.VocabSize)
+	if cfg.Vocab == 0 {
+		cfg.Vocab = get(top.VocabSize)
+	}
+	cfg.AttnInner = get(tc.NumAttentionHeads) * get(tc.HeadDim)
+	cfg.LinearValueDim = get(tc.LinearNumValueHeads) * get(tc.LinearValueHeadDim)
+	if tc.LayerTypes != nil {
+		if len(tc.LayerTypes) != cfg.Layers {
+			return nil, fmt.Errorf("calib: %s: layer_types has %d entries for %d layers", path, len(tc.LayerTypes), cfg.Layers)
+		}
+		cfg.LayerTypes = tc.LayerTypes
 	}
 	if err := cfg.MoE.Validate(); err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)

@@ -32,8 +32,10 @@ type SynthConfig struct {
 // has its own overall scale. Row t depends only on the configuration and t,
 // so any range of rows can be produced independently and in any order.
 //
-// Only additions, multiplications and square-free arithmetic on SplitMix64
-// draws are used, so the values are the same on every platform.
+// Only additions and multiplications of SplitMix64 draws (explicitly
+// rounded, so never fused differently) and kernels.Sgemm, which gives the
+// same bits on every platform, are used: the values are the same
+// everywhere.
 type Synth struct {
 	cfg        SynthConfig
 	mix        []float32 // [hidden, factors]
@@ -122,26 +124,34 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 	if len(dst) < n*h {
 		panic("calib: Synth.Rows: destination too short")
 	}
-	z := make([]float32, f)
+	// Latent factors of every row, then their mix into the channels as one
+	// matrix product (kernels.Sgemm is bit-identical on every platform).
+	z := make([]float32, n*f)
+	rngs := make([]splitmix, n)
 	for r := 0; r < n; r++ {
 		t := uint64(first + r)
 		rng := splitmix{state: s.cfg.Seed*0xd1b54a32d192ed03 + t*0x8cb92ba72f3d8dd7 + 1}
-		for i := range z {
-			z[i] = rng.gauss()
+		for i := 0; i < f; i++ {
+			z[r*f+i] = rng.gauss()
 		}
+		rngs[r] = rng
+	}
+	if f > 0 {
+		matmulT(dst[:n*h], z, n, f, s.mix, h)
+	} else {
+		clear(dst[:n*h])
+	}
+	for r := 0; r < n; r++ {
+		t := uint64(first + r)
+		rng := &rngs[r]
 		// Per-token scale between 0.4 and 2.5, most tokens near 1.
 		u := rng.uniform()
 		u4 := float32(float32(u*u) * float32(u*u))
 		scale := float32(0.4+float32(0.6*u)) + float32(1.5*u4)
 		row := dst[r*h : (r+1)*h]
-		for i := range row {
-			m := s.mix[i*f : (i+1)*f]
-			var v float32
-			for j, zj := range z {
-				v += float32(m[j] * zj)
-			}
+		for i, v := range row {
 			v += float32(s.cfg.Noise * rng.gauss())
-			row[i] = scale * s.chScale[i] * v
+			row[i] = float32(scale*s.chScale[i]) * v
 		}
 		amp := s.cfg.OutlierScale
 		if t%uint64(s.cfg.SeqLen) == 0 {

@@ -1,0 +1,142 @@
+package calib
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// SynthStoreOptions configures SynthesizeStore.
+type SynthStoreOptions struct {
+	Sequences int    // default 16
+	SeqLen    int    // tokens per sequence; default 256
+	Seed      uint64 // default 0
+	// Model and Revision are recorded in the provenance; Model defaults
+	// to "synthetic".
+	Model, Revision string
+	Store           StoreOptions
+}
+
+// SynthesizeStore writes a deterministic synthetic calibration store for a
+// model of configuration cfg into dir: for every layer the MoE input
+// (SiteMoE) and the attention input (SiteAttn), both cfg.MoE.Hidden wide,
+// and, when the config gives the widths and layer types, the input of
+// self_attn.o_proj (full-attention layers) or linear_attn.out_proj
+// (linear-attention layers). Every site of every layer has its own
+// generator (see Synth), seeded from opt.Seed, the layer and the site name.
+// Token ids are pseudo-random in [0, vocab) and hashed into the provenance
+// like real ones.
+func SynthesizeStore(dir string, cfg *ModelConfig, opt SynthStoreOptions) (*Store, error) {
+	if opt.Sequences == 0 {
+		opt.Sequences = 16
+	}
+	if opt.SeqLen == 0 {
+		opt.SeqLen = 256
+	}
+	if opt.Sequences < 0 || opt.SeqLen < 0 {
+		return nil, fmt.Errorf("calib: synthetic store: %d sequences of %d tokens", opt.Sequences, opt.SeqLen)
+	}
+	if opt.Model == "" {
+		opt.Model = "synthetic"
+	}
+	vocab := cfg.Vocab
+	if vocab <= 0 {
+		vocab = 32000
+	}
+	lens := make([]int, opt.Sequences)
+	ids := make([][]int32, opt.Sequences)
+	rng := splitmix{state: opt.Seed ^ 0x5eed}
+	for i := range lens {
+		lens[i] = opt.SeqLen
+		ids[i] = make([]int32, opt.SeqLen)
+		for j := range ids[i] {
+			ids[i][j] = int32(rng.next() % uint64(vocab))
+		}
+	}
+	tokens := int64(opt.Sequences) * int64(opt.SeqLen)
+	prov := Provenance{Model: opt.Model, Revision: opt.Revision, Sequences: opt.Sequences, Tokens: tokens}
+	w, err := CreateStore(dir, prov, lens, ids, opt.Store)
+	if err != nil {
+		return nil, err
+	}
+	const chunk = 1024
+	for layer := 0; layer < cfg.Layers; layer++ {
+		type site struct {
+			name string
+			cols int
+		}
+		sites := []site{{SiteMoE, cfg.MoE.Hidden}, {SiteAttn, cfg.MoE.Hidden}}
+		if layer < len(cfg.LayerTypes) {
+			switch cfg.LayerTypes[layer] {
+			case "full_attention":
+				if cfg.AttnInner > 0 {
+					sites = append(sites, site{SiteOProj, cfg.AttnInner})
+				}
+			case "linear_attention":
+				if cfg.LinearValueDim > 0 {
+					sites = append(sites, site{SiteOutProj, cfg.LinearValueDim})
+				}
+			}
+		}
+		for _, s := range sites {
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%d/%d/%s", opt.Seed, layer, s.name)
+			gen, err := NewSynth(SynthConfig{Hidden: s.cols, Seed: h.Sum64(), SeqLen: opt.SeqLen})
+			if err != nil {
+				return nil, err
+			}
+			sw, err := w.BeginSite(layer, s.name, s.cols)
+			if err != nil {
+				return nil, err
+			}
+			buf := make([]float32, chunk*s.cols)
+			for t := int64(0); t < tokens; t += chunk {
+				n := int(min(chunk, tokens-t))
+				gen.Rows(buf, int(t), n)
+				if err := sw.Write(buf[:n*s.cols]); err != nil {
+					return nil, err
+				}
+			}
+			if err := sw.Close(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return OpenStore(dir)
+}
+
+// LoadActivations reads a site and splits it by sequence: the last
+// heldOutSeqs sequences are returned as held-out activations, the others as
+// calibration activations.
+func (s *Store) LoadActivations(layer int, site string, heldOutSeqs int) (calib, heldOut Activations, err error) {
+	si, ok := s.Site(layer, site)
+	if !ok {
+		return calib, heldOut, fmt.Errorf("calib: store %s has no site %q for layer %d", s.dir, site, layer)
+	}
+	nseq := len(s.offs) - 1
+	if heldOutSeqs < 0 || heldOutSeqs >= nseq {
+		return calib, heldOut, fmt.Errorf("calib: store %s: cannot hold out %d of %d sequences", s.dir, heldOutSeqs, nseq)
+	}
+	cut := s.offs[nseq-heldOutSeqs]
+	x, err := s.ReadRows(layer, site, 0, si.Tokens)
+	if err != nil {
+		return calib, heldOut, err
+	}
+	c := int64(si.Cols)
+	calib = Activations{X: x[: cut*c : cut*c], Tokens: int(cut)}
+	heldOut = Activations{X: x[cut*c:], Tokens: int(si.Tokens - cut)}
+	return calib, heldOut, nil
+}
+
+// storeDType parses a store dtype name ("BF16", "F32").
+func storeDType(s string) (safetensors.DType, error) {
+	d, err := safetensors.ParseDType(s)
+	if err != nil || (d != safetensors.BF16 && d != safetensors.F32) {
+		return 0, fmt.Errorf("calib: store dtype %q not supported (want BF16 or F32)", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,172 @@
+package calib
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// tinyFixture is the built-in tiny model and its synthetic calibration
+// store, generated once per test binary into a temporary directory.
+type tinyFixture struct {
+	once  sync.Once
+	dir   string
+	cfg   *ModelConfig
+	model *safetensors.Model
+	store *Store
+	err   error
+}
+
+var tinyFixtures [4]tinyFixture
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for i := range tinyFixtures {
+		if f := &tinyFixtures[i]; f.dir != "" {
+			if f.model != nil {
+				f.model.Close()
+			}
+			os.RemoveAll(f.dir)
+		}
+	}
+	os.Exit(code)
+}
+
+// tinyModel returns the tiny model in variant v and its synthetic store
+// (shared by all tests: do not modify).
+func tinyModel(t testing.TB, v testmodel.Variant) (*safetensors.Model, *ModelConfig, *Store) {
+	t.Helper()
+	f := &tinyFixtures[v]
+	f.once.Do(func() {
+		if f.dir, f.err = os.MkdirTemp("", "calib-tiny-"); f.err != nil {
+			return
+		}
+		mdir := filepath.Join(f.dir, "model")
+		if f.err = testmodel.Write(mdir, testmodel.Tiny(), v); f.err != nil {
+			return
+		}
+		if f.cfg, f.err = ReadModelConfig(mdir); f.err != nil {
+			return
+		}
+		if f.model, f.err = safetensors.OpenModel(mdir); f.err != nil {
+			return
+		}
+		f.store, f.err = SynthesizeStore(filepath.Join(f.dir, "store"), f.cfg, SynthStoreOptions{Model: "tiny"})
+	})
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	return f.model, f.cfg, f.store
+}
+
+func TestTinyConfig(t *testing.T) {
+	_, cfg, st := tinyModel(t, testmodel.Default)
+	tc := testmodel.Tiny()
+	want := MoEConfig{Hidden: tc.Hidden, Experts: tc.Experts, TopK: tc.TopK, ExpertInter: tc.MoEIntermediate,
+		SharedInter: tc.SharedIntermediate, NormTopK: true}
+	if cfg.MoE != want || cfg.Layers != tc.Layers || cfg.TensorPrefix != "model.language_model" {
+		t.Errorf("config %+v, want MoE %+v", cfg, want)
+	}
+	if p := st.Provenance(); p.Tokens != 16*256 || p.Sequences != 16 {
+		t.Errorf("synthetic store provenance %+v", p)
+	}
+	// Layer 3 is full attention, the others linear attention.
+	if _, ok := st.Site(3, SiteOProj); !ok {
+		t.Error("no o_proj site for the full-attention layer")
+	}
+	if _, ok := st.Site(0, SiteOutProj); !ok {
+		t.Error("no out_proj site for a linear-attention layer")
+	}
+	if _, err := st.TokenIDs(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTinyRoutingMatchesReference routes the synthetic calibration of every
+// layer of the tiny model through its real router, with renormalisation on
+// (the model's setting) and off.
+func TestTinyRoutingMatchesReference(t *testing.T) {
+	m, cfg, st := tinyModel(t, testmodel.Default)
+	for layer := 0; layer < cfg.Layers; layer++ {
+		l, err := LoadMoELayer(m, cfg, layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := st.ReadRows(layer, SiteMoE, 0, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, norm := range []bool{true, false} {
+			c := cfg.MoE
+			c.NormTopK = norm
+			compareRouting(t, x, 1024, l.Router, c)
+		}
+	}
+}
+
+// TestTinyFusedAndPerExpert checks that both expert layouts load the same
+// experts.
+func TestTinyFusedAndPerExpert(t *testing.T) {
+	mf, cfg, _ := tinyModel(t, testmodel.Default)
+	mp, _, _ := tinyModel(t, testmodel.PerExpert)
+	lf, err := LoadMoELayer(mf, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := LoadMoELayer(mp, cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []int{0, 5, 15} {
+		a, err := lf.Experts.Expert(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := lp.Experts.Expert(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, pair := range [][2][]float32{{a.Gate, b.Gate}, {a.Up, b.Up}, {a.Down, b.Down}} {
+			for j := range pair[0] {
+				if pair[0][j] != pair[1][j] {
+					t.Fatalf("expert %d matrix %d value %d: fused %g, per-expert %g", e, i, j, pair[0][j], pair[1][j])
+				}
+			}
+		}
+	}
+	if _, err := lf.Experts.Expert(16); err == nil {
+		t.Error("expert 16 of 16 read")
+	}
+}
+
+// TestTinyGPTQBeatsRTN is the acceptance check: per-expert GPTQ (BFP4) on
+// the tiny model with its synthetic calibration gives at most 0.8× the
+// held-out MoE-block output MSE of RTN, in every layer.
+func TestTinyGPTQBeatsRTN(t *testing.T) {
+	m, cfg, st := tinyModel(t, testmodel.Default)
+	for layer := 0; layer < cfg.Layers; layer++ {
+		l, err := LoadMoELayer(m, cfg, layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cal, held, err := st.LoadActivations(layer, SiteMoE, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := QuantizeMoELayer(context.Background(), l, cal, held, LayerOptions{Workers: 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := rep.HeldOut
+		t.Logf("layer %d: %d calibration / %d held-out tokens, starved %v: held-out MSE GPTQ %.4g, RTN %.4g, ratio %.3f",
+			layer, rep.Tokens, h.Tokens, rep.Starved, h.MSE, h.RTNMSE, h.Ratio)
+		if h.Ratio > 0.8 || h.MSE <= 0 {
+			t.Errorf("layer %d: GPTQ/RTN held-out MSE ratio %.3f, want <= 0.8", layer, h.Ratio)
+		}
+	}
+}
