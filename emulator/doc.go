@@ -1,4 +1,47 @@
 // Package emulator models on the CPU, bit for bit, the numerics of a
 // Tenstorrent Tensix core (unpackers, Matrix Unit, packer), and computes the
 // quality metrics used to compare model runs.
+//
+// # Device numerics
+//
+// The model follows the integer algorithm of Tenstorrent's functional
+// simulator (which Tenstorrent states is bit-exact to Wormhole and Blackhole
+// silicon) for 8-bit-exponent formats:
+//
+//   - Unpack (L1 → source registers): SrcFromBF16, SrcFromFP32TF32,
+//     SrcFromFP32BF16, UnpackBFP8 and UnpackBFP4, with the device's quirks
+//     (exponent wrap-around, the sign-only BFP code read as −2^128); DecodeBFP
+//     and DecodeStored apply them to whole packed matrices.
+//   - Matrix Unit: MVMULStep is one multiply-accumulate of 16 lanes into one
+//     Dst element at a fidelity phase, with FP32 or BF16 Dst, Blackhole
+//     numerics by default and Wormhole's leading-sign-count quirk as an
+//     option. TileMatmul runs a 32×32×32 tile in tt-llk's order and MatMul a
+//     whole y = x·Wᵀ (BF16 activations in SrcB, weights in SrcA).
+//   - Packer (Dst → L1): PackFP32ToBF16, PackFP32ToE8M6, PackBF16ToE8M6,
+//     PackBF16, TruncFP32ToBF16 and PackBFPBlock, combined by PackDstBF16 and
+//     PackDstBFP (tt-metal's default BFP path with its double rounding, and
+//     the bfp8_pack_precise path).
+//
+// Every function here reproduces each vector of the shared FPU conformance
+// data bit for bit (see the conformance tests). Not modelled: stochastic
+// rounding, FP16/BFP*_a (5-bit exponent) and integer formats, ELWADD/ELWMUL,
+// the SFPU, and programs that move partial sums out of Dst between K blocks
+// (packer L1 accumulation or reload). Nothing here was compared with a
+// device; "bit-exact" means bit-exact to the simulator.
+//
+// # Checking a device
+//
+// CheckDump compares tensors read back from a device with the emulated
+// decode of what was stored, bit for bit, and names each mismatch by
+// tensor, tile and element.
+//
+// # Quality metrics
+//
+// CompareToken computes, for one position, KL(ref‖cand), both arg-maxes and
+// both runs' negative log-likelihood of a target token, in float64 with
+// log-sum-exp. QualityAccumulator aggregates per corpus label and overall,
+// and CompareLogits streams two [tokens, vocab] logits sources (for example
+// SafetensorsLogits) in bounded memory and returns the table rows: tokens,
+// PPL of each run, ΔPPL %, top-1 agreement and mean KL. Results are
+// deterministic: tokens are accumulated in order whatever the parallelism.
 package emulator
