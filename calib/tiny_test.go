@@ -170,3 +170,37 @@ func TestTinyGPTQBeatsRTN(t *testing.T) {
 		}
 	}
 }
+
+func TestTinyStoreStats(t *testing.T) {
+	m, cfg, st := tinyModel(t, testmodel.Default)
+	plain, err := ComputeStoreStats(st, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Sites) != 12 || plain.Routing != nil || plain.Sites[0].Bytes <= 4096*256*2 {
+		t.Fatalf("stats without model: %+v", plain)
+	}
+	full, err := ComputeStoreStats(st, m, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.Routing) != 4 {
+		t.Fatalf("%d routed layers", len(full.Routing))
+	}
+	for _, rs := range full.Routing {
+		// Cross-check with routing all tokens at once.
+		l, _ := LoadMoELayer(m, cfg, rs.Layer)
+		x, _ := st.ReadRows(rs.Layer, SiteMoE, 0, 4096)
+		r, _ := Route(x, 4096, l.Router, cfg.MoE)
+		var sum int64
+		for e, c := range r.Counts() {
+			if rs.Counts[e] != int64(c) {
+				t.Fatalf("layer %d expert %d: chunked count %d, whole %d", rs.Layer, e, rs.Counts[e], c)
+			}
+			sum += int64(c)
+		}
+		if sum != 4096*4 || rs.MinTokens != 21 {
+			t.Errorf("layer %d: %d routed tokens, min %d", rs.Layer, sum, rs.MinTokens)
+		}
+	}
+}
