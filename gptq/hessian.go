@@ -5,11 +5,11 @@ import (
 	"math"
 )
 
-// hessianChunk is the number of rows converted to float64 per SYRK call.
-const hessianChunk = 256
-
 // Hessian accumulates the layer-input Gram matrix Σ x·xᵀ of one linear layer
-// in float64, together with the number of tokens n (rows of X) seen.
+// in float64, together with the number of tokens n (rows of X) seen. Products
+// are formed in float32 over at most 256 tokens at a time and those partial
+// sums are added in float64, so long token streams keep the contributions of
+// late tokens.
 // Matrix returns H = (2/n)·Σ x·xᵀ, the Hessian GPTQ expects.
 //
 // n counts tokens. The reference implementation counts sequences (batch
@@ -26,8 +26,7 @@ const hessianChunk = 256
 type Hessian struct {
 	cols int
 	n    int64
-	sum  []float64 // upper triangle of Σ x·xᵀ, cols×cols row-major
-	buf  []float64
+	sum  []float64 // lower triangle of Σ x·xᵀ, cols×cols row-major
 }
 
 // NewHessian returns an empty Hessian over cols input features. It panics
@@ -58,17 +57,7 @@ func (h *Hessian) Add(x []float32, rows int) error {
 			return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %v", ErrNotFinite, i/cols, i%cols, rows, cols, v)
 		}
 	}
-	if h.buf == nil {
-		h.buf = make([]float64, hessianChunk*cols)
-	}
-	for r0 := 0; r0 < rows; r0 += hessianChunk {
-		m := min(hessianChunk, rows-r0)
-		b := h.buf[:m*cols]
-		for i, v := range x[r0*cols : (r0+m)*cols] {
-			b[i] = float64(v)
-		}
-		syrkAccum(h.sum, cols, b, m)
-	}
+	syrkAccum(h.sum, cols, x, rows)
 	h.n += int64(rows)
 	return nil
 }
@@ -100,7 +89,7 @@ func (h *Hessian) Matrix() []float64 {
 	}
 	f := 2 / float64(h.n)
 	for i := 0; i < n; i++ {
-		for j := i; j < n; j++ {
+		for j := 0; j <= i; j++ {
 			v := f * h.sum[i*n+j]
 			out[i*n+j] = v
 			out[j*n+i] = v

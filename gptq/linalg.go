@@ -1,33 +1,28 @@
 package gptq
 
 // Dense linear algebra used by the solver and the Hessian, kept behind a few
-// small functions so that faster kernels can replace them without touching
-// the algorithm. Every function here is deterministic: the same inputs give
-// the same bits on every run.
+// small functions so that the algorithm does not depend on the kernels
+// behind them. The products, the Hessian accumulation and the inverse
+// factor run on internal/kernels, whose results are bit-identical across
+// builds and independent of the number of goroutines, so everything here is
+// deterministic.
 
 import (
 	"math"
 
-	"gonum.org/v1/gonum/blas"
-	blasgonum "gonum.org/v1/gonum/blas/gonum"
-	lapackgonum "gonum.org/v1/gonum/lapack/gonum"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // float is the element type of the solver: float32 mode or float64 mode.
 type float interface{ ~float32 | ~float64 }
 
-var (
-	blasImpl   blasgonum.Implementation
-	lapackImpl lapackgonum.Implementation
-)
-
-// syrkAccum adds aᵀa to the upper triangle of the n×n row-major matrix c,
-// where a is m×n row-major.
-func syrkAccum(c []float64, n int, a []float64, m int) {
+// syrkAccum adds xᵀx to the lower triangle of the n×n row-major float64
+// matrix c, where x is m×n row-major float32.
+func syrkAccum(c []float64, n int, x []float32, m int) {
 	if m == 0 {
 		return
 	}
-	blasImpl.Dsyrk(blas.Upper, blas.Trans, n, m, 1, a, n, 1, c, n)
+	kernels.SyrkLower64(n, m, x, n, c, n)
 }
 
 // gemmSubTN computes c -= aᵀ·b, where a is k×m (row stride lda), b is k×n
@@ -38,16 +33,10 @@ func gemmSubTN[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc 
 	}
 	switch a := any(a).(type) {
 	case []float32:
-		blasImpl.Sgemm(blas.Trans, blas.NoTrans, m, n, k, -1, a, lda, any(b).([]float32), ldb, 1, any(c).([]float32), ldc)
+		kernels.Sgemm(true, false, m, n, k, -1, a, lda, any(b).([]float32), ldb, 1, any(c).([]float32), ldc)
 	case []float64:
-		blasImpl.Dgemm(blas.Trans, blas.NoTrans, m, n, k, -1, a, lda, any(b).([]float64), ldb, 1, any(c).([]float64), ldc)
+		kernels.Dgemm(true, false, m, n, k, -1, a, lda, any(b).([]float64), ldb, 1, any(c).([]float64), ldc)
 	}
-}
-
-// gemmNN computes c = a·b with a m×k, b k×n, c m×n, all row-major and
-// contiguous, in float64.
-func gemmNN(m, n, k int, a, b, c []float64) {
-	blasImpl.Dgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, k, b, n, 0, c, n)
 }
 
 // axpySub computes y -= a·x elementwise, rounding each product to T before
@@ -66,45 +55,43 @@ func axpySub[T float](a T, x, y []T) {
 // positive definite or U is not finite. h is not modified.
 //
 // The reference computes chol(H), the inverse from it, and the upper
-// Cholesky factor of that inverse. The same U follows from one factorization
-// of H in "upper-lower" form, H = R·Rᵀ with R upper triangular, because then
-// H⁻¹ = R⁻ᵀ·R⁻¹ and U = R⁻¹. R is obtained from the ordinary Cholesky
-// factor of H with rows and columns reversed, so the cost is one
-// factorization and one triangular inverse instead of the reference's two
-// factorizations and an inversion.
+// Cholesky factor of that inverse. The same U follows from one
+// factorization of H in "upper-lower" form, H = R·Rᵀ with R upper
+// triangular, because then H⁻¹ = R⁻ᵀ·R⁻¹ and U = R⁻¹; R is the ordinary
+// Cholesky factor of H with rows and columns reversed (kernels.CholInvUpper).
 func inverseFactor(h []float64, n int) (u []float64, ok bool) {
-	// r = J·H·J (reversed), lower triangle taken from H's lower triangle:
-	// r[i][j] for i >= j is H[n-1-i][n-1-j] with n-1-i <= n-1-j, i.e. an
-	// upper-triangle element of H; mirror H's lower triangle instead.
-	r := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		ri := n - 1 - i
-		for j := 0; j <= i; j++ {
-			rj := n - 1 - j
-			// element (ri, rj) with ri <= rj: take H[rj][ri] (lower triangle).
-			r[i*n+j] = h[rj*n+ri]
-		}
-	}
-	if !lapackImpl.Dpotrf(blas.Lower, n, r, n) {
-		return nil, false
-	}
-	if !lapackImpl.Dtrtri(blas.Lower, blas.NonUnit, n, r, n) {
-		return nil, false
-	}
-	// U = J·L⁻¹·J: U[a][b] = Linv[n-1-a][n-1-b], upper when a <= b.
 	u = make([]float64, n*n)
+	if err := kernels.CholInvUpper(n, h, n, u, n); err != nil {
+		return nil, false
+	}
 	for a := 0; a < n; a++ {
-		la := n - 1 - a
-		for b := a; b < n; b++ {
-			v := r[la*n+(n-1-b)]
+		for _, v := range u[a*n+a : (a+1)*n] {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				return nil, false
 			}
-			u[a*n+b] = v
 		}
 		if !(u[a*n+a] > 0) {
 			return nil, false
 		}
 	}
 	return u, true
+}
+
+// traceForm returns tr(Δ·H·Δᵀ) = ⟨H, ΔᵀΔ⟩ for the m×n matrix Δ (float32,
+// row-major) and the n×n matrix H, reading H's lower triangle. ΔᵀΔ is
+// accumulated in float64 (kernels.SyrkLower64), which costs m·n² flops —
+// half of forming Δ·H.
+func traceForm(d []float32, m, n int, h []float64) float64 {
+	g := make([]float64, n*n)
+	kernels.SyrkLower64(n, m, d, n, g, n)
+	var s float64
+	for i := 0; i < n; i++ {
+		gi, hi := g[i*n:i*n+i], h[i*n:i*n+i]
+		var off float64
+		for j, v := range gi {
+			off += v * hi[j]
+		}
+		s += 2*off + g[i*n+i]*h[i*n+i]
+	}
+	return s
 }

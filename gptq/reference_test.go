@@ -379,3 +379,26 @@ func checkCase(t *testing.T, p *refProblem, par refParams, ref *refResult, f64 b
 	}
 	return len(differing)
 }
+
+// quadForms returns dᵢ·H·dᵢᵀ for every row dᵢ of the m×n matrix d, in plain
+// float64 loops (independent of the kernels the package uses).
+func quadForms(d []float64, m, n int, h []float64) []float64 {
+	out := make([]float64, m)
+	for i := 0; i < m; i++ {
+		di := d[i*n : (i+1)*n]
+		var s float64
+		for a, va := range di {
+			if va == 0 {
+				continue
+			}
+			ha := h[a*n : (a+1)*n]
+			var t float64
+			for b, vb := range di {
+				t += ha[b] * vb
+			}
+			s += va * t
+		}
+		out[i] = s
+	}
+	return out
+}

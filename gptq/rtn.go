@@ -81,31 +81,14 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 
 // proxyLosses returns ½·tr(Δ·H·Δᵀ) for Δ = w − q and for Δ = w − r.
 func proxyLosses[T float](w, q []float32, r []T, rows, cols int, h []float64) (lq, lr float64) {
-	d := make([]float64, 2*rows*cols)
+	d := make([]float32, rows*cols)
 	for i, v := range w {
-		d[i] = float64(v) - float64(q[i])
-		d[rows*cols+i] = float64(v) - float64(r[i])
+		d[i] = float32(float64(v) - float64(q[i]))
 	}
-	l := quadForms(d, 2*rows, cols, h)
-	for i := 0; i < rows; i++ {
-		lq += l[i]
-		lr += l[rows+i]
+	lq = traceForm(d, rows, cols, h) / 2
+	for i, v := range w {
+		d[i] = float32(float64(v) - float64(r[i]))
 	}
-	return lq / 2, lr / 2
-}
-
-// quadForms returns dᵢ·H·dᵢᵀ for every row dᵢ of the m×n matrix d.
-func quadForms(d []float64, m, n int, h []float64) []float64 {
-	p := make([]float64, m*n)
-	gemmNN(m, n, n, d, h, p)
-	out := make([]float64, m)
-	for i := 0; i < m; i++ {
-		var s float64
-		di, pi := d[i*n:(i+1)*n], p[i*n:(i+1)*n]
-		for j, v := range di {
-			s += v * pi[j]
-		}
-		out[i] = s
-	}
-	return out
+	lr = traceForm(d, rows, cols, h) / 2
+	return lq, lr
 }

@@ -1,0 +1,75 @@
+package gptq
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ttquant/ttquant/bfp"
+)
+
+func randActivations(tokens, cols int, seed uint64) []float32 {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	x := make([]float32, tokens*cols)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	// A little correlation between neighbouring features.
+	for t := 0; t < tokens; t++ {
+		row := x[t*cols : (t+1)*cols]
+		for j := 1; j < cols; j++ {
+			row[j] += 0.5 * row[j-1]
+		}
+	}
+	return x
+}
+
+// BenchmarkHessian accumulates 4096 tokens × 2048 features. GFLOP/s counts
+// the multiply-adds of the symmetric product actually formed, n·d·(d+1).
+func BenchmarkHessian(b *testing.B) {
+	const tokens, cols = 4096, 2048
+	x := randActivations(tokens, cols, 1)
+	b.SetBytes(int64(len(x) * 4))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h := NewHessian(cols)
+		if err := h.Add(x, tokens); err != nil {
+			b.Fatal(err)
+		}
+		_ = h.Matrix()
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(tokens)*cols*(cols+1)/sec/1e9, "GFLOP/s")
+	b.ReportMetric(sec, "s/hessian")
+}
+
+// BenchmarkGPTQ quantizes out×in matrices onto BFP4 (input axis) with block
+// size 128 in float32 mode, including the report (proxy losses of GPTQ and
+// RTN).
+func BenchmarkGPTQ(b *testing.B) {
+	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
+		rows, cols := shape[0], shape[1]
+		b.Run(fmt.Sprintf("%dx%d", rows, cols), func(b *testing.B) {
+			hs := NewHessian(cols)
+			tokens := 2 * cols
+			if err := hs.Add(randActivations(tokens, cols, 2), tokens); err != nil {
+				b.Fatal(err)
+			}
+			h := hs.Matrix()
+			rng := rand.New(rand.NewPCG(3, 4))
+			w := make([]float32, rows*cols)
+			for i := range w {
+				w[i] = float32(0.02 * rng.NormFloat64())
+			}
+			g := NewBFPGrid(bfp.BFP4, InputAxis)
+			opt := DefaultOptions()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := Quantize(w, rows, cols, h, g, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/matrix")
+		})
+	}
+}
