@@ -159,6 +159,19 @@ func TestConformanceCases(t *testing.T) {
 			if d := firstDiff(buf, c.packed); d >= 0 {
 				t.Errorf("ParallelPackInto differs at byte %d", d)
 			}
+			// The pure-Go kernels, whatever the build, must give the same bytes.
+			goPacked := make([]byte, len(c.packed))
+			packRange(packRowGo, goPacked, c.format, c.tile, c.input, c.rows, c.cols, 0, c.paddedRows/c.tile.H)
+			if d := firstDiff(goPacked, c.packed); d >= 0 {
+				t.Errorf("pure-Go pack kernel differs at byte %d", d)
+			}
+			goVals := make([]float32, c.rows*c.cols)
+			unpackRange(unpackRowGo, goVals, c.format, c.tile, c.packed, c.rows, c.cols, 0, c.paddedRows/c.tile.H)
+			for i, v := range goVals {
+				if math.Float32bits(v) != c.unpacked[i] {
+					t.Fatalf("pure-Go unpack kernel: element %d differs", i)
+				}
+			}
 			un, err := Unpack(c.format, c.tile, c.packed, c.rows, c.cols)
 			if err != nil {
 				t.Fatal(err)

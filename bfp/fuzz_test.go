@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -232,6 +233,43 @@ func unpackKernelsAgree(t *testing.T, fm Format, raw []byte) {
 	for i := range d1 {
 		if math.Float32bits(d1[i]) != math.Float32bits(d2[i]) {
 			t.Fatalf("%v: SIMD and pure-Go unpack kernels differ at %d: %#08x vs %#08x", fm, i, math.Float32bits(d1[i]), math.Float32bits(d2[i]))
+		}
+	}
+}
+
+// TestKernelsAgreeRandom compares the dispatched (SIMD where available) and
+// pure-Go kernels on random matrices rich in special values, for every
+// format and tile shape and for shapes that need padding.
+func TestKernelsAgreeRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	specials := []uint32{0, 0x80000000, 1, 0x807FFFFF, 0x00800000, 0x7F800000, 0xFF800000, 0x7FC00000,
+		0x7F800001, 0xFFFFFFFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0x42818000, 0x3D900003}
+	for _, fm := range Formats() {
+		for _, tl := range Tiles() {
+			for _, shape := range [][2]int{{tl.H, tl.W}, {2*tl.H + 1, 3*tl.W - 5}} {
+				rows, cols := shape[0], shape[1]
+				src := make([]float32, rows*cols)
+				for i := range src {
+					var b uint32
+					switch rng.IntN(6) {
+					case 0:
+						b = specials[rng.IntN(len(specials))]
+					case 1:
+						b = rng.Uint32() // any pattern, wide exponents
+					default: // a narrow exponent band, as in weights
+						b = rng.Uint32()&0x807FFFFF | uint32(118+rng.IntN(8))<<23
+					}
+					src[i] = math.Float32frombits(b)
+				}
+				if !sameKernels(fm, tl, src, rows, cols) {
+					t.Fatalf("%v %v %dx%d: pack kernels differ", fm, tl, rows, cols)
+				}
+				raw := make([]byte, 3*TileBytes(fm, Tile32x32))
+				for i := range raw {
+					raw[i] = uint8(rng.Uint32())
+				}
+				unpackKernelsAgree(t, fm, raw)
+			}
 		}
 	}
 }
