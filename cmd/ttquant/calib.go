@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+func init() {
+	register(&command{name: "calib", summary: "calibration stores: stats, synth (synthetic store), quantize (one MoE layer, GPTQ vs RTN)", run: runCalib})
+}
+
+const calibUsage = `usage: ttquant calib <subcommand> [flags] [args]
+
+subcommands:
+  stats STORE [--model DIR] [--json]       tokens per layer and site; with the model, tokens routed to each expert
+  synth --model DIR --out STORE [flags]    write a deterministic synthetic store for the model's config
+  quantize --model DIR --store STORE --layer N [flags]
+                                           quantize one MoE layer's experts and report held-out GPTQ vs RTN error`
+
+func runCalib(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, calibUsage)
+		return &statusError{status: exitUsage}
+	}
+	switch args[0] {
+	case "stats":
+		return runCalibStats(ctx, e, args[1:])
+	case "synth":
+		return runCalibSynth(ctx, e, args[1:])
+	case "quantize":
+		return runCalibQuantize(ctx, e, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(e.stdout, calibUsage)
+		return nil
+	}
+	fmt.Fprintln(e.stderr, calibUsage)
+	return usageErrorf("unknown calib subcommand %q", args[0])
+}
+
+// openCalibModel opens a checkpoint directory and reads its config.json.
+func openCalibModel(dir string) (*safetensors.Model, *calib.ModelConfig, error) {
+	cfg, err := calib.ReadModelConfig(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := safetensors.OpenModel(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, cfg, nil
+}
+
+// calibStatsDoc is the --json document of calib stats.
+type calibStatsDoc struct {
+	SchemaVersion int    `json:"schema_version"`
+	Store         string `json:"store"`
+	*calib.StoreStats
+}
+
+func runCalibStats(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "calib stats", "STORE [--model DIR] [--json]")
+	model := fs.String("model", "", "model checkpoint directory: also report tokens routed to each expert")
+	minFrac := fs.Float64("min-fraction", calib.DefaultMinTokensFraction, "starved-expert threshold as a fraction of the layer's tokens")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("calib stats needs exactly one STORE argument, got %d", len(pos))
+	}
+	if *minFrac <= 0 || *minFrac > 1 {
+		return usageErrorf("--min-fraction %g outside (0, 1]", *minFrac)
+	}
+	st, err := calib.OpenStore(pos[0])
+	if err != nil {
+		return err
+	}
+	var m *safetensors.Model
+	var cfg *calib.ModelConfig
+	if *model != "" {
+		if m, cfg, err = openCalibModel(*model); err != nil {
+			return err
+		}
+		defer m.Close()
+	}
+	stats, err := calib.ComputeStoreStats(st, m, cfg, *minFrac)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, calibStatsDoc{SchemaVersion: schemaVersion, Store: pos[0], StoreStats: stats})
+	}
+	p := stats.Provenance
+	fmt.Fprintf(e.stdout, "store %s\nmodel %q revision %q: %d sequences, %d tokens, token ids sha256 %s\n",
+		pos[0], p.Model, p.Revision, p.Sequences, p.Tokens, p.TokenIDsSHA256)
+	fmt.Fprintf(e.stdout, "\n%5s  %-22s %6s %10s %5s %6s %12s\n", "layer", "site", "cols", "tokens", "dtype", "shards", "bytes")
+	for _, s := range stats.Sites {
+		fmt.Fprintf(e.stdout, "%5d  %-22s %6d %10d %5s %6d %12d\n", s.Layer, s.Site, s.Cols, s.Tokens, s.DType, s.Shards, s.Bytes)
+	}
+	for _, r := range stats.Routing {
+		fmt.Fprintf(e.stdout, "\nlayer %d routing: %d tokens × top-%d; per expert min %d, mean %.1f, max %d; starved (< %d tokens): %s\n",
+			r.Layer, r.Tokens, r.TopK, r.Min, r.Mean, r.Max, r.MinTokens, calibIntList(r.Starved))
+		fmt.Fprintln(e.stdout, calibHistogram(r.Counts))
+	}
+	return nil
+}
+
+func calibIntList(v []int) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, " ")
+}
+
+// calibHistogram prints a few buckets of the per-expert token counts.
+func calibHistogram(counts []int64) string {
+	if len(counts) == 0 {
+		return ""
+	}
+	sorted := append([]int64(nil), counts...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	lo, hi := sorted[0], sorted[len(sorted)-1]
+	const buckets = 8
+	width := max((hi-lo+buckets)/buckets, 1)
+	n := make([]int, buckets)
+	for _, c := range counts {
+		n[min(int((c-lo)/width), buckets-1)]++
+	}
+	var b strings.Builder
+	for i, k := range n {
+		if k == 0 {
+			continue
+		}
+		a := lo + int64(i)*width
+		fmt.Fprintf(&b, "  tokens %7d..%-7d %4d experts %s\n", a, a+width-1, k, strings.Repeat("#", min(k, 60)))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func runCalibSynth(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "calib synth", "--model DIR --out STORE [flags]")
+	model := fs.String("model", "", "model checkpoint directory (its config.json decides layers and widths)")
+	out := fs.String("out", "", "store directory to create")
+	seqs := fs.Int("sequences", 16, "number of sequences")
+	seqLen := fs.Int("seq-len", 256, "tokens per sequence")
+	seed := fs.Uint64("seed", 0, "generator seed")
+	dtype := fs.String("dtype", "BF16", "stored dtype: BF16 or F32")
+	name := fs.String("name", "synthetic", "model name recorded in the provenance")
+	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("unexpected argument %q", pos[0])
+	}
+	if *model == "" || *out == "" {
+		return usageErrorf("--model and --out are required")
+	}
+	if *seqs <= 0 || *seqLen <= 0 {
+		return usageErrorf("--sequences and --seq-len must be positive")
+	}
+	dt, err := safetensors.ParseDType(*dtype)
+	if err != nil || (dt != safetensors.BF16 && dt != safetensors.F32) {
+		return usageErrorf("--dtype %q: want BF16 or F32", *dtype)
+	}
+	cfg, err := calib.ReadModelConfig(*model)
+	if err != nil {
+		return err
+	}
+	e.log.Info("writing synthetic calibration store", "out", *out, "layers", cfg.Layers, "tokens", *seqs**seqLen)
+	st, err := calib.SynthesizeStore(*out, cfg, calib.SynthStoreOptions{Sequences: *seqs, SeqLen: *seqLen, Seed: *seed,
+		Model: *name, Store: calib.StoreOptions{DType: dt}})
+	if err != nil {
+		return err
+	}
+	stats, err := calib.ComputeStoreStats(st, nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, calibStatsDoc{SchemaVersion: schemaVersion, Store: *out, StoreStats: stats})
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: %d sites, %d sequences × %d tokens\n", *out, len(stats.Sites), *seqs, *seqLen)
+	return nil
+}
+
+// calibQuantizeDoc is the --json document of calib quantize.
+type calibQuantizeDoc struct {
+	SchemaVersion int `json:"schema_version"`
+	Layer         int `json:"layer"`
+	*calib.LayerReport
+}
+
+func runCalibQuantize(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "calib quantize", "--model DIR --store STORE --layer N [flags]")
+	model := fs.String("model", "", "model checkpoint directory")
+	store := fs.String("store", "", "calibration store")
+	layer := fs.Int("layer", -1, "decoder layer whose MoE block is quantized")
+	format := fs.String("format", "BFP4_b", "expert format: BFP4_b, BFP8_b or BFP2_b")
+	axis := fs.String("axis", "input", "shared-exponent axis: input or output")
+	method := fs.String("method", "gptq", "gptq or rtn")
+	starved := fs.String("starved", "rtn", "starved-expert policy: rtn, identity or all-tokens")
+	minTokens := fs.Int("min-tokens", 0, "starvation threshold in routed tokens (0: 0.5% of the calibration tokens; -1: only experts without tokens)")
+	heldOut := fs.Int("held-out", 2, "trailing sequences held out for the block-error measurement")
+	workers := fs.Int("workers", 1, "experts quantized in parallel (results do not depend on it)")
+	percDamp := fs.Float64("percdamp", gptq.DefaultOptions().PercDamp, "GPTQ damping fraction")
+	asJSON := fs.Bool("json", false, "print JSON, with per-expert statistics")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("unexpected argument %q", pos[0])
+	}
+	if *model == "" || *store == "" || *layer < 0 {
+		return usageErrorf("--model, --store and --layer are required")
+	}
+	opt := calib.LayerOptions{MinTokens: *minTokens, Workers: *workers}
+	if opt.Format, err = bfp.ParseFormat(*format); err != nil {
+		return usageErrorf("--format: %v", err)
+	}
+	if opt.Axis, err = gptq.ParseAxis(*axis); err != nil {
+		return usageErrorf("--axis: %v", err)
+	}
+	if opt.Method, err = calib.ParseMethod(*method); err != nil {
+		return usageErrorf("--method: %v", err)
+	}
+	if opt.Starved, err = calib.ParseStarvedPolicy(*starved); err != nil {
+		return usageErrorf("--starved: %v", err)
+	}
+	if *workers < 1 {
+		return usageErrorf("--workers must be at least 1")
+	}
+	g := gptq.DefaultOptions()
+	g.PercDamp = *percDamp
+	opt.GPTQ = &g
+	m, cfg, err := openCalibModel(*model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	st, err := calib.OpenStore(*store)
+	if err != nil {
+		return err
+	}
+	l, err := calib.LoadMoELayer(m, cfg, *layer)
+	if err != nil {
+		return err
+	}
+	cal, held, err := st.LoadActivations(*layer, calib.SiteMoE, *heldOut)
+	if err != nil {
+		return err
+	}
+	e.log.Info("quantizing MoE layer", "layer", *layer, "experts", cfg.MoE.Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
+	rep, err := calib.QuantizeMoELayer(ctx, l, cal, held, opt, nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, calibQuantizeDoc{SchemaVersion: schemaVersion, Layer: *layer, LayerReport: rep})
+	}
+	fmt.Fprintf(e.stdout, "layer %d: %s %s-axis, method %s, %d calibration tokens, minimum %d per expert, starved (%s): %s\n",
+		*layer, rep.Format, rep.Axis, rep.Method, rep.Tokens, rep.MinTokens, rep.Policy, calibIntList(rep.Starved))
+	if h := rep.HeldOut; h != nil {
+		fmt.Fprintf(e.stdout, "held-out MoE block output MSE over %d tokens: %s %.6g, RTN %.6g, ratio %.3f (output mean square %.6g)\n",
+			h.Tokens, rep.Method, h.MSE, h.RTNMSE, h.Ratio, h.RefMeanSquare)
+	}
+	return nil
+}

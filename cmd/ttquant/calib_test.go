@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/testmodel"
+)
+
+func TestCalibCommands(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "tiny")
+	if err := testmodel.Write(model, testmodel.Tiny(), testmodel.Default); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(t.TempDir(), "store")
+	code, out, errs := runCLI(t, "calib", "synth", "--model", model, "--out", store, "--sequences", "8", "--seq-len", "128")
+	if code != exitOK || !strings.Contains(out, "12 sites") {
+		t.Fatalf("calib synth: status %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	// Flags after the positional argument.
+	code, out, errs = runCLI(t, "calib", "stats", store, "--model", model, "--json")
+	if code != exitOK {
+		t.Fatalf("calib stats: status %d\n%s", code, errs)
+	}
+	var doc struct {
+		SchemaVersion int `json:"schema_version"`
+		Provenance    struct {
+			Model  string `json:"model"`
+			Tokens int64  `json:"tokens"`
+		} `json:"provenance"`
+		Sites   []struct{ Layer int } `json:"sites"`
+		Routing []struct {
+			Layer   int     `json:"layer"`
+			Counts  []int64 `json:"counts"`
+			Starved []int   `json:"starved"`
+		} `json:"routing"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("calib stats --json: %v\n%s", err, out)
+	}
+	if doc.SchemaVersion != schemaVersion || doc.Provenance.Model != "synthetic" || doc.Provenance.Tokens != 1024 ||
+		len(doc.Sites) != 12 || len(doc.Routing) != 4 || len(doc.Routing[2].Counts) != 16 || doc.Routing[2].Starved == nil {
+		t.Errorf("calib stats --json: %+v", doc)
+	}
+	var sum int64
+	for _, c := range doc.Routing[0].Counts {
+		sum += c
+	}
+	if sum != 1024*4 {
+		t.Errorf("layer 0 routes %d token-expert pairs, want %d", sum, 1024*4)
+	}
+	code, out, _ = runCLI(t, "calib", "stats", store, "--model", model)
+	if code != exitOK || !strings.Contains(out, "layer 3 routing") || !strings.Contains(out, "mlp") {
+		t.Errorf("calib stats text: status %d\n%s", code, out)
+	}
+
+	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layer", "1", "--workers", "2", "--json")
+	if code != exitOK {
+		t.Fatalf("calib quantize: status %d\n%s", code, errs)
+	}
+	var q struct {
+		Layer   int `json:"layer"`
+		Experts []struct {
+			Expert int `json:"expert"`
+		} `json:"experts"`
+		HeldOut struct {
+			Tokens int     `json:"tokens"`
+			Ratio  float64 `json:"ratio"`
+		} `json:"held_out"`
+	}
+	if err := json.Unmarshal([]byte(out), &q); err != nil {
+		t.Fatalf("calib quantize --json: %v\n%s", err, out)
+	}
+	if q.Layer != 1 || len(q.Experts) != 16 || q.HeldOut.Tokens != 256 || q.HeldOut.Ratio <= 0 || q.HeldOut.Ratio > 0.8 {
+		t.Errorf("calib quantize: %+v", q)
+	}
+}
+
+func TestCalibUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"calib"},
+		{"calib", "frobnicate"},
+		{"calib", "stats"},
+		{"calib", "stats", "a", "b"},
+		{"calib", "synth", "--out", "x"},
+		{"calib", "quantize", "--model", "m", "--store", "s"},
+		{"calib", "quantize", "--model", "m", "--store", "s", "--layer", "0", "--starved", "never"},
+	} {
+		if code, _, _ := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%q: status %d, want %d", args, code, exitUsage)
+		}
+	}
+	code, _, errs := runCLI(t, "calib", "stats", filepath.Join(t.TempDir(), "none"))
+	if code != exitError || !strings.Contains(errs, "calibration.json") {
+		t.Errorf("missing store: status %d, stderr %q", code, errs)
+	}
+}
