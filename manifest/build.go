@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -58,6 +59,11 @@ type BuildOptions struct {
 	// CalibInfo identifies the Hessians' calibration data when Hessians is
 	// set.
 	CalibInfo *CalibInfo
+
+	// HeldOutSequences is the number of final calibration sequences kept
+	// out of the Hessians to measure each GPTQ layer's held-out block
+	// error (0: none, no held-out statistics).
+	HeldOutSequences int
 
 	// DryRun plans the work and reports it without reading tensor data or
 	// writing anything.
@@ -162,6 +168,12 @@ type builder struct {
 	hess     HessianSource
 	calib    *CalibInfo
 	progress func(ProgressEvent)
+
+	// GPTQ expert layers: their expert files are produced per layer by the
+	// calibration driver.
+	gptqLayers map[int]bool
+	store      *calib.Store
+	modelCfg   *calib.ModelConfig
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.
@@ -228,6 +240,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		b.params.ActOrder = b.gopt.ActOrder
 		b.params.StaticGroups = b.gopt.StaticGroups
 		b.params.Float64 = b.gopt.Float64
+		b.params.HeldOut = opt.HeldOutSequences
 	}
 
 	m, err := safetensors.OpenModel(opt.Source)
@@ -252,6 +265,12 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 			if st.isBFP {
 				st.method = MethodRTN
 			}
+		}
+	}
+	b.gptqLayers = map[int]bool{}
+	for _, st := range b.tensors {
+		if st.isBFP && st.method == MethodGPTQ && st.isExpertMatrix() {
+			b.gptqLayers[st.layer] = true
 		}
 	}
 	if b.jobs, err = planJobs(b.tensors, opt.ExpertsPerFile, opt.DenseShardBytes); err != nil {

@@ -34,3 +34,19 @@ func TestConvertVerify(t *testing.T) {
 		t.Fatalf("%+v", rep.Failures)
 	}
 }
+
+func TestDemo(t *testing.T) {
+	res, err := Demo(context.Background(), DemoOptions{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range res.Layers {
+		t.Logf("%+v", l)
+	}
+	for _, f := range res.Fallbacks {
+		t.Logf("fallback %s: %s", f.Tensor, f.Fallback)
+	}
+	if !res.Verify.OK {
+		t.Fatalf("%+v", res.Verify.Failures)
+	}
+}

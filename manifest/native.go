@@ -177,16 +177,21 @@ type BuildParams struct {
 	ActOrder       bool    `json:"gptq_act_order,omitempty"`
 	StaticGroups   bool    `json:"gptq_static_groups,omitempty"`
 	Float64        bool    `json:"gptq_float64,omitempty"`
-	MinTokens      int64   `json:"gptq_min_tokens,omitempty"`
+	HeldOut        int     `json:"held_out_sequences,omitempty"`
 	ExpertsPerFile int     `json:"experts_per_file"`
 	DenseShard     int64   `json:"dense_shard_bytes"`
 }
 
 // CalibInfo identifies the calibration store.
 type CalibInfo struct {
-	Sequences int64  `json:"sequences"`
-	Tokens    int64  `json:"tokens"`
-	SHA256    string `json:"sha256"`
+	Sequences int64 `json:"sequences"`
+	Tokens    int64 `json:"tokens"`
+	// HeldOutSequences is the number of final sequences kept out of the
+	// Hessians and used for the held-out block error.
+	HeldOutSequences int64 `json:"held_out_sequences"`
+	// SHA256 identifies the store: the sha256 over its files' names and
+	// hashes.
+	SHA256 string `json:"sha256"`
 }
 
 // LayerStats aggregates a layer's GPTQ statistics.
@@ -198,6 +203,18 @@ type LayerStats struct {
 	ProxyLoss    float64 `json:"proxy_loss"`
 	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
 	Tokens       int64   `json:"tokens"`
+	// The held-out MoE block error of a GPTQ expert layer: the mean
+	// squared difference between the block output with the stored experts
+	// (HeldOutMSE) or with round-to-nearest experts (HeldOutRTNMSE) and the
+	// output with the source weights, and the mean square of that output.
+	CalibTokens   int64   `json:"calib_tokens,omitempty"`
+	HeldOutTokens int64   `json:"held_out_tokens,omitempty"`
+	HeldOutMSE    float64 `json:"held_out_mse,omitempty"`
+	HeldOutRTNMSE float64 `json:"held_out_rtn_mse,omitempty"`
+	RefMeanSquare float64 `json:"ref_mean_square,omitempty"`
+	// Starved lists the routed experts that received too few calibration
+	// tokens for GPTQ.
+	Starved []int `json:"starved,omitempty"`
 }
 
 // MatrixStats are one quantized matrix's statistics.

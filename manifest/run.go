@@ -273,29 +273,60 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 			b.progress(ev)
 		}
 	}
-	err = parallelFor(ctx, len(b.jobs), b.opt.Workers, func(i int) error {
+	// commit records a freshly written file.
+	commit := func(i int, r *fileRecord) error {
+		if err := writeJSONAtomic(recordPath(out, b.jobs[i].file), r); err != nil {
+			return err
+		}
+		results[i] = r
+		finish(b.jobs[i], r, false)
+		if b.opt.testHook != nil {
+			b.opt.testHook(b.jobs[i].file, "")
+		}
+		return nil
+	}
+	// keep reuses a file an earlier run finished, when its hash checks.
+	keep := func(i int) bool {
 		j := b.jobs[i]
 		if r := recs[j.file]; r != nil && b.recordHolds(j, r) {
 			results[i] = r
 			finish(j, r, true)
+			return true
+		}
+		return false
+	}
+	// Files produced one by one; the expert files of GPTQ layers are
+	// produced by their layer's task below.
+	layerJobs := map[int][]int{}
+	var plain []int
+	for i, j := range b.jobs {
+		if j.role == FileExperts && b.gptqLayers[j.layer] {
+			layerJobs[j.layer] = append(layerJobs[j.layer], i)
+		} else {
+			plain = append(plain, i)
+		}
+	}
+	err = parallelFor(ctx, len(plain), b.opt.Workers, func(k int) error {
+		i := plain[k]
+		if keep(i) {
 			return nil
 		}
-		r, err := b.writeJob(ctx, j)
+		r, err := b.writeJob(ctx, b.jobs[i])
 		if err != nil {
-			return fmt.Errorf("%s: %w", j.file, err)
+			return fmt.Errorf("%s: %w", b.jobs[i].file, err)
 		}
-		if err := writeJSONAtomic(recordPath(out, j.file), r); err != nil {
-			return err
-		}
-		results[i] = r
-		finish(j, r, false)
-		if b.opt.testHook != nil {
-			b.opt.testHook(j.file, "")
-		}
-		return nil
+		return commit(i, r)
 	})
 	if err != nil {
 		return nil, err
+	}
+	var layerOut []LayerStats
+	for _, l := range sortedLayers(layerJobs) {
+		ls, err := b.runGPTQLayer(ctx, l, layerJobs[l], keep, commit)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		layerOut = append(layerOut, *ls)
 	}
 
 	m := &Manifest{
@@ -319,7 +350,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		m.TTQuant.Matrices = append(m.TTQuant.Matrices, r.Matrices...)
 		dataBytes += r.File.Size
 	}
-	m.TTQuant.Layers = layerStats(m.TTQuant.Matrices)
+	m.TTQuant.Layers = mergeLayerStats(layerStats(m.TTQuant.Matrices), layerOut)
 	m.Files = append(m.Files, files...)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -414,8 +445,18 @@ func layerStats(ms []MatrixStats) []LayerStats {
 	return out
 }
 
+// producer returns one stored tensor's bytes, its entry (without file
+// position and hash) and, for quantized matrices with statistics, those.
+type producer func(ctx context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error)
+
 // writeJob produces one output file.
 func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
+	return b.writeJobWith(ctx, j, b.produce)
+}
+
+// writeJobWith writes one output file with the given producer and records
+// it in the bookkeeping directory.
+func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*fileRecord, error) {
 	hts := make([]headerTensor, len(j.tensors))
 	for i, st := range j.tensors {
 		shape := st.shape
@@ -448,7 +489,7 @@ func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		data, te, ms, err := b.produce(ctx, st)
+		data, te, ms, err := produce(ctx, st)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s (shape %v): %w", st.name, st.shape, err)
 		}
