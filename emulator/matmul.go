@@ -93,16 +93,16 @@ func MatMul(ctx context.Context, x []uint16, tokens, in int, w []uint16, out int
 		return nil, fmt.Errorf("emulator: weights have %d values, want %d×%d", len(w), out, in)
 	}
 	kp := (in + TileDim - 1) / TileDim * TileDim
-	toSrc := func(bits []uint16, rows int) []Src {
-		s := make([]Src, rows*kp)
+	prep := func(bits []uint16, rows int, f func(Src) uint32) []uint32 {
+		s := make([]uint32, rows*kp)
 		for r := 0; r < rows; r++ {
 			for k := 0; k < in; k++ {
-				s[r*kp+k] = SrcFromBF16(bits[r*in+k])
+				s[r*kp+k] = f(SrcFromBF16(bits[r*in+k]))
 			}
 		}
 		return s
 	}
-	xs, ws := toSrc(x, tokens), toSrc(w, out)
+	xs, ws := prep(x, tokens, prepB), prep(w, out, prepA)
 	y := make([]uint32, tokens*out)
 	phases := cfg.Fidelity.Phases()
 	workers := min(runtime.GOMAXPROCS(0), max(out, 1))
@@ -140,12 +140,12 @@ func MatMul(ctx context.Context, x []uint16, tokens, in int, w []uint16, out int
 
 // dotSteps accumulates one output element from +0 over a padded inner
 // dimension, in the device's order.
-func dotSteps(a, b []Src, phases int, dfmt DstFormat, arch Arch) uint32 {
+func dotSteps(a, b []uint32, phases int, dfmt DstFormat, arch Arch) uint32 {
 	var d uint32
 	for kt := 0; kt < len(a); kt += TileDim {
 		for ph := 0; ph < phases; ph++ {
 			for kb := kt; kb < kt+TileDim; kb += Lanes {
-				d = MVMULStep(d, (*[Lanes]Src)(a[kb:kb+Lanes]), (*[Lanes]Src)(b[kb:kb+Lanes]), ph, dfmt, arch)
+				d = preparedStep(d, a[kb:kb+Lanes], b[kb:kb+Lanes], ph, dfmt, arch)
 			}
 		}
 	}
