@@ -211,19 +211,23 @@ func tensorBytes(cfg Config, s TensorSpec) []byte {
 	panic("testmodel: no generator for dtype " + s.DType)
 }
 
-// generator produces tensor bytes, caching the last fused tensor so that
-// the per-expert layout slices it instead of regenerating it per expert.
+// generator produces tensor bytes, caching the fused tensors of the
+// current MoE block so that the per-expert layout slices them instead of
+// regenerating them per expert.
 type generator struct {
-	cfg       Config
-	fusedName string
-	fused     []byte
+	cfg   Config
+	fused map[string][]byte
 }
 
 func (g *generator) bytes(s TensorSpec) []byte {
 	if s.From == "" {
 		return tensorBytes(g.cfg, s)
 	}
-	if g.fusedName != s.From {
+	fused, ok := g.fused[s.From]
+	if !ok {
+		if len(g.fused) >= 2 || g.fused == nil {
+			g.fused = map[string][]byte{} // a new block: drop the previous one
+		}
 		E, I, H := g.cfg.Experts, g.cfg.MoEIntermediate, g.cfg.Hidden
 		var shape []int64
 		if s.Shape[0] == int64(H) { // down_proj [E, H, I]
@@ -231,14 +235,14 @@ func (g *generator) bytes(s TensorSpec) []byte {
 		} else {
 			shape = sh(E, 2*I, H)
 		}
-		g.fused = tensorBytes(g.cfg, TensorSpec{Name: s.From, DType: s.DType, Shape: shape, Init: InitMatrix, Expert: -1})
-		g.fusedName = s.From
+		fused = tensorBytes(g.cfg, TensorSpec{Name: s.From, DType: s.DType, Shape: shape, Init: InitMatrix, Expert: -1})
+		g.fused[s.From] = fused
 	}
 	rows, cols := s.Shape[0], s.Shape[1]
-	perExpertRows := int64(len(g.fused)) / 2 / cols / int64(g.cfg.Experts)
+	perExpertRows := int64(len(fused)) / 2 / cols / int64(g.cfg.Experts)
 	off := (int64(s.Expert)*perExpertRows + s.FromRow) * cols * 2
 	out := make([]byte, rows*cols*2)
-	copy(out, g.fused[off:off+rows*cols*2])
+	copy(out, fused[off:off+rows*cols*2])
 	return out
 }
 
