@@ -245,10 +245,17 @@ func CholInvUpper(n int, h []float64, ldh int, u []float64, ldu int) error {
 	checkMatrix("CholInvUpper", "H", n, n, ldh, len(h))
 	checkMatrix("CholInvUpper", "U", n, n, ldu, len(u))
 	// u (lower) = P·H·P: R[i][j] = H[n-1-i][n-1-j] = H[n-1-j][n-1-i].
-	for i := 0; i < n; i++ {
-		row := u[i*ldu : i*ldu+i+1]
-		for j := range row {
-			row[j] = h[(n-1-j)*ldh+n-1-i]
+	// Tiled so that both the reads (down columns of H) and the writes stay
+	// in cache.
+	const bs = 64
+	for ib := 0; ib < n; ib += bs {
+		for jb := 0; jb <= ib; jb += bs {
+			for j := jb; j < min(jb+bs, n); j++ {
+				src := h[(n-1-j)*ldh:]
+				for i := max(ib, j); i < min(ib+bs, n); i++ {
+					u[i*ldu+j] = src[n-1-i]
+				}
+			}
 		}
 	}
 	if err := potrf(n, u, ldu); err != nil {

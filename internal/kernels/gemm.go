@@ -78,7 +78,20 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 		sl := dst[(s/mr)*mr*kc : (s/mr+1)*mr*kc]
 		i0 := ic + s
 		rows := min(mr, pl.m-i0)
-		if !a.trans {
+		if !a.trans && rows == 6 && mr == 6 {
+			// Six row streams interleaved, sequential writes.
+			o := i0*a.ld + pc
+			r0 := a.data[o : o+kc]
+			r1 := a.data[o+a.ld : o+a.ld+kc]
+			r2 := a.data[o+2*a.ld : o+2*a.ld+kc]
+			r3 := a.data[o+3*a.ld : o+3*a.ld+kc]
+			r4 := a.data[o+4*a.ld : o+4*a.ld+kc]
+			r5 := a.data[o+5*a.ld : o+5*a.ld+kc]
+			for p := range r0 {
+				d := sl[p*6 : p*6+6 : p*6+6]
+				d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			}
+		} else if !a.trans {
 			for r := 0; r < rows; r++ {
 				src := a.data[(i0+r)*a.ld+pc : (i0+r)*a.ld+pc+kc]
 				for p, v := range src {

@@ -1,0 +1,75 @@
+package kernels
+
+import (
+	"sync"
+	"time"
+)
+
+// Impl names the micro-kernels in use: "avx2-fma" for the assembly, "go"
+// for the portable twins (other architectures, processors without
+// AVX2/FMA, or the purego build tag).
+func Impl() string { return implName() }
+
+// Peak is a measured fused-multiply-add throughput: what the processor
+// sustains on independent register-only FMAs, the ceiling for every
+// kernel of this package. Each FMA counts as 2 floating-point operations.
+type Peak struct {
+	Impl    string  // micro-kernel implementation measured (see Impl)
+	Workers int     // goroutines run at the same time
+	F32     float64 // float32 GFLOP/s, all workers together
+	F64     float64 // float64 GFLOP/s, all workers together
+}
+
+// MeasurePeak runs the FMA throughput loop on workers goroutines at once
+// (workers <= 0 means Workers()) for about d, half of it for float32 and
+// half for float64. With the assembly kernels the loop keeps twelve
+// independent 256-bit FMA chains in flight per goroutine, enough to fill
+// two FMA pipes of latency up to six cycles. With the portable twins it
+// measures the scalar Go loop instead, which is only a reference point for
+// that build, not the machine's peak.
+func MeasurePeak(d time.Duration, workers int) Peak {
+	if workers <= 0 {
+		workers = Workers()
+	}
+	half := max(d/2, time.Millisecond)
+	return Peak{
+		Impl:    Impl(),
+		Workers: workers,
+		F32:     fmaRate(half, workers, fmaLoop32),
+		F64:     fmaRate(half, workers, fmaLoop64),
+	}
+}
+
+// fmaRate runs loop on workers goroutines for about d and returns GFLOP/s.
+func fmaRate(d time.Duration, workers int, loop func(int) float64) float64 {
+	// Calibrate a chunk of about 100 µs so that the clock is read rarely.
+	chunk := 1000
+	for {
+		t0 := time.Now()
+		loop(chunk)
+		if time.Since(t0) > 100*time.Microsecond || chunk > 1<<28 {
+			break
+		}
+		chunk *= 2
+	}
+	flops := make([]float64, workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				flops[w] += loop(chunk)
+			}
+		}(w)
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	var total float64
+	for _, f := range flops {
+		total += f
+	}
+	return total / el / 1e9
+}
