@@ -108,45 +108,72 @@ func magTable[A [256]float32 | [16]float32 | [4]float32](w uint) A {
 }
 
 func unpackRowGo(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32) {
-	for t := range nt {
-		for c := range fc {
-			o := t * tb
-			unpackGroupGo(f, mant[o+c*sm:], uint32(exp[o+c*se]), (*[16]float32)(dst[16*(t*fc+c):]))
+	switch f {
+	case BFP8:
+		for t := range nt {
+			for c := range fc {
+				o := t * tb
+				m := (*[16]byte)(mant[o+c*sm:])
+				d := (*[16]float32)(dst[16*(t*fc+c):])
+				e := uint32(exp[o+c*se])
+				if e < 7 || e == 255 {
+					unpackGroupSlow(f, m[:], e, d)
+					continue
+				}
+				scale := math.Float32frombits((e - 6) << 23)
+				for k := range 16 {
+					d[k] = signedMag8[m[k]] * scale
+				}
+			}
 		}
+	case BFP4:
+		for t := range nt {
+			for c := range fc {
+				o := t * tb
+				m := (*[8]byte)(mant[o+c*sm:])
+				d := (*[16]float32)(dst[16*(t*fc+c):])
+				e := uint32(exp[o+c*se])
+				if e < 3 || e == 255 {
+					unpackGroupSlow(f, m[:], e, d)
+					continue
+				}
+				scale := math.Float32frombits((e - 2) << 23)
+				for k := range 8 {
+					d[2*k] = signedMag4[m[k]&15] * scale
+					d[2*k+1] = signedMag4[m[k]>>4] * scale
+				}
+			}
+		}
+	case BFP2:
+		for t := range nt {
+			for c := range fc {
+				o := t * tb
+				m := (*[4]byte)(mant[o+c*sm:])
+				d := (*[16]float32)(dst[16*(t*fc+c):])
+				e := uint32(exp[o+c*se])
+				if e < 1 || e == 255 {
+					unpackGroupSlow(f, m[:], e, d)
+					continue
+				}
+				scale := math.Float32frombits(e << 23)
+				for k := range 4 {
+					b := m[k]
+					d[4*k] = signedMag2[b&3] * scale
+					d[4*k+1] = signedMag2[b>>2&3] * scale
+					d[4*k+2] = signedMag2[b>>4&3] * scale
+					d[4*k+3] = signedMag2[b>>6] * scale
+				}
+			}
+		}
+	default:
+		panic("bfp: invalid format " + f.String())
 	}
 }
 
-// unpackGroupGo decodes one group with shared exponent e into d.
+// unpackGroupGo decodes one group with shared exponent e into d (used by
+// the SIMD path for the groups it leaves to the exact rule).
 func unpackGroupGo(f Format, m []byte, e uint32, d *[16]float32) {
-	w := uint32(f.MantissaBits())
-	if e < w || e == 255 {
-		unpackGroupSlow(f, m, e, d)
-		return
-	}
-	// Value = signed magnitude * 2^(e-127-(w-1)), exact for these e.
-	scale := math.Float32frombits((e - (w - 1)) << 23)
-	switch f {
-	case BFP8:
-		m := (*[16]byte)(m)
-		for k := range 16 {
-			d[k] = signedMag8[m[k]] * scale
-		}
-	case BFP4:
-		m := (*[8]byte)(m)
-		for k := range 8 {
-			d[2*k] = signedMag4[m[k]&15] * scale
-			d[2*k+1] = signedMag4[m[k]>>4] * scale
-		}
-	case BFP2:
-		m := (*[4]byte)(m)
-		for k := range 4 {
-			b := m[k]
-			d[4*k] = signedMag2[b&3] * scale
-			d[4*k+1] = signedMag2[b>>2&3] * scale
-			d[4*k+2] = signedMag2[b>>4&3] * scale
-			d[4*k+3] = signedMag2[b>>6] * scale
-		}
-	}
+	unpackRowGo(f, []byte{uint8(e)}, m, 1, 1, 0, 0, 0, d[:])
 }
 
 // unpackGroupSlow decodes a group element by element with the full rule
