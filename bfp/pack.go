@@ -25,7 +25,8 @@ func Pack(f Format, t Tile, src []float32, rows, cols int) ([]byte, error) {
 
 // PackInto is Pack writing into dst, which must have length
 // PackedSize(f, t, rows, cols). Every byte of dst is written, padding
-// included; PackInto allocates only for tiles cut by the matrix edge.
+// included. PackInto allocates only a one-row scratch buffer, and only when
+// the matrix is not a whole number of tiles.
 func PackInto(dst []byte, f Format, t Tile, src []float32, rows, cols int) error {
 	return ParallelPackInto(dst, f, t, src, rows, cols, 1)
 }

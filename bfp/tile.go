@@ -141,11 +141,14 @@ func TileBytes(f Format, t Tile) int {
 
 // GroupLocation returns where group g of a tile starts: tile-local row and
 // column of its first element. Groups are numbered in packed order: faces
-// row-major over the face grid, face rows top to bottom.
+// row-major over the face grid, face rows top to bottom. g must be in
+// [0, t.Groups()).
 func (t Tile) GroupLocation(g int) (row, col int) {
+	if g < 0 || g >= t.Groups() {
+		panic("bfp: group index out of range for tile " + t.String())
+	}
 	fh := t.FaceH()
-	perFace := fh
-	face, r := g/perFace, g%perFace
+	face, r := g/fh, g%fh
 	faceCols := t.W / FaceW
 	return (face/faceCols)*fh + r, (face % faceCols) * FaceW
 }
@@ -165,8 +168,9 @@ func PackedSize(f Format, t Tile, rows, cols int) (int, error) {
 }
 
 // TileGrid returns the number of tile rows and tile columns covering a
-// rows x cols matrix.
+// rows x cols matrix. It panics on an invalid tile.
 func TileGrid(t Tile, rows, cols int) (tileRows, tileCols int) {
+	t.mustValid()
 	return (rows + t.H - 1) / t.H, (cols + t.W - 1) / t.W
 }
 
