@@ -27,7 +27,7 @@ func TestPreparedStepMatchesMVMULStep(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	var a, b [Lanes]Src
 	var pa, pb [Lanes]uint32
-	for n := 0; n < 200000; n++ {
+	for n := 0; n < 100000; n++ {
 		for i := range a {
 			a[i], b[i] = randSrc(r), randSrc(r)
 			pa[i], pb[i] = prepA(a[i]), prepB(b[i])
