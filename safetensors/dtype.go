@@ -96,12 +96,52 @@ func ParseDType(s string) (DType, error) {
 }
 
 func lookupDType(s string) DType {
-	// Names are short; a linear scan beats a map for 22 entries and does
-	// not allocate.
-	for d := BOOL; d <= U64; d++ {
-		if dtypeNames[d] == s {
-			return d
-		}
+	// A switch on constant strings compiles to a length-then-value search.
+	switch s {
+	case "BOOL":
+		return BOOL
+	case "F4":
+		return F4
+	case "F6_E2M3":
+		return F6_E2M3
+	case "F6_E3M2":
+		return F6_E3M2
+	case "U8":
+		return U8
+	case "I8":
+		return I8
+	case "F8_E5M2":
+		return F8_E5M2
+	case "F8_E4M3":
+		return F8_E4M3
+	case "F8_E8M0":
+		return F8_E8M0
+	case "F8_E4M3FNUZ":
+		return F8_E4M3FNUZ
+	case "F8_E5M2FNUZ":
+		return F8_E5M2FNUZ
+	case "I16":
+		return I16
+	case "U16":
+		return U16
+	case "F16":
+		return F16
+	case "BF16":
+		return BF16
+	case "I32":
+		return I32
+	case "U32":
+		return U32
+	case "F32":
+		return F32
+	case "C64":
+		return C64
+	case "F64":
+		return F64
+	case "I64":
+		return I64
+	case "U64":
+		return U64
 	}
 	return 0
 }

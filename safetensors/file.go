@@ -120,11 +120,7 @@ func OpenReader(r io.ReaderAt, size int64, name string) (*File, error) {
 	if err != nil {
 		return nil, withPath(err, name)
 	}
-	f := &File{path: name, r: r, size: size, h: h, index: make(map[string]int, len(h.tensors))}
-	for i, t := range h.tensors {
-		f.index[t.Name] = i
-	}
-	return f, nil
+	return &File{path: name, r: r, size: size, h: h, index: h.index}, nil
 }
 
 // Close releases the underlying file (for files from Open).

@@ -24,12 +24,14 @@ const MaxHeaderSize = 100_000_000
 // allowed, the 128th is an error, even inside ignored fields.
 const maxDepth = 128
 
-// rawTensor is a header entry as parsed, before validation.
+// rawTensor is a header entry as parsed, before validation. It holds no
+// pointers (names and shapes are ranges of the parser's arenas), which keeps
+// growing and sorting large headers cheap.
 type rawTensor struct {
-	name       string
-	dtype      DType
-	shape      []uint64
-	begin, end uint64
+	begin, end         uint64
+	dtype              DType
+	nameOff, nameEnd   uint32 // in parser.names
+	shapeOff, shapeEnd uint32 // in parser.dims
 }
 
 // header is a parsed, validated header.
@@ -39,6 +41,7 @@ type header struct {
 	metadata map[string]string // nil when absent or null
 	hasMeta  bool              // __metadata__ present and not null
 	dups     []string          // names given more than once (the last entry won)
+	index    map[string]int    // name -> position in tensors
 }
 
 // checkPrefix applies the first three checks of the reference to the 8-byte
@@ -86,46 +89,83 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 		return nil, errf(ErrInvalidHeader, "%s", firstBadUTF8(hdr))
 	}
 	p := parser{b: hdr}
-	raw, md, hasMeta, dups, err := p.parseHeader()
+	raw, md, hasMeta, err := p.parseHeader()
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(raw, func(a, b rawTensor) int {
+	// Names and shapes live in two arenas; a single allocation each keeps
+	// a 10,000-tensor header cheap.
+	all := string(p.names)
+	dims := p.dims
+	name := func(t *rawTensor) string { return all[t.nameOff:t.nameEnd] }
+	shape := func(t *rawTensor) []uint64 { return dims[t.shapeOff:t.shapeEnd:t.shapeEnd] }
+
+	// A repeated name keeps its last entry (the reference's map semantics);
+	// earlier entries were type-checked but are otherwise dropped.
+	index := make(map[string]int, len(raw))
+	var dups []string
+	var dead []bool
+	for i := range raw {
+		nm := name(&raw[i])
+		if j, ok := index[nm]; ok {
+			if dead == nil {
+				dead = make([]bool, len(raw))
+			}
+			dead[j] = true
+			dups = append(dups, nm)
+		}
+		index[nm] = i
+	}
+	if dead != nil {
+		kept := raw[:0]
+		for i := range raw {
+			if !dead[i] {
+				kept = append(kept, raw[i])
+			}
+		}
+		raw = kept
+	}
+	byOffsets := func(a, b rawTensor) int {
 		if c := cmp.Compare(a.begin, b.begin); c != 0 {
 			return c
 		}
 		if c := cmp.Compare(a.end, b.end); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.name, b.name)
-	})
+		return cmp.Compare(name(&a), name(&b))
+	}
+	// Files from the reference writer (and ours) list tensors in offset
+	// order already; checking first saves the sort.
+	if !slices.IsSortedFunc(raw, byOffsets) {
+		slices.SortFunc(raw, byOffsets)
+	}
 	var cursor uint64
 	for i := range raw {
 		t := &raw[i]
 		if t.begin != cursor || t.end < t.begin {
 			if t.end < t.begin {
-				return nil, tensorErrf(ErrInvalidOffset, t.name, "data_offsets [%d,%d] end before begin", t.begin, t.end)
+				return nil, tensorErrf(ErrInvalidOffset, name(t), "data_offsets [%d,%d] end before begin", t.begin, t.end)
 			}
-			return nil, tensorErrf(ErrInvalidOffset, t.name, "data_offsets [%d,%d] but the previous tensor ends at %d (gap, overlap or alias)", t.begin, t.end, cursor)
+			return nil, tensorErrf(ErrInvalidOffset, name(t), "data_offsets [%d,%d] but the previous tensor ends at %d (gap, overlap or alias)", t.begin, t.end, cursor)
 		}
 		numel := uint64(1)
-		for _, d := range t.shape {
+		for _, d := range shape(t) {
 			hi, lo := bits.Mul64(numel, d)
 			if hi != 0 {
-				return nil, tensorErrf(ErrValidationOverflow, t.name, "shape %s", fmtShape(t.shape))
+				return nil, tensorErrf(ErrValidationOverflow, name(t), "shape %s", fmtShape(shape(t)))
 			}
 			numel = lo
 		}
 		hi, nbits := bits.Mul64(numel, uint64(t.dtype.Bits()))
 		if hi != 0 {
-			return nil, tensorErrf(ErrValidationOverflow, t.name, "%s shape %s", t.dtype, fmtShape(t.shape))
+			return nil, tensorErrf(ErrValidationOverflow, name(t), "%s shape %s", t.dtype, fmtShape(shape(t)))
 		}
 		if nbits%8 != 0 {
-			return nil, tensorErrf(ErrMisalignedSlice, t.name, "%s shape %s is %d bits", t.dtype, fmtShape(t.shape), nbits)
+			return nil, tensorErrf(ErrMisalignedSlice, name(t), "%s shape %s is %d bits", t.dtype, fmtShape(shape(t)), nbits)
 		}
 		if t.end-t.begin != nbits/8 {
-			return nil, tensorErrf(ErrTensorInvalidInfo, t.name, "%s shape %s needs %d bytes but data_offsets [%d,%d] hold %d",
-				t.dtype, fmtShape(t.shape), nbits/8, t.begin, t.end, t.end-t.begin)
+			return nil, tensorErrf(ErrTensorInvalidInfo, name(t), "%s shape %s needs %d bytes but data_offsets [%d,%d] hold %d",
+				t.dtype, fmtShape(shape(t)), nbits/8, t.begin, t.end, t.end-t.begin)
 		}
 		cursor = t.end
 	}
@@ -141,18 +181,20 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 		}
 		return nil, errf(ErrMetadataIncompleteBuffer, "tensors cover %d data bytes but the file has %d (%d trailing bytes)", cursor, dataLen, dataLen-cursor)
 	}
-	h := &header{n: n, metadata: md, hasMeta: hasMeta, dups: dups, tensors: make([]TensorInfo, len(raw))}
-	dataStart := int64(8 + n)
-	_ = dataStart
+	h := &header{n: n, metadata: md, hasMeta: hasMeta, dups: dups, tensors: make([]TensorInfo, len(raw)), index: index}
+	shapes := make([]int64, len(dims))
 	for i := range raw {
 		t := &raw[i]
-		ti := TensorInfo{Name: t.name, DType: t.dtype, Begin: int64(t.begin), End: int64(t.end), Shape: make([]int64, len(t.shape))}
-		for j, d := range t.shape {
+		nm := name(t)
+		index[nm] = i
+		sh := shapes[t.shapeOff:t.shapeEnd:t.shapeEnd]
+		ti := TensorInfo{Name: nm, DType: t.dtype, Begin: int64(t.begin), End: int64(t.end), Shape: sh}
+		for j, d := range shape(t) {
 			if d > math.MaxInt64 {
-				ti.Shape[j] = -1
-				ti.dims = t.shape
+				sh[j] = -1
+				ti.dims = shape(t)
 			} else {
-				ti.Shape[j] = int64(d)
+				sh[j] = int64(d)
 			}
 		}
 		h.tensors[i] = ti
@@ -199,7 +241,10 @@ type parser struct {
 	b     []byte
 	i     int
 	depth int
-	buf   []byte // scratch for strings with escapes
+	buf   []byte   // scratch for strings with escapes
+	names []byte   // arena of decoded tensor names
+	dims  []uint64 // arena of shape dimensions
+	cur   []byte   // name of the tensor entry being parsed, for errors
 }
 
 func (p *parser) errf(format string, args ...any) error {
@@ -239,66 +284,64 @@ func (p *parser) enter() error {
 	return nil
 }
 
-// parseHeader parses the whole header. Duplicate tensor names keep the last
-// entry, as the reference does; the names are reported in dups.
-func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMeta bool, dups []string, err error) {
+// parseHeader parses the whole header. Tensor names and shapes are
+// recorded as ranges of the parser's arenas.
+func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMeta bool, err error) {
 	p.ws()
 	if p.peek() != '{' {
 		if p.i >= len(p.b) {
-			return nil, nil, false, nil, p.errf("empty header")
+			return nil, nil, false, p.errf("empty header")
 		}
-		return nil, nil, false, nil, p.errf("the header must be a JSON object, found %s", p.describe())
+		return nil, nil, false, p.errf("the header must be a JSON object, found %s", p.describe())
 	}
 	if err := p.enter(); err != nil {
-		return nil, nil, false, nil, err
+		return nil, nil, false, err
 	}
 	p.i++
 	p.ws()
-	var index map[string]int
 	seenMeta := false
+	// An object-form entry takes at least 50 header bytes; names are
+	// typically under half of an entry and shapes a few dimensions.
+	tensors = make([]rawTensor, 0, len(p.b)/50+1)
+	p.names = make([]byte, 0, len(p.b)/3)
+	p.dims = make([]uint64, 0, len(p.b)/25+4)
 	if p.peek() == '}' {
 		p.i++
 	} else {
 		for {
 			if p.peek() != '"' {
-				return nil, nil, false, nil, p.errf("expected a string key, found %s", p.describe())
+				return nil, nil, false, p.errf("expected a string key, found %s", p.describe())
 			}
 			key, err := p.str()
 			if err != nil {
-				return nil, nil, false, nil, err
+				return nil, nil, false, err
 			}
 			if err := p.colon(); err != nil {
-				return nil, nil, false, nil, err
+				return nil, nil, false, err
 			}
 			if string(key) == "__metadata__" {
 				if seenMeta {
-					return nil, nil, false, nil, p.errf("duplicate field `__metadata__`")
+					return nil, nil, false, p.errf("duplicate field `__metadata__`")
 				}
 				seenMeta = true
 				md, hasMeta, err = p.metadata()
 				if err != nil {
-					return nil, nil, false, nil, err
+					return nil, nil, false, err
 				}
 			} else {
-				name := string(key)
+				off := len(p.names)
+				p.names = append(p.names, key...)
+				name := p.names[off:len(p.names):len(p.names)]
 				t, err := p.tensorEntry(name)
 				if err != nil {
-					return nil, nil, false, nil, err
+					return nil, nil, false, err
 				}
-				if index == nil {
-					index = make(map[string]int)
-				}
-				if j, ok := index[name]; ok {
-					tensors[j] = t
-					dups = append(dups, name)
-				} else {
-					index[name] = len(tensors)
-					tensors = append(tensors, t)
-				}
+				t.nameOff, t.nameEnd = uint32(off), uint32(len(p.names))
+				tensors = append(tensors, t)
 			}
 			more, err := p.next('}')
 			if err != nil {
-				return nil, nil, false, nil, err
+				return nil, nil, false, err
 			}
 			if !more {
 				break
@@ -308,9 +351,9 @@ func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMe
 	p.depth--
 	p.ws()
 	if p.i != len(p.b) {
-		return nil, nil, false, nil, p.errf("trailing characters after the header object")
+		return nil, nil, false, p.errf("trailing characters after the header object")
 	}
-	return tensors, md, hasMeta, dups, nil
+	return tensors, md, hasMeta, nil
 }
 
 func (p *parser) colon() error {
@@ -397,8 +440,9 @@ func (p *parser) metadata() (map[string]string, bool, error) {
 // tensorEntry parses a tensor entry: an object with the required fields
 // dtype, shape and data_offsets (each at most once; unknown fields are
 // skipped), or the reference's sequence form [dtype, shape, data_offsets].
-func (p *parser) tensorEntry(name string) (rawTensor, error) {
-	t := rawTensor{name: name}
+func (p *parser) tensorEntry(name []byte) (rawTensor, error) {
+	t := rawTensor{}
+	p.cur = name
 	switch p.peek() {
 	case '{':
 		if err := p.enter(); err != nil {
@@ -471,8 +515,7 @@ func (p *parser) tensorEntry(name string) (rawTensor, error) {
 		}
 		p.i++
 		p.ws()
-		steps := [3]func(*rawTensor) error{p.dtype, p.shape, p.offsets}
-		for k, step := range steps {
+		for k := 0; k < 3; k++ {
 			if k > 0 {
 				p.ws()
 				if p.peek() != ',' {
@@ -486,7 +529,16 @@ func (p *parser) tensorEntry(name string) (rawTensor, error) {
 			} else if p.peek() == ']' {
 				return t, p.errf("tensor %q: array form with no elements, expected 3", name)
 			}
-			if err := step(&t); err != nil {
+			var err error
+			switch k {
+			case 0:
+				err = p.dtype(&t)
+			case 1:
+				err = p.shape(&t)
+			default:
+				err = p.offsets(&t)
+			}
+			if err != nil {
 				return t, err
 			}
 		}
@@ -512,7 +564,7 @@ func (p *parser) dtype(t *rawTensor) error {
 		}
 		d := lookupDType(string(s))
 		if d == 0 {
-			return p.errf("tensor %q: unknown dtype %q", t.name, s)
+			return p.errf("tensor %q: unknown dtype %q", p.cur, s)
 		}
 		t.dtype = d
 		return nil
@@ -523,7 +575,7 @@ func (p *parser) dtype(t *rawTensor) error {
 		p.i++
 		p.ws()
 		if p.peek() != '"' {
-			return p.errf("tensor %q: dtype map must have exactly one key", t.name)
+			return p.errf("tensor %q: dtype map must have exactly one key", p.cur)
 		}
 		s, err := p.str()
 		if err != nil {
@@ -531,47 +583,48 @@ func (p *parser) dtype(t *rawTensor) error {
 		}
 		d := lookupDType(string(s))
 		if d == 0 {
-			return p.errf("tensor %q: unknown dtype %q", t.name, s)
+			return p.errf("tensor %q: unknown dtype %q", p.cur, s)
 		}
 		if err := p.colon(); err != nil {
 			return err
 		}
 		if !p.lit("null") {
-			return p.errf("tensor %q: dtype map value must be null", t.name)
+			return p.errf("tensor %q: dtype map value must be null", p.cur)
 		}
 		p.ws()
 		if p.peek() != '}' {
-			return p.errf("tensor %q: dtype map must have exactly one key", t.name)
+			return p.errf("tensor %q: dtype map must have exactly one key", p.cur)
 		}
 		p.i++
 		p.depth--
 		t.dtype = d
 		return nil
 	}
-	return p.errf("tensor %q: dtype must be a string, found %s", t.name, p.describe())
+	return p.errf("tensor %q: dtype must be a string, found %s", p.cur, p.describe())
 }
 
 func (p *parser) shape(t *rawTensor) error {
 	if p.peek() != '[' {
-		return p.errf("tensor %q: shape must be an array, found %s", t.name, p.describe())
+		return p.errf("tensor %q: shape must be an array, found %s", p.cur, p.describe())
 	}
 	if err := p.enter(); err != nil {
 		return err
 	}
 	p.i++
 	p.ws()
-	t.shape = make([]uint64, 0, 4)
+	t.shapeOff, t.shapeEnd = uint32(len(p.dims)), uint32(len(p.dims))
 	if p.peek() == ']' {
 		p.i++
 		p.depth--
 		return nil
 	}
 	for {
-		v, err := p.uint(t.name, "shape")
+		v, err := p.uint("shape")
 		if err != nil {
 			return err
 		}
-		t.shape = append(t.shape, v)
+		p.dims = append(p.dims, v)
+		t.shapeEnd = uint32(len(p.dims))
 		more, err := p.next(']')
 		if err != nil {
 			return err
@@ -586,7 +639,7 @@ func (p *parser) shape(t *rawTensor) error {
 
 func (p *parser) offsets(t *rawTensor) error {
 	if p.peek() != '[' {
-		return p.errf("tensor %q: data_offsets must be an array of 2 integers, found %s", t.name, p.describe())
+		return p.errf("tensor %q: data_offsets must be an array of 2 integers, found %s", p.cur, p.describe())
 	}
 	if err := p.enter(); err != nil {
 		return err
@@ -598,12 +651,12 @@ func (p *parser) offsets(t *rawTensor) error {
 		if k == 1 {
 			p.ws()
 			if p.peek() != ',' {
-				return p.errf("tensor %q: data_offsets must have exactly 2 elements", t.name)
+				return p.errf("tensor %q: data_offsets must have exactly 2 elements", p.cur)
 			}
 			p.i++
 			p.ws()
 		}
-		x, err := p.uint(t.name, "data_offsets")
+		x, err := p.uint("data_offsets")
 		if err != nil {
 			return err
 		}
@@ -611,7 +664,7 @@ func (p *parser) offsets(t *rawTensor) error {
 	}
 	p.ws()
 	if p.peek() != ']' {
-		return p.errf("tensor %q: data_offsets must have exactly 2 elements", t.name)
+		return p.errf("tensor %q: data_offsets must have exactly 2 elements", p.cur)
 	}
 	p.i++
 	p.depth--
@@ -621,7 +674,8 @@ func (p *parser) offsets(t *rawTensor) error {
 
 // uint parses a JSON number that must be a plain unsigned integer fitting
 // in 64 bits.
-func (p *parser) uint(name, field string) (uint64, error) {
+func (p *parser) uint(field string) (uint64, error) {
+	name := p.cur
 	start := p.i
 	c := p.peek()
 	if c < '0' || c > '9' {
@@ -797,12 +851,11 @@ func (p *parser) str() ([]byte, error) {
 	start := p.i
 	b := p.b
 	for i := start; i < len(b); i++ {
-		c := b[i]
-		if c == '"' {
-			p.i = i + 1
-			return b[start:i], nil
-		}
-		if c == '\\' || c < 0x20 {
+		if c := b[i]; strSpecial[c] {
+			if c == '"' {
+				p.i = i + 1
+				return b[start:i], nil
+			}
 			p.i = i
 			return p.strSlow(start)
 		}
@@ -810,6 +863,16 @@ func (p *parser) str() ([]byte, error) {
 	p.i = len(b)
 	return nil, p.errf("unterminated string")
 }
+
+// strSpecial marks the bytes that end the fast path of str: the closing
+// quote, a backslash, and control characters.
+var strSpecial = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
 
 func (p *parser) strSlow(start int) ([]byte, error) {
 	out := append(p.buf[:0], p.b[start:p.i]...)
