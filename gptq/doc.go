@@ -1,6 +1,43 @@
 // Package gptq computes layer-input Hessians and quantizes weight matrices
 // with GPTQ or round-to-nearest onto a quantization grid.
 //
-// The solver knows number formats only through the Grid interface; uniform
-// integer grids and block-floating-point grids are provided.
+// # What it promises
+//
+//   - Hessian accumulates H = (2/n)·Σ x·xᵀ over batches of float32
+//     activations, n counting tokens (rows), with float64 sums; partial
+//     Hessians merge exactly by addition (Merge).
+//   - Quantize runs blocked GPTQ step for step like the reference
+//     implementation (IST-DASLab/gptq): dead inputs (H_jj = 0) zeroed,
+//     optional act-order, percent damping, the inverse-Hessian factor U with
+//     UᵀU = H′⁻¹, per-column quantization with error feedback inside each
+//     block and a lazy matrix-product update after it, the reference's
+//     grid-timing quirks, and its reported error Σ (w−q)²/(2·U_kk²). On the
+//     integer grid it reproduces the reference's test vectors (see
+//     TestReferenceVectors and docs/gptq.md).
+//   - Grids: the reference's uniform integer grid (IntGrid) and Tenstorrent
+//     block floating point (BFPGrid: BFP8_b, BFP4_b, BFP2_b) with the shared
+//     exponent along the input or the output axis. Every output of a BFP
+//     grid survives bfp.Pack and bfp.Unpack bit for bit in the orientation
+//     of its axis.
+//   - When the Cholesky factorization fails the damping is raised
+//     automatically (Result.PercDamp, Result.DampIncreases); the output never
+//     contains NaN or Inf — a numerical overflow is an error instead.
+//   - Float32 mode (the reference's arithmetic) and float64 mode.
+//   - Deterministic: identical inputs give bit-identical outputs, whatever
+//     the number of CPUs.
+//   - Bad input (shapes, NaN/Inf, a Hessian that is not square, has a
+//     negative diagonal or is not symmetric, invalid grids or options) is
+//     an error wrapping ErrShape, ErrNotFinite, ErrHessian or ErrOptions,
+//     never a panic.
+//   - Each call reports the proxy loss ½·tr(Δ·H·Δᵀ) of its result and of
+//     RTN on the same grid, the damping used and the time taken (Result,
+//     Report).
+//
+// Weights are always passed [out, in] row-major (rows are outputs, columns
+// are inputs), H is in×in. For output-axis BFP grids the caller stores the
+// transpose of Result.Q.
+//
+// The dense linear algebra (Hessian SYRK, the lazy block update, the
+// factorization) runs on internal/kernels behind a few small functions in
+// linalg.go.
 package gptq
