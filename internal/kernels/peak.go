@@ -22,7 +22,7 @@ type Peak struct {
 
 // MeasurePeak runs the FMA throughput loop on workers goroutines at once
 // (workers <= 0 means Workers()) for about d, half of it for float32 and
-// half for float64. With the assembly kernels the loop keeps twelve
+// half for float64, and keeps the best of eight slices of each half. With the assembly kernels the loop keeps twelve
 // independent 256-bit FMA chains in flight per goroutine, enough to fill
 // two FMA pipes of latency up to six cycles. With the portable twins it
 // measures the scalar Go loop instead, which is only a reference point for
@@ -52,24 +52,32 @@ func fmaRate(d time.Duration, workers int, loop func(int) float64) float64 {
 		}
 		chunk *= 2
 	}
-	flops := make([]float64, workers)
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				flops[w] += loop(chunk)
-			}
-		}(w)
+	// The best of several slices: on a shared machine the peak is what the
+	// cores deliver when they are not taken by something else, which is
+	// also how the kernels' best runs are compared with it.
+	const slices = 8
+	best := 0.0
+	for s := 0; s < slices; s++ {
+		flops := make([]float64, workers)
+		var wg sync.WaitGroup
+		start := time.Now()
+		deadline := start.Add(d / slices)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					flops[w] += loop(chunk)
+				}
+			}(w)
+		}
+		wg.Wait()
+		el := time.Since(start).Seconds()
+		var total float64
+		for _, f := range flops {
+			total += f
+		}
+		best = max(best, total/el/1e9)
 	}
-	wg.Wait()
-	el := time.Since(start).Seconds()
-	var total float64
-	for _, f := range flops {
-		total += f
-	}
-	return total / el / 1e9
+	return best
 }
