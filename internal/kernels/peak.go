@@ -22,9 +22,10 @@ type Peak struct {
 
 // MeasurePeak runs the FMA throughput loop on workers goroutines at once
 // (workers <= 0 means Workers()) for about d, half of it for float32 and
-// half for float64, and keeps the best of eight slices of each half. With the assembly kernels the loop keeps twelve
-// independent 256-bit FMA chains in flight per goroutine, enough to fill
-// two FMA pipes of latency up to six cycles. With the portable twins it
+// half for float64, and keeps the best of eight slices of each half. With
+// the assembly kernels the loop keeps twelve independent 256-bit FMA
+// chains in flight per goroutine, enough to fill two FMA pipes of latency
+// up to six cycles. With the portable twins it
 // measures the scalar Go loop instead, which is only a reference point for
 // that build, not the machine's peak.
 func MeasurePeak(d time.Duration, workers int) Peak {
