@@ -151,3 +151,25 @@ func dotSteps(a, b []uint32, phases int, dfmt DstFormat, arch Arch) uint32 {
 	}
 	return d
 }
+
+// MatMulStored computes y = x·Wᵀ for a stored 2-D weight tensor W [out, in]
+// (BFP8_b, BFP4_b or BF16; see EmulatedDecode) and BF16 activations x
+// [tokens, in]. It returns the Dst values [tokens, out] (see MatMul) and out.
+func MatMulStored(ctx context.Context, st *StoredTensor, x []uint16, tokens int, cfg Config) ([]uint32, int, error) {
+	if len(st.Layout.Shape) != 2 {
+		return nil, 0, fmt.Errorf("emulator: tensor %q has shape %v; a matmul weight must be [out, in]", st.Name, st.Layout.Shape)
+	}
+	out, in := int(st.Layout.Shape[0]), int(st.Layout.Shape[1])
+	if tokens <= 0 || len(x) != tokens*in {
+		return nil, 0, fmt.Errorf("emulator: tensor %q is [%d, %d]: activations must be [tokens, %d], got %d values for %d tokens", st.Name, out, in, in, len(x), tokens)
+	}
+	w, err := EmulatedDecode(st)
+	if err != nil {
+		return nil, 0, err
+	}
+	y, err := MatMul(ctx, x, tokens, in, w, out, cfg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("tensor %q: %w", st.Name, err)
+	}
+	return y, out, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/ttquant/ttquant/bfp"
@@ -179,5 +180,45 @@ func TestDecodeBFPQuirks(t *testing.T) {
 	}
 	if got[32] != 0x85<<7 {
 		t.Errorf("element (1,0): %04x, want %04x", got[32], 0x85<<7)
+	}
+}
+
+func TestMatMulStored(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	const tokens, in, out = 3, 40, 20
+	w := make([]float32, out*in)
+	for i := range w {
+		w[i] = float32(r.NormFloat64() * 0.05)
+	}
+	packed, err := bfp.Pack(bfp.BFP8, bfp.Tile32x32, w, out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &StoredTensor{Name: "w", Format: "BFP8_b", Layout: Layout{Shape: []int64{out, in}, Tile: bfp.Tile32x32}, Data: packed}
+	x := randBF16(r, tokens*in, 1)
+	cfg := Config{Fidelity: HiFi2}
+	y, n, err := MatMulStored(context.Background(), st, x, tokens, cfg)
+	if err != nil || n != out {
+		t.Fatal(n, err)
+	}
+	dec, err := DecodeBFP(bfp.BFP8, bfp.Tile32x32, packed, out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := MatMul(context.Background(), x, tokens, in, dec, out, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if y[i] != want[i] {
+			t.Fatalf("y[%d] = %08x, want %08x", i, y[i], want[i])
+		}
+	}
+	if _, _, err := MatMulStored(context.Background(), st, x[:in], 3, cfg); err == nil || !strings.Contains(err.Error(), `"w"`) {
+		t.Errorf("short activations: %v", err)
+	}
+	st.Layout.Shape = []int64{1, out, in}
+	if _, _, err := MatMulStored(context.Background(), st, x, tokens, cfg); err == nil {
+		t.Error("3-D weight accepted")
 	}
 }
