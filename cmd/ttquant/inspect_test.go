@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/testdata"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+func TestInspectFileAndShards(t *testing.T) {
+	dir := t.TempDir()
+	one := filepath.Join(dir, "model-00001-of-00002.safetensors")
+	two := filepath.Join(dir, "model-00002-of-00002.safetensors")
+	if err := safetensors.WriteFile(one, []safetensors.Tensor{
+		{Name: "embed.weight", DType: safetensors.BF16, Shape: []int64{4, 2}, Data: make([]byte, 16)},
+		{Name: "norm.weight", DType: safetensors.F32, Shape: []int64{2}, Data: make([]byte, 8)},
+	}, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(two, []safetensors.Tensor{
+		{Name: "lm_head.weight", DType: safetensors.BF16, Shape: []int64{4, 2}, Data: make([]byte, 16)},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	x, err := safetensors.BuildIndex(dir, []string{filepath.Base(one), filepath.Base(two)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteIndex(filepath.Join(dir, safetensors.IndexFileName), x); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs := runCLI(t, "inspect", one)
+	if code != exitOK {
+		t.Fatalf("inspect file: status %d, stderr %s", code, errs)
+	}
+	for _, want := range []string{"embed.weight", "BF16", "[4,2]", "16", "model-00001-of-00002.safetensors", "2 tensors, 24 bytes in 1 file(s)", `format="pt"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect file output lacks %q:\n%s", want, out)
+		}
+	}
+
+	for _, p := range []string{dir, filepath.Join(dir, safetensors.IndexFileName)} {
+		code, out, errs = runCLI(t, "inspect", p, "--json")
+		if code != exitOK {
+			t.Fatalf("inspect %s: status %d, stderr %s", p, code, errs)
+		}
+		var doc inspectDoc
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		if doc.SchemaVersion != schemaVersion || doc.Totals == nil || doc.Totals.Tensors != 3 || doc.Totals.Bytes != 40 ||
+			doc.Totals.Files != 2 || doc.Totals.ByDType["BF16"] != 32 {
+			t.Errorf("inspect %s --json: %+v totals %+v", p, doc, doc.Totals)
+		}
+		if len(doc.Tensors) != 3 || doc.Tensors[1].Name != "lm_head.weight" || doc.Tensors[1].Shard != "model-00002-of-00002.safetensors" {
+			t.Errorf("tensors %+v", doc.Tensors)
+		}
+	}
+}
+
+func TestInspectBadFile(t *testing.T) {
+	dir := testdata.SharedDir(t, "safetensors")
+	bad := filepath.Join(dir, "invalid", "e_off_gap.safetensors")
+	code, out, errs := runCLI(t, "inspect", bad)
+	if code != exitError || out != "" {
+		t.Errorf("bad file: status %d, stdout %q", code, out)
+	}
+	if !strings.Contains(errs, "InvalidOffset") || !strings.Contains(errs, "e_off_gap.safetensors") {
+		t.Errorf("stderr does not give the error kind and file: %q", errs)
+	}
+	code, out, _ = runCLI(t, "inspect", "--json", bad)
+	var doc inspectDoc
+	if code != exitError || json.Unmarshal([]byte(out), &doc) != nil || doc.ErrorKind != "InvalidOffset" {
+		t.Errorf("bad file --json: status %d, output %q", code, out)
+	}
+}
+
+func TestInspectUsage(t *testing.T) {
+	if code, _, _ := runCLI(t, "inspect"); code != exitUsage {
+		t.Errorf("no path: status %d", code)
+	}
+	if code, _, _ := runCLI(t, "inspect", "a", "b"); code != exitUsage {
+		t.Errorf("two paths: status %d", code)
+	}
+	missing := filepath.Join(t.TempDir(), "none.safetensors")
+	if code, _, errs := runCLI(t, "inspect", missing); code != exitError || !strings.Contains(errs, "none.safetensors") {
+		t.Errorf("missing file: status %d, stderr %q", code, errs)
+	}
+}
