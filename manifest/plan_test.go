@@ -588,3 +588,43 @@ func BenchmarkResolveReplica(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Seconds())/float64(b.N), "s/plan")
 }
+
+func TestVisionPassThroughAndMicro(t *testing.T) {
+	c := testmodel.Micro()
+	c.VisionStubs = true
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, c, testmodel.PerExpert); err != nil {
+		t.Fatal(err)
+	}
+	m, err := safetensors.OpenModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, name := range PresetNames() {
+		r, err := mustPreset(t, name).Resolve(m)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		vision := 0
+		for _, pt := range r.Tensors {
+			if pt.Role == RoleVision {
+				vision++
+				if pt.Format != StoreAsIs || pt.StoredBytes != pt.SourceBytes {
+					t.Errorf("%s: vision tensor %s stored as %s", name, pt.Name, pt.Format)
+				}
+			}
+		}
+		// 8 experts per block, 16 per file: one group per block and kind.
+		if vision != 3 || r.ExpertFiles != 10 || r.Experts != 8 {
+			t.Errorf("%s: %d vision tensors, %d expert files, %d experts", name, vision, r.ExpertFiles, r.Experts)
+		}
+	}
+	r, err := mustPreset(t, PresetQwen36MoE).ResolveWith(m, ResolveOptions{ExpertsPerFile: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExpertFiles != 5*3*2 { // ceil(8/3) groups
+		t.Errorf("3 experts per file: %d expert files, want 30", r.ExpertFiles)
+	}
+}

@@ -135,6 +135,27 @@ func Tiny() Config {
 	}
 }
 
+// Micro returns a smaller profile of the same structure for fast unit
+// tests: hidden 64, 4 layers (3 linear, 1 full), 4/2 heads of 32, Gated
+// DeltaNet 2/4 heads of 16, 8 experts of width 32 with top-2 routing, a
+// shared expert of width 32, vocabulary 128 and one MTP layer.
+func Micro() Config {
+	c := Tiny()
+	c.Name = "micro"
+	c.Hidden = 64
+	c.Heads, c.KVHeads, c.HeadDim = 4, 2, 32
+	c.MRopeSection = []int{2, 1, 1}
+	c.LinearKeyHeads, c.LinearValueHeads = 2, 4
+	c.LinearKeyHeadDim, c.LinearValueHeadDim = 16, 16
+	c.Experts, c.TopK = 8, 2
+	c.MoEIntermediate, c.SharedIntermediate = 32, 32
+	c.Vocab = 128
+	c.BOSToken, c.EOSToken = 112, 112
+	c.VisionStartToken, c.VisionEndToken, c.ImageToken, c.VideoToken = 121, 122, 124, 125
+	c.VisionOut = 64
+	return c
+}
+
 // Qwen36_35B returns the text configuration of the released
 // Qwen3.6-35B-A3B: hidden 2048, 40 layers (every fourth full attention),
 // 16/2 heads of 256, Gated DeltaNet 16/32 heads of 128, 256 experts of

@@ -568,3 +568,27 @@ func headerKeys(t *testing.T, path string) []string {
 	}
 	return keys
 }
+
+func TestMicroAndVisionStubs(t *testing.T) {
+	c := Micro()
+	c.VisionStubs = true
+	dir := t.TempDir()
+	if err := Write(dir, c, Default); err != nil {
+		t.Fatal(err)
+	}
+	files := openAll(t, dir)
+	var n int
+	var total int64
+	var rank5 bool
+	for _, f := range files {
+		for _, ti := range f.Tensors() {
+			n++
+			total += ti.Size()
+			rank5 = rank5 || (ti.Name == "model.visual.patch_embed.proj.weight" && len(ti.Shape) == 5)
+		}
+	}
+	// 91 text tensors + 3 vision stubs; under a megabyte of data.
+	if n != 94 || !rank5 || total > 1<<20 {
+		t.Errorf("micro with vision: %d tensors, %d bytes, rank-5 stub %v", n, total, rank5)
+	}
+}
