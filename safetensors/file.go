@@ -112,7 +112,11 @@ func OpenReader(r io.ReaderAt, size int64, name string) (*File, error) {
 	}
 	hdr := make([]byte, n)
 	if n > 0 {
-		if _, err := r.ReadAt(hdr, 8); err != nil && !(err == io.EOF) {
+		got, err := r.ReadAt(hdr, 8)
+		if got < len(hdr) {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 			return nil, fmt.Errorf("safetensors: %s: reading header: %w", name, err)
 		}
 	}
