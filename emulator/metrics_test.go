@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -229,9 +230,8 @@ func TestCompareLogitsAgainstDirect(t *testing.T) {
 			if first == nil {
 				first = rows
 			} else {
-				a, _ := json.Marshal(first)
-				b, _ := json.Marshal(rows)
-				if string(a) != string(b) {
+				a, b := fmt.Sprintf("%+v", first), fmt.Sprintf("%+v", rows)
+				if a != b {
 					t.Errorf("chunk %d, workers %d: result differs:\n%s\n%s", chunk, workers, a, b)
 				}
 			}
