@@ -71,7 +71,8 @@ type LayerOptions struct {
 	Axis gptq.Axis
 	// Method for the routed and shared experts: MethodGPTQ by default.
 	Method Method
-	// GPTQ solver options; the zero value selects gptq.DefaultOptions().
+	// GPTQ solver options; nil selects gptq.DefaultOptions(). Name is set
+	// per matrix.
 	GPTQ *gptq.Options
 	// MinTokens is the routed-token count below which an expert is
 	// starved. 0 selects ceil(MinTokensFraction × calibration tokens); a
@@ -296,15 +297,6 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 		Policy: opt.Starved, Tokens: calib.Tokens, MinTokens: opt.MinTokens, Starved: []int{}}
 	jobs := cfg.Experts
 	withShared := cfg.SharedInter > 0 && !opt.SkipShared
-	if cfg.SharedInter > 0 && opt.SkipShared && heldOut.Tokens > 0 {
-		// The shared expert stays in full precision in every variant.
-		var ws expertScratch
-		for _, out := range [][]float32{d.outRef, d.outQ, d.outRTN} {
-			if err := layer.addShared(out, heldOut.X, heldOut.Tokens, layer.Shared, &ws); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if withShared {
 		jobs++
 	}
@@ -328,6 +320,16 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.SharedInter > 0 && opt.SkipShared && heldOut.Tokens > 0 {
+		// The shared expert stays in full precision in every variant; it is
+		// added after the routed experts, as in MoELayer.Forward.
+		var ws expertScratch
+		for _, out := range [][]float32{d.outRef, d.outQ, d.outRTN} {
+			if err := layer.addShared(out, heldOut.X, heldOut.Tokens, layer.Shared, &ws); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if heldOut.Tokens > 0 {
 		be := &BlockError{Tokens: heldOut.Tokens}

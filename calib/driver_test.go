@@ -406,3 +406,18 @@ func TestExpertOrder(t *testing.T) {
 		t.Errorf("down_proj does not follow the quantized gate/up: %d vs %d differing values", dGood, dWrong)
 	}
 }
+
+func TestSkipShared(t *testing.T) {
+	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 24, NormTopK: true}
+	l := testLayer(cfg, 5)
+	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
+	rep, res := collect(t, l, cal, held, LayerOptions{SkipShared: true})
+	if len(res) != 4 || rep.Shared != nil {
+		t.Fatalf("%d results, shared stats %v: the shared expert must be left alone", len(res), rep.Shared)
+	}
+	ref, _ := l.Forward(held.X, held.Tokens)
+	q, _ := quantizedLayer(l, res).Forward(held.X, held.Tokens)
+	if mse := meanSqDiff(q, ref); mse != rep.HeldOut.MSE {
+		t.Errorf("held-out MSE %g, Forward with quantized routed experts %g", rep.HeldOut.MSE, mse)
+	}
+}
