@@ -104,22 +104,18 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 	// earlier entries were type-checked but are otherwise dropped.
 	index := make(map[string]int, len(raw))
 	var dups []string
-	var dead []bool
 	for i := range raw {
 		nm := name(&raw[i])
-		if j, ok := index[nm]; ok {
-			if dead == nil {
-				dead = make([]bool, len(raw))
-			}
-			dead[j] = true
+		index[nm] = i // one map operation per tensor; a repeat keeps the last
+		if len(index) != i+1-len(dups) {
 			dups = append(dups, nm)
 		}
-		index[nm] = i
 	}
-	if dead != nil {
+	remap := len(dups) > 0
+	if remap {
 		kept := raw[:0]
 		for i := range raw {
-			if !dead[i] {
+			if index[name(&raw[i])] == i {
 				kept = append(kept, raw[i])
 			}
 		}
@@ -138,6 +134,7 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 	// order already; checking first saves the sort.
 	if !slices.IsSortedFunc(raw, byOffsets) {
 		slices.SortFunc(raw, byOffsets)
+		remap = true
 	}
 	var cursor uint64
 	for i := range raw {
@@ -186,7 +183,9 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 	for i := range raw {
 		t := &raw[i]
 		nm := name(t)
-		index[nm] = i
+		if remap {
+			index[nm] = i
+		}
 		sh := shapes[t.shapeOff:t.shapeEnd:t.shapeEnd]
 		ti := TensorInfo{Name: nm, DType: t.dtype, Begin: int64(t.begin), End: int64(t.end), Shape: sh}
 		for j, d := range shape(t) {
@@ -300,10 +299,10 @@ func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMe
 	p.i++
 	p.ws()
 	seenMeta := false
-	// An object-form entry takes at least 50 header bytes; names are
-	// typically under half of an entry and shapes a few dimensions.
-	tensors = make([]rawTensor, 0, len(p.b)/50+1)
-	p.names = make([]byte, 0, len(p.b)/3)
+	// Size the arenas from the header: one entry per "data_offsets" in
+	// the usual form; names are typically under a quarter of the header.
+	tensors = make([]rawTensor, 0, bytes.Count(p.b, []byte(`"data_offsets"`))+1)
+	p.names = make([]byte, 0, len(p.b)/4)
 	p.dims = make([]uint64, 0, len(p.b)/25+4)
 	if p.peek() == '}' {
 		p.i++
