@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ttquant/ttquant/internal/testdata"
@@ -27,11 +28,24 @@ func FuzzOpen(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := OpenReader(bytes.NewReader(data), int64(len(data)), "fuzz")
+		// The general parser alone must decide exactly as the parser with
+		// its fast path for canonical entries.
+		noFastEntry = true
+		slow, serr := OpenReader(bytes.NewReader(data), int64(len(data)), "fuzz")
+		noFastEntry = false
+		if (err == nil) != (serr == nil) || KindName(err) != KindName(serr) {
+			t.Fatalf("fast path: %v; general path: %v", err, serr)
+		}
 		if err != nil {
 			if KindName(err) == "" {
 				t.Fatalf("error without a format kind: %v", err)
 			}
 			return
+		}
+		if !slices.EqualFunc(file.Tensors(), slow.Tensors(), func(a, b TensorInfo) bool {
+			return a.Name == b.Name && a.DType == b.DType && a.Begin == b.Begin && a.End == b.End && slices.Equal(a.Dims(), b.Dims())
+		}) {
+			t.Fatalf("fast and general paths list different tensors")
 		}
 		checkTiling(t, file, int64(len(data)))
 	})

@@ -440,8 +440,13 @@ func (p *parser) metadata() (map[string]string, bool, error) {
 // dtype, shape and data_offsets (each at most once; unknown fields are
 // skipped), or the reference's sequence form [dtype, shape, data_offsets].
 func (p *parser) tensorEntry(name []byte) (rawTensor, error) {
-	t := rawTensor{}
 	p.cur = name
+	if !noFastEntry {
+		if t, ok := p.fastEntry(); ok {
+			return t, nil
+		}
+	}
+	t := rawTensor{}
 	switch p.peek() {
 	case '{':
 		if err := p.enter(); err != nil {
@@ -550,6 +555,100 @@ func (p *parser) tensorEntry(name []byte) (rawTensor, error) {
 		return t, nil
 	}
 	return t, p.errf("tensor %q: entry must be an object, found %s", name, p.describe())
+}
+
+// noFastEntry disables fastEntry; tests set it to check that both paths
+// decide alike.
+var noFastEntry = false
+
+// fastEntry parses an entry written exactly as the reference writer (and
+// ours) writes it, {"dtype":"X","shape":[..],"data_offsets":[b,e]} with no
+// whitespace, escapes or extra fields, without the general machinery. On
+// any deviation it restores the parser state and returns false, and the
+// general path parses the entry (and reports any error).
+func (p *parser) fastEntry() (rawTensor, bool) {
+	const (
+		pre     = `{"dtype":"`
+		mid     = `","shape":[`
+		offsets = `,"data_offsets":[`
+	)
+	b := p.b[p.i:]
+	var t rawTensor
+	if len(b) < len(pre) || string(b[:len(pre)]) != pre {
+		return t, false
+	}
+	k := len(pre)
+	j := bytes.IndexByte(b[k:min(len(b), k+16)], '"')
+	if j < 0 {
+		return t, false
+	}
+	t.dtype = lookupDType(string(b[k : k+j]))
+	if t.dtype == 0 {
+		return t, false
+	}
+	k += j
+	if len(b)-k < len(mid) || string(b[k:k+len(mid)]) != mid {
+		return t, false
+	}
+	k += len(mid)
+	mark := len(p.dims)
+	t.shapeOff = uint32(mark)
+	fail := func() (rawTensor, bool) {
+		p.dims = p.dims[:mark]
+		return rawTensor{}, false
+	}
+	// num parses a plain unsigned integer at b[k:], which must be followed
+	// by sep.
+	num := func(sep byte) (uint64, bool) {
+		start := k
+		var v uint64
+		for k < len(b) && b[k] >= '0' && b[k] <= '9' {
+			if v > (1<<64-1-9)/10 {
+				return 0, false // possible overflow: let the general path decide
+			}
+			v = v*10 + uint64(b[k]-'0')
+			k++
+		}
+		if k == start || (b[start] == '0' && k-start > 1) || k >= len(b) || b[k] != sep {
+			return 0, false
+		}
+		k++
+		return v, true
+	}
+	if k < len(b) && b[k] == ']' {
+		k++
+	} else {
+		for {
+			start := k
+			v, ok := num(',')
+			if !ok {
+				k = start
+				if v, ok = num(']'); !ok {
+					return fail()
+				}
+				p.dims = append(p.dims, v)
+				break
+			}
+			p.dims = append(p.dims, v)
+		}
+	}
+	t.shapeEnd = uint32(len(p.dims))
+	if len(b)-k < len(offsets) || string(b[k:k+len(offsets)]) != offsets {
+		return fail()
+	}
+	k += len(offsets)
+	var ok bool
+	if t.begin, ok = num(','); !ok {
+		return fail()
+	}
+	if t.end, ok = num(']'); !ok {
+		return fail()
+	}
+	if k >= len(b) || b[k] != '}' {
+		return fail()
+	}
+	p.i += k + 1
+	return t, true
 }
 
 // dtype parses a dtype: a string naming one of the 22 dtypes, or the
