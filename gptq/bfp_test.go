@@ -141,6 +141,7 @@ func TestBFPPackRoundTrip(t *testing.T) {
 		{"actorder_bs48", Options{BlockSize: 48, PercDamp: 0.01, ActOrder: true}},
 		{"static_bs40", Options{BlockSize: 40, PercDamp: 0.01, StaticGroups: true}},
 		{"bs40", Options{BlockSize: 40, PercDamp: 0.01}},
+		{"sub16_actorder", Options{BlockSize: 128, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
 	}
 	for _, p := range bfpProblems(t) {
 		for _, f := range []bfp.Format{bfp.BFP8, bfp.BFP4} {
@@ -253,14 +254,14 @@ func TestBFPProxyLoss(t *testing.T) {
 
 // TestBFPInputBlockInvariance: the input-axis exponents are taken from the
 // truly current weights, so in exact arithmetic the result does not depend
-// on the lazy-update block size even when groups straddle blocks. In
+// on the lazy-update block or sub-block size even when groups straddle them. In
 // float64 mode only a handful of values may round differently.
 func TestBFPInputBlockInvariance(t *testing.T) {
 	p := newSynthProblem("inv", 48, 160, 300, 21)
 	g := NewBFPGrid(bfp.BFP4, InputAxis)
 	var qs [][]float32
-	for _, bs := range []int{128, 40, 23, 7} {
-		res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, Options{BlockSize: bs, PercDamp: 0.01, Float64: true})
+	for _, bs := range [][2]int{{128, 0}, {40, 0}, {23, 0}, {7, 0}, {128, 16}, {64, 5}} {
+		res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, Options{BlockSize: bs[0], SubBlock: bs[1], PercDamp: 0.01, Float64: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +274,8 @@ func TestBFPInputBlockInvariance(t *testing.T) {
 				diff++
 			}
 		}
-		if diff > len(q)/200 {
+		t.Logf("variant %d: %d of %d values differ from block 128", i+1, diff, len(q))
+		if diff > len(q)/1000 {
 			t.Errorf("block size variant %d: %d of %d values differ from block 128", i+1, diff, len(q))
 		}
 	}

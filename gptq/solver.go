@@ -12,6 +12,14 @@ import (
 type Options struct {
 	// BlockSize is the number of columns per lazy-update block; 0 means 128.
 	BlockSize int
+	// SubBlock, when positive and smaller than BlockSize, propagates each
+	// column's error column by column only within sub-blocks of this many
+	// columns; the rest of the block receives a sub-block's update as one
+	// matrix product, like the columns after the block. In exact arithmetic
+	// this is the same algorithm; it is faster for matrices with many rows,
+	// but its float32 rounding is further from the reference's. 0 means
+	// column by column over the whole block, as the reference does.
+	SubBlock int
 	// PercDamp is the damping added to every diagonal entry of H, as a
 	// fraction of the mean diagonal (after dead columns are set to 1). When
 	// the Cholesky factorization fails the damping is raised automatically;
@@ -58,6 +66,14 @@ type Result struct {
 	ProxyLoss float64
 	// RTNProxyLoss is the same quantity for RTN on the same grid.
 	RTNProxyLoss float64
+	// SubBlock, when positive and smaller than BlockSize, propagates each
+	// column's error column by column only within sub-blocks of this many
+	// columns; the rest of the block receives a sub-block's update as one
+	// matrix product, like the columns after the block. In exact arithmetic
+	// this is the same algorithm; it is faster for matrices with many rows,
+	// but its float32 rounding is further from the reference's. 0 means
+	// column by column over the whole block, as the reference does.
+	SubBlock int
 	// PercDamp is the damping fraction finally used and Damp the absolute
 	// value λ added to every diagonal entry.
 	PercDamp, Damp float64
@@ -181,8 +197,8 @@ func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*R
 	if opt.BlockSize == 0 {
 		opt.BlockSize = 128
 	}
-	if opt.BlockSize < 0 {
-		return nil, fmt.Errorf("%w: block size %d%s", ErrOptions, opt.BlockSize, label(opt.Name))
+	if opt.BlockSize < 0 || opt.SubBlock < 0 {
+		return nil, fmt.Errorf("%w: block size %d, sub-block %d%s", ErrOptions, opt.BlockSize, opt.SubBlock, label(opt.Name))
 	}
 	if math.IsNaN(opt.PercDamp) || opt.PercDamp < 0 || math.IsInf(opt.PercDamp, 0) {
 		return nil, fmt.Errorf("%w: damping %g%s", ErrOptions, opt.PercDamp, label(opt.Name))
@@ -211,23 +227,31 @@ type solver[T float] struct {
 	wt            []T   // working weights, column-major in working order
 	u             []T   // upper inverse factor, cols×cols row-major, working order
 
-	// current block
+	// current block [i1, i2) and sub-block [i1+s1, i1+s2)
 	i1, i2 int
-	done   int // columns of the block already quantized
+	s1, s2 int
+	done   int // columns of the block already quantized (block-local)
 	w1     []T // block columns with in-block updates, column-major
 	e      []T // scaled errors of the block's columns, column-major
 }
 
 // current writes the current (error-updated) values of working column j,
-// which must not be quantized yet, into dst.
+// which must not be quantized yet, into dst: the stored values minus the
+// updates still pending from the columns of the current block (or
+// sub-block) already quantized.
 func (s *solver[T]) current(j int, dst []T) {
 	rows := s.rows
-	if j >= s.i1 && j < s.i2 {
-		copy(dst, s.w1[(j-s.i1)*rows:(j-s.i1+1)*rows])
-		return
+	from := 0 // first block-local column whose update j has not received
+	if jl := j - s.i1; jl >= 0 && j < s.i2 {
+		copy(dst, s.w1[jl*rows:(jl+1)*rows])
+		if jl < s.s2 {
+			return
+		}
+		from = s.s1
+	} else {
+		copy(dst, s.wt[j*rows:(j+1)*rows])
 	}
-	copy(dst, s.wt[j*rows:(j+1)*rows])
-	for i := 0; i < s.done; i++ {
+	for i := from; i < s.done; i++ {
 		if u := s.u[(s.i1+i)*s.cols+j]; u != 0 {
 			axpySub(u, s.e[i*rows:(i+1)*rows], dst)
 		}
@@ -353,6 +377,10 @@ func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Option
 	qt := make([]T, rows*cols)
 	rowLoss := make([]float64, rows)
 	bs := min(opt.BlockSize, cols)
+	sb := bs
+	if opt.SubBlock > 0 {
+		sb = min(opt.SubBlock, bs)
+	}
 	s.w1 = make([]T, bs*rows)
 	s.e = make([]T, bs*rows)
 	for i1 := 0; i1 < cols; i1 += bs {
@@ -361,25 +389,34 @@ func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Option
 		s.i1, s.i2, s.done = i1, i2, 0
 		copy(s.w1[:nb*rows], s.wt[i1*rows:i2*rows])
 		clear(s.e[:nb*rows])
-		for i := 0; i < nb; i++ {
-			k := i1 + i
-			col := s.w1[i*rows : (i+1)*rows]
-			q := qt[k*rows : (k+1)*rows]
-			cq.column(k, col, q)
-			d := s.u[k*cols+k]
-			d2 := d * d
-			ei := s.e[i*rows : (i+1)*rows]
-			for r, wv := range col {
-				diff := wv - q[r]
-				rowLoss[r] += float64(diff*diff/d2) / 2
-				ei[r] = diff / d
-			}
-			s.done = i + 1
-			urow := s.u[k*cols : (k+1)*cols]
-			for j := i + 1; j < nb; j++ {
-				if uj := urow[i1+j]; uj != 0 {
-					axpySub(uj, ei, s.w1[j*rows:(j+1)*rows])
+		for j1 := 0; j1 < nb; j1 += sb {
+			j2 := min(j1+sb, nb)
+			s.s1, s.s2 = j1, j2
+			for i := j1; i < j2; i++ {
+				k := i1 + i
+				col := s.w1[i*rows : (i+1)*rows]
+				q := qt[k*rows : (k+1)*rows]
+				cq.column(k, col, q)
+				d := s.u[k*cols+k]
+				d2 := d * d
+				ei := s.e[i*rows : (i+1)*rows]
+				for r, wv := range col {
+					diff := wv - q[r]
+					rowLoss[r] += float64(diff*diff/d2) / 2
+					ei[r] = diff / d
 				}
+				s.done = i + 1
+				urow := s.u[k*cols : (k+1)*cols]
+				for j := i + 1; j < j2; j++ {
+					if uj := urow[i1+j]; uj != 0 {
+						axpySub(uj, ei, s.w1[j*rows:(j+1)*rows])
+					}
+				}
+			}
+			if j2 < nb {
+				// The sub-block's update of the rest of the block, as one
+				// product: W1[:, j2:] -= E[:, j1:j2]·U[j1:j2, j2:nb].
+				gemmSubTN(nb-j2, rows, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows:], rows, s.w1[j2*rows:], rows)
 			}
 		}
 		if i2 < cols {
