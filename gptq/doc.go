@@ -5,7 +5,8 @@
 //
 //   - Hessian accumulates H = (2/n)·Σ x·xᵀ over batches of float32
 //     activations, n counting tokens (rows), with float64 sums; partial
-//     Hessians merge exactly by addition (Merge).
+//     Hessians built from disjoint batches merge by adding their sums and
+//     token counts (Merge).
 //   - Quantize runs blocked GPTQ step for step like the reference
 //     implementation (IST-DASLab/gptq): dead inputs (H_jj = 0) zeroed,
 //     optional act-order, percent damping, the inverse-Hessian factor U with
