@@ -46,7 +46,8 @@
 // Tensor bytes are read with positional reads (ReadAt) on the open file:
 // ReadTensor, ReadTensorAt (a byte range, e.g. one expert of a fused expert
 // tensor), SectionReader, and the typed Float32s, ReadFloat32s, Float64s and
-// Int64s. Reading one tensor touches only that tensor's bytes. The package
+// Int64s; View reinterprets tensor bytes as a typed slice without copying.
+// Reading one tensor touches only that tensor's bytes. The package
 // does not memory-map files: positional reads cost one system call per
 // large read, perform well on network and distributed file systems where
 // page-fault-driven mmap access is slow, and cannot crash the process if a
