@@ -259,24 +259,26 @@ func TestBFPProxyLoss(t *testing.T) {
 func TestBFPInputBlockInvariance(t *testing.T) {
 	p := newSynthProblem("inv", 48, 160, 300, 21)
 	g := NewBFPGrid(bfp.BFP4, InputAxis)
-	var qs [][]float32
-	for _, bs := range [][2]int{{128, 0}, {40, 0}, {23, 0}, {7, 0}, {128, 16}, {64, 5}} {
-		res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, Options{BlockSize: bs[0], SubBlock: bs[1], PercDamp: 0.01, Float64: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		qs = append(qs, res.Q)
-	}
-	for i, q := range qs[1:] {
-		diff := 0
-		for j := range q {
-			if q[j] != qs[0][j] {
-				diff++
+	for _, act := range []bool{false, true} {
+		var qs [][]float32
+		for _, bs := range [][2]int{{128, 0}, {40, 0}, {23, 0}, {7, 0}, {128, 16}, {64, 5}} {
+			res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, Options{BlockSize: bs[0], SubBlock: bs[1], PercDamp: 0.01, Float64: true, ActOrder: act})
+			if err != nil {
+				t.Fatal(err)
 			}
+			qs = append(qs, res.Q)
 		}
-		t.Logf("variant %d: %d of %d values differ from block 128", i+1, diff, len(q))
-		if diff > len(q)/1000 {
-			t.Errorf("block size variant %d: %d of %d values differ from block 128", i+1, diff, len(q))
+		for i, q := range qs[1:] {
+			diff := 0
+			for j := range q {
+				if q[j] != qs[0][j] {
+					diff++
+				}
+			}
+			t.Logf("act-order %v, variant %d: %d of %d values differ from block 128", act, i+1, diff, len(q))
+			if diff > len(q)/1000 {
+				t.Errorf("act-order %v, block size variant %d: %d of %d values differ from block 128", act, i+1, diff, len(q))
+			}
 		}
 	}
 }
