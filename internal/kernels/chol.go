@@ -45,33 +45,57 @@ func (e *SingularError) Error() string {
 // dot returns Σ x[i]·y[i] with every product rounded (no fusion, so every
 // architecture gives the same bits), summed with four interleaved partial
 // sums combined as (s0+s1)+(s2+s3).
-func dot(x, y []float64) float64 {
+func dot[T float32 | float64](x, y []T) T {
 	y = y[:len(x)]
-	var s0, s1, s2, s3 float64
+	var s0, s1, s2, s3 T
 	i := 0
 	for ; i+4 <= len(x); i += 4 {
-		s0 += float64(x[i] * y[i])
-		s1 += float64(x[i+1] * y[i+1])
-		s2 += float64(x[i+2] * y[i+2])
-		s3 += float64(x[i+3] * y[i+3])
+		s0 += T(x[i] * y[i])
+		s1 += T(x[i+1] * y[i+1])
+		s2 += T(x[i+2] * y[i+2])
+		s3 += T(x[i+3] * y[i+3])
 	}
 	for ; i < len(x); i++ {
-		s0 += float64(x[i] * y[i])
+		s0 += T(x[i] * y[i])
 	}
 	return (s0 + s1) + (s2 + s3)
+}
+
+// sqrtT is the correctly rounded square root in T (for float32, rounding
+// the float64 square root again is exact: 53 ≥ 2·24+2).
+func sqrtT[T float32 | float64](x T) T { return T(math.Sqrt(float64(x))) }
+
+func finite[T float32 | float64](x T) bool {
+	return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0)
+}
+
+// gemmMasked runs the packed product C += (alpha·op(A))·op(B) with operand
+// masks and optionally only the lower triangle of C, in T's precision.
+func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool) {
+	switch cc := any(c).(type) {
+	case []float64:
+		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, cc, ldc, lowerC)
+	case []float32:
+		pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: float32(alpha),
+			a:      operand[float32]{data: any(a).([]float32), ld: lda, trans: transA, mask: am},
+			b:      operand[float32]{data: any(b).([]float32), ld: ldb, trans: transB, mask: bm},
+			lowerC: lowerC,
+			mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(cc, ldc, lowerC)}
+		pl.run()
+	}
 }
 
 // potrfUnblocked factors the n×n block at a in place (lower triangle,
 // row-oriented Cholesky–Crout). off is the block's position in the whole
 // matrix, for error reports.
-func potrfUnblocked(n int, a []float64, lda, off int) error {
+func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 	for j := 0; j < n; j++ {
 		rj := a[j*lda : j*lda+j]
 		d := a[j*lda+j] - dot(rj, rj)
-		if !(d > 0) || math.IsInf(d, 0) {
-			return &NotPositiveDefiniteError{Order: off + j + 1, Pivot: d}
+		if !(d > 0) || !finite(d) {
+			return &NotPositiveDefiniteError{Order: off + j + 1, Pivot: float64(d)}
 		}
-		l := math.Sqrt(d)
+		l := sqrtT(d)
 		a[j*lda+j] = l
 		for i := j + 1; i < n; i++ {
 			ri := a[i*lda : i*lda+j+1]
@@ -82,11 +106,11 @@ func potrfUnblocked(n int, a []float64, lda, off int) error {
 }
 
 // trtriUnblocked inverts the n×n lower-triangular block at a in place.
-func trtriUnblocked(n int, a []float64, lda, off int) error {
+func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 	for j := n - 1; j >= 0; j-- {
 		d := a[j*lda+j]
-		if d == 0 || math.IsNaN(d) || math.IsInf(d, 0) {
-			return &SingularError{Index: off + j, Value: d}
+		if d == 0 || !finite(d) {
+			return &SingularError{Index: off + j, Value: float64(d)}
 		}
 		ajj := 1 / d
 		a[j*lda+j] = ajj
@@ -94,9 +118,9 @@ func trtriUnblocked(n int, a []float64, lda, off int) error {
 		// bottom-up so that the x[k], k < i, read are still the old ones.
 		for i := n - 1; i > j; i-- {
 			ri := a[i*lda : i*lda+i+1]
-			var s float64
+			var s T
 			for k := j + 1; k <= i; k++ {
-				s += float64(ri[k] * a[k*lda+j])
+				s += T(ri[k] * a[k*lda+j])
 			}
 			ri[j] = -ajj * s
 		}
@@ -119,14 +143,14 @@ func Dpotrf(n int, a []float64, lda int) error {
 	return potrf(n, a, lda)
 }
 
-func potrf(n int, a []float64, lda int) error {
+func potrf[T float32 | float64](n int, a []T, lda int) error {
 	nb := cholBlock
 	if n <= nb {
 		return potrfUnblocked(n, a, lda, 0)
 	}
-	tBuf := getBuf[float64](nb * nb)
+	tBuf := getBuf[T](nb * nb)
 	defer putBuf(tBuf)
-	pBuf := getBuf[float64](n * nb)
+	pBuf := getBuf[T](n * nb)
 	defer putBuf(pBuf)
 	t, p := *tBuf, *pBuf
 	for j := 0; j < n; j += nb {
@@ -148,12 +172,12 @@ func potrf(n int, a []float64, lda int) error {
 		// L21 = A21·L11⁻ᵀ = A21·Tᵀ.
 		a21 := a[(j+jb)*lda+j:]
 		clear(p[:rest*jb])
-		dgemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false)
+		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false)
 		for r := 0; r < rest; r++ {
 			copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
 		}
 		// A22 −= L21·L21ᵀ, lower triangle only.
-		dgemmMasked(false, true, rest, rest, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[(j+jb)*lda+j+jb:], lda, true)
+		gemmMasked(false, true, rest, rest, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[(j+jb)*lda+j+jb:], lda, true)
 	}
 	return nil
 }
@@ -170,12 +194,12 @@ func Dtrtri(n int, a []float64, lda int) error {
 	return trtri(n, a, lda)
 }
 
-func trtri(n int, a []float64, lda int) error {
+func trtri[T float32 | float64](n int, a []T, lda int) error {
 	nb := cholBlock
 	if n <= nb {
 		return trtriUnblocked(n, a, lda, 0)
 	}
-	tBuf := getBuf[float64](n * nb)
+	tBuf := getBuf[T](n * nb)
 	defer putBuf(tBuf)
 	t := *tBuf
 	for j := ((n - 1) / nb) * nb; j >= 0; j -= nb {
@@ -184,7 +208,7 @@ func trtri(n int, a []float64, lda int) error {
 		if rest > 0 {
 			// t = L22⁻¹·L21 (L22⁻¹ is already in place).
 			clear(t[:rest*jb])
-			dgemmMasked(false, false, rest, jb, rest, 1, a[(j+jb)*lda+j+jb:], lda, maskLower,
+			gemmMasked(false, false, rest, jb, rest, 1, a[(j+jb)*lda+j+jb:], lda, maskLower,
 				a[(j+jb)*lda+j:], lda, maskNone, t, jb, false)
 		}
 		if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
@@ -196,7 +220,7 @@ func trtri(n int, a []float64, lda int) error {
 			for r := 0; r < rest; r++ {
 				clear(a21[r*lda : r*lda+jb])
 			}
-			dgemmMasked(false, false, rest, jb, jb, -1, t, jb, maskNone, a[j*lda+j:], lda, maskLower, a21, lda, false)
+			gemmMasked(false, false, rest, jb, jb, -1, t, jb, maskNone, a[j*lda+j:], lda, maskLower, a21, lda, false)
 		}
 	}
 	return nil
@@ -208,6 +232,10 @@ func trtri(n int, a []float64, lda int) error {
 // *SingularError if L has a zero diagonal entry.
 func Dpotri(n int, a []float64, lda int) error {
 	checkMatrix("Dpotri", "L", n, n, lda, len(a))
+	return potri(n, a, lda)
+}
+
+func potri[T float32 | float64](n int, a []T, lda int) error {
 	if err := trtri(n, a, lda); err != nil {
 		return err
 	}
@@ -216,14 +244,14 @@ func Dpotri(n int, a []float64, lda int) error {
 	}
 	// A⁻¹[i][j] = Σ_{p ≥ i} Linv[p][i]·Linv[p][j] for i ≥ j; the product
 	// needs a copy of L⁻¹ because it overwrites its own input.
-	bBuf := getBuf[float64](n * n)
+	bBuf := getBuf[T](n * n)
 	defer putBuf(bBuf)
 	li := *bBuf
 	for r := 0; r < n; r++ {
 		copy(li[r*n:r*n+r+1], a[r*lda:r*lda+r+1])
 		clear(a[r*lda : r*lda+r+1])
 	}
-	dgemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true)
+	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true)
 	return nil
 }
 
@@ -244,6 +272,39 @@ func Dpotri(n int, a []float64, lda int) error {
 func CholInvUpper(n int, h []float64, ldh int, u []float64, ldu int) error {
 	checkMatrix("CholInvUpper", "H", n, n, ldh, len(h))
 	checkMatrix("CholInvUpper", "U", n, n, ldu, len(u))
+	return cholInvUpper(n, h, ldh, u, ldu)
+}
+
+// Spotrf is Dpotrf in float32 (float32 products and sums throughout; the
+// packed GEMM rounding of Sgemm).
+func Spotrf(n int, a []float32, lda int) error {
+	checkMatrix("Spotrf", "A", n, n, lda, len(a))
+	return potrf(n, a, lda)
+}
+
+// Strtri is Dtrtri in float32.
+func Strtri(n int, a []float32, lda int) error {
+	checkMatrix("Strtri", "L", n, n, lda, len(a))
+	return trtri(n, a, lda)
+}
+
+// Spotri is Dpotri in float32.
+func Spotri(n int, a []float32, lda int) error {
+	checkMatrix("Spotri", "L", n, n, lda, len(a))
+	return potri(n, a, lda)
+}
+
+// CholInvUpper32 is CholInvUpper in float32, the precision of the
+// reference GPTQ implementation: about twice as fast, and accurate enough
+// for well-damped Hessians; prefer the float64 form for ill-conditioned
+// ones.
+func CholInvUpper32(n int, h []float32, ldh int, u []float32, ldu int) error {
+	checkMatrix("CholInvUpper32", "H", n, n, ldh, len(h))
+	checkMatrix("CholInvUpper32", "U", n, n, ldu, len(u))
+	return cholInvUpper(n, h, ldh, u, ldu)
+}
+
+func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) error {
 	// u (lower) = P·H·P: R[i][j] = H[n-1-i][n-1-j] = H[n-1-j][n-1-i].
 	// Tiled so that both the reads (down columns of H) and the writes stay
 	// in cache.

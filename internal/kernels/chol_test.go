@@ -226,3 +226,102 @@ func TestCholInvUpper(t *testing.T) {
 		t.Errorf("indefinite H: err = %v", err)
 	}
 }
+
+func to32(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
+}
+
+func TestFloat32Factorizations(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	for _, n := range cholSizes {
+		ld := n + 1
+		h := randSPD(r, n, ld, 100)
+		h32 := to32(h)
+		// Spotrf: L·Lᵀ reproduces H to float32 accuracy.
+		l := append([]float32(nil), h32...)
+		if err := Spotrf(n, l, ld); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		var scale float64
+		for i := 0; i < n; i++ {
+			scale = max(scale, h[i*ld+i])
+		}
+		for i := 0; i < n; i++ {
+			for j := 0; j <= i; j++ {
+				var s float64
+				for k := 0; k <= j; k++ {
+					s += float64(l[i*ld+k]) * float64(l[j*ld+k])
+				}
+				if d := math.Abs(s - float64(h32[i*ld+j])); d > 2e-5*scale {
+					t.Fatalf("n=%d: (L·Lᵀ)[%d][%d] = %g, H = %g", n, i, j, s, h32[i*ld+j])
+				}
+			}
+		}
+		// Strtri and Spotri against the float64 results.
+		li := append([]float32(nil), l...)
+		if err := Strtri(n, li, ld); err != nil {
+			t.Fatal(err)
+		}
+		ai := append([]float32(nil), l...)
+		if err := Spotri(n, ai, ld); err != nil {
+			t.Fatal(err)
+		}
+		ai64 := append([]float64(nil), h...)
+		if err := Dpotrf(n, ai64, ld); err != nil {
+			t.Fatal(err)
+		}
+		if err := Dpotri(n, ai64, ld); err != nil {
+			t.Fatal(err)
+		}
+		var iscale float64
+		for i := 0; i < n; i++ {
+			iscale = max(iscale, ai64[i*ld+i])
+		}
+		for i := 0; i < n; i++ {
+			for j := 0; j <= i; j++ {
+				if d := math.Abs(float64(ai[i*ld+j]) - ai64[i*ld+j]); d > 1e-3*iscale {
+					t.Fatalf("n=%d: Spotri [%d][%d] = %g, float64 %g", n, i, j, ai[i*ld+j], ai64[i*ld+j])
+				}
+			}
+		}
+		// CholInvUpper32 against CholInvUpper.
+		u32 := make([]float32, n*ld)
+		u64 := make([]float64, n*ld)
+		if err := CholInvUpper32(n, h32, ld, u32, ld); err != nil {
+			t.Fatal(err)
+		}
+		if err := CholInvUpper(n, h, ld, u64, ld); err != nil {
+			t.Fatal(err)
+		}
+		var uscale float64
+		for i := 0; i < n; i++ {
+			uscale = max(uscale, math.Abs(u64[i*ld+i]))
+		}
+		for i := range u64 {
+			if d := math.Abs(float64(u32[i]) - u64[i]); d > 1e-3*uscale {
+				t.Fatalf("n=%d: CholInvUpper32 element %d = %g, float64 %g", n, i, u32[i], u64[i])
+			}
+		}
+		// Worker independence, bit for bit.
+		prev := SetWorkers(1)
+		u1 := make([]float32, n*ld)
+		if err := CholInvUpper32(n, h32, ld, u1, ld); err != nil {
+			t.Fatal(err)
+		}
+		SetWorkers(4)
+		u4 := make([]float32, n*ld)
+		if err := CholInvUpper32(n, h32, ld, u4, ld); err != nil {
+			t.Fatal(err)
+		}
+		SetWorkers(prev)
+		for i := range u1 {
+			if !bitsEqual32(u1[i], u4[i]) {
+				t.Fatalf("n=%d: 1 and 4 workers differ at %d", n, i)
+			}
+		}
+	}
+}
