@@ -77,7 +77,7 @@ func TestRuleOrder(t *testing.T) {
 	}
 
 	// The same order decides a resolved plan: expert 0 of every block BFP8.
-	m := tinyModel(t, testmodel.Default)
+	m := microModel(t, testmodel.Default)
 	r, err := (&Plan{Name: "order", Rules: append([]Rule{specific, general}, mustPreset(t, PresetQwen36MoE).Rules...)}).Resolve(m)
 	if err != nil {
 		t.Fatal(err)
@@ -221,8 +221,20 @@ func replicaModel(tb testing.TB) *safetensors.Model {
 
 func tinyModel(t testing.TB, v testmodel.Variant) *safetensors.Model {
 	t.Helper()
+	return generatedModel(t, testmodel.Tiny(), v)
+}
+
+// microModel is tinyModel with the smaller Micro profile, for tests that
+// need the structure but not the tiny model's dimensions.
+func microModel(t testing.TB, v testmodel.Variant) *safetensors.Model {
+	t.Helper()
+	return generatedModel(t, testmodel.Micro(), v)
+}
+
+func generatedModel(t testing.TB, cfg testmodel.Config, v testmodel.Variant) *safetensors.Model {
+	t.Helper()
 	dir := t.TempDir()
-	if err := testmodel.Write(dir, testmodel.Tiny(), v); err != nil {
+	if err := testmodel.Write(dir, cfg, v); err != nil {
 		t.Fatal(err)
 	}
 	m, err := safetensors.OpenModel(dir)
@@ -410,7 +422,7 @@ func TestFusedAndPerExpertPlansAgree(t *testing.T) {
 
 func TestEveryVariantPlans(t *testing.T) {
 	for _, v := range []testmodel.Variant{testmodel.Default, testmodel.PerExpert, testmodel.SingleFile} {
-		m := tinyModel(t, v)
+		m := microModel(t, v)
 		for _, name := range PresetNames() {
 			if _, err := mustPreset(t, name).Resolve(m); err != nil {
 				t.Errorf("%s with %s: %v", v, name, err)
@@ -489,7 +501,7 @@ func TestUnknownTensorNamed(t *testing.T) {
 }
 
 func TestUnmatchedTensorNamed(t *testing.T) {
-	m := tinyModel(t, testmodel.SingleFile)
+	m := microModel(t, testmodel.SingleFile)
 	p := &Plan{Name: "experts-only", Rules: []Rule{{Pattern: "*.mlp.experts.*", Format: "BFP4_B", Method: "gptq"}}}
 	_, err := p.Resolve(m)
 	if !errors.Is(err, ErrNoRule) || !strings.Contains(err.Error(), "lm_head.weight") || !strings.Contains(err.Error(), "experts-only") {
@@ -498,7 +510,7 @@ func TestUnmatchedTensorNamed(t *testing.T) {
 }
 
 func TestLosslessRolesEnforced(t *testing.T) {
-	m := tinyModel(t, testmodel.SingleFile)
+	m := microModel(t, testmodel.SingleFile)
 	for _, c := range []struct {
 		rule Rule
 		msg  string
