@@ -172,6 +172,27 @@ func (w *Writer) AddFunc(name string, dtype DType, shape []int64, size int64, wr
 	return nil
 }
 
+// AddReader registers a tensor whose bytes are read from r at Close; r must
+// hold at least the tensor's size (shape × dtype) in bytes, and only that
+// many are read. A File's SectionReader copies a tensor between files
+// without holding it in memory.
+func (w *Writer) AddReader(name string, dtype DType, shape []int64, r io.Reader) error {
+	_, size, err := w.check(name, dtype, shape)
+	if err != nil {
+		return err
+	}
+	if size > 1<<63-1 {
+		return &Error{Path: w.path, Tensor: name, hasT: true, Kind: ErrValidationOverflow, Detail: "size overflows int64"}
+	}
+	return w.AddFunc(name, dtype, shape, int64(size), func(dst io.Writer) error {
+		n, err := io.CopyN(dst, r, int64(size))
+		if err == io.EOF {
+			return fmt.Errorf("source ended after %d of %d bytes", n, size)
+		}
+		return err
+	})
+}
+
 // layout sorts the entries as the reference writer does and returns the
 // header bytes, padded to a multiple of 8.
 func layout(entries []wentry, md map[string]string, hasMD bool) ([]byte, error) {

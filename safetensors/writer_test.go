@@ -40,6 +40,7 @@ func TestWriterRoundTrip(t *testing.T) {
 		_, err := wr.Write([]byte{9, 8, 7, 6, 5})
 		return err
 	}))
+	must(w.AddReader("copied", U16, []int64{2}, strings.NewReader("\x01\x02\x03\x04extra")))
 	w.SetMetadata(map[string]string{"format": "pt", "z": "last"})
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("target exists before Close: %v", err)
@@ -57,7 +58,7 @@ func TestWriterRoundTrip(t *testing.T) {
 	for _, ti := range f.Tensors() {
 		order = append(order, ti.Name)
 	}
-	if got := strings.Join(order, ","); got != "a.bias,ids,b.weight,streamed" {
+	if got := strings.Join(order, ","); got != "a.bias,ids,b.weight,copied,streamed" {
 		t.Errorf("data order %s", got)
 	}
 	got, err := f.Float32s("b.weight")
@@ -74,6 +75,9 @@ func TestWriterRoundTrip(t *testing.T) {
 	must(err)
 	if !bytes.Equal(raw, []byte{9, 8, 7, 6, 5}) {
 		t.Errorf("streamed = %v", raw)
+	}
+	if c, _ := f.ReadTensor("copied"); string(c) != "\x01\x02\x03\x04" {
+		t.Errorf("copied = %q", c)
 	}
 	part := make([]byte, 2)
 	must(f.ReadTensorAt("streamed", part, 3))
