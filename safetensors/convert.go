@@ -338,7 +338,7 @@ func AppendFloat32s(dst []byte, src []float32, dt DType) ([]byte, error) {
 }
 
 // decodeChunk bounds the raw bytes held at once while converting a tensor.
-const decodeChunk = 4 << 20
+var decodeChunk int64 = 4 << 20
 
 // Float32s reads the tensor and converts it to float32 (see DecodeFloat32s
 // for the rules). It reads the file in chunks, so the only large allocation

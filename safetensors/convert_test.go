@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/x448/float16"
@@ -241,5 +242,45 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 	if _, err := AppendFloat32s(nil, vals, F8_E4M3); err == nil {
 		t.Error("encoding to F8_E4M3 is not supported and must fail")
+	}
+}
+
+func TestReadFloat32sChunks(t *testing.T) {
+	defer func(c int64) { decodeChunk = c }(decodeChunk)
+	decodeChunk = 6 // three BF16 elements per read
+	vals := make([]float32, 100)
+	for i := range vals {
+		vals[i] = float32(i) - 50.5
+	}
+	bf, _ := AppendFloat32s(nil, vals, BF16)
+	path := t.TempDir() + "/c.safetensors"
+	if err := WriteFile(path, []Tensor{{"w", BF16, []int64{10, 10}, bf}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	all, err := f.Float32s("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range all {
+		if want := BF16ToFloat32(Float32ToBF16(vals[i])); v != want {
+			t.Fatalf("element %d = %v, want %v", i, v, want)
+		}
+	}
+	part := make([]float32, 7)
+	if err := f.ReadFloat32s("w", part, 90); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range part {
+		if v != all[90+i] {
+			t.Fatalf("ReadFloat32s element %d = %v, want %v", 90+i, v, all[90+i])
+		}
+	}
+	if err := f.ReadFloat32s("w", part, 94); err == nil || !strings.Contains(err.Error(), `"w"`) {
+		t.Errorf("range past the end: %v", err)
 	}
 }
