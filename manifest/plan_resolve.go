@@ -164,6 +164,8 @@ type Resolved struct {
 	ExpertFiles     int   `json:"expert_files"`
 	DenseFiles      int   `json:"dense_files"`
 	DenseShardBytes int64 `json:"dense_shard_bytes"`
+
+	byName map[string]int // Tensors index by name, built by Resolve
 }
 
 // TensorFiles is the predicted number of tensor files of the checkpoint
@@ -173,6 +175,13 @@ func (r *Resolved) TensorFiles() int { return r.ExpertFiles + r.DenseFiles }
 
 // Lookup returns the planned tensor with the given stored name.
 func (r *Resolved) Lookup(name string) (*PlannedTensor, bool) {
+	if r.byName != nil {
+		i, ok := r.byName[name]
+		if ok && i < len(r.Tensors) && r.Tensors[i].Name == name {
+			return &r.Tensors[i], true
+		}
+	}
+	// No index (a decoded or edited Resolved) or a stale one: scan.
 	for i := range r.Tensors {
 		if r.Tensors[i].Name == name {
 			return &r.Tensors[i], true
@@ -441,6 +450,10 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		r.StoredBytes += t.StoredBytes
 	}
 	r.Tensors = planned
+	r.byName = make(map[string]int, len(planned))
+	for i, t := range planned {
+		r.byName[t.Name] = i
+	}
 	r.ExpertFiles = len(expertFiles)
 	r.DenseFiles = denseFiles(planned, opt.DenseShardBytes)
 	for _, f := range []string{StoreBFP2, StoreBFP4, StoreBFP8, StoreBF16, StoreF32, StoreAsIs} {
