@@ -119,3 +119,23 @@ func BenchmarkUnpackGo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNearest times the element primitive as a quantiser calls it.
+func BenchmarkNearest(b *testing.B) {
+	src := benchMatrix()[:1<<16]
+	for _, f := range Formats() {
+		b.Run(f.String(), func(b *testing.B) {
+			var sink float32
+			for b.Loop() {
+				for i := 0; i < len(src); i += 16 {
+					e := SharedExponent(src[i : i+16])
+					for _, x := range src[i : i+16] {
+						sink += f.Nearest(x, e)
+					}
+				}
+			}
+			b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
+			_ = sink
+		})
+	}
+}

@@ -88,9 +88,31 @@ func decodeBits(code, e uint32, w uint) uint32 {
 
 // Nearest returns the value x becomes in a group with shared exponent byte
 // e: by definition Decode(Encode(x, e), e). Elements whose exponent exceeds
-// e saturate (see Encode).
+// e saturate (see Encode). It is written to be cheap enough for the inner
+// loops of quantisers.
 func (f Format) Nearest(x float32, e uint8) float32 {
-	return f.Decode(f.Encode(x, e), e)
+	b := math.Float32bits(x)
+	ex, E := b>>23&0xff, uint32(e)
+	var w, q uint32
+	switch f {
+	case BFP8:
+		w, q = 7, enc8(b, E)&127
+	case BFP4:
+		w, q = 3, enc4(b, E)&7
+	case BFP2:
+		w, q = 1, enc2(b, E)&1
+	default:
+		panic("bfp: invalid format " + f.String())
+	}
+	if ex > E || E < w || E == 255 {
+		return math.Float32frombits(decodeBits(encodeBits(b, E, uint(w)), E, uint(w)))
+	}
+	// The decoded value is exactly q * 2^(E-127-(w-1)), a normal float32.
+	v := float32(q) * math.Float32frombits((E-(w-1))<<23)
+	if q != 0 && b>>31 != 0 {
+		v = -v
+	}
+	return v
 }
 
 // QuantizeGroup rounds the values of one group in place exactly as
