@@ -1,12 +1,16 @@
 package bfp
 
 import (
+	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ttquant/ttquant/internal/testdata"
@@ -341,5 +345,41 @@ func TestElementTables(t *testing.T) {
 			}
 			t.Logf("%s: %d element records checked, %d mismatches", f, n, bad)
 		})
+	}
+}
+
+// TestSharedDataChecksums verifies the conformance data against its
+// SHA256SUMS, so a damaged copy is reported as such rather than as a
+// packing bug.
+func TestSharedDataChecksums(t *testing.T) {
+	dir := testdata.SharedDir(t, "bfp")
+	f, err := os.Open(filepath.Join(dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		sum, name, ok := strings.Cut(sc.Text(), "  ")
+		if !ok {
+			t.Fatalf("malformed line %q", sc.Text())
+		}
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		h := sha256.Sum256(b)
+		if hex.EncodeToString(h[:]) != sum {
+			t.Errorf("%s: checksum mismatch", name)
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("SHA256SUMS lists no files")
 	}
 }
