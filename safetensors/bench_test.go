@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/ttquant/ttquant/internal/testdata"
 )
@@ -27,8 +29,13 @@ func BenchmarkHeader10000(b *testing.B) {
 	b.ReportAllocs()
 	runtime.GC()
 	cpu0, cpuOK := processCPUTime()
+	best := time.Duration(math.MaxInt64)
 	for b.Loop() {
+		t0 := time.Now()
 		f, err := OpenReader(r, int64(len(data)), "w_many_10000")
+		if d := time.Since(t0); d < best {
+			best = d
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -39,6 +46,8 @@ func BenchmarkHeader10000(b *testing.B) {
 	}
 	ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 	b.ReportMetric(ns/1e6, "ms/header")
+	// The fastest iteration is the least disturbed by other processes.
+	b.ReportMetric(float64(best.Nanoseconds())/1e6, "min-ms/header")
 	if cpu1, ok := processCPUTime(); ok && cpuOK {
 		// CPU time (all threads, GC included) is less sensitive than wall
 		// time to other processes on a shared machine.
