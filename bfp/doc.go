@@ -16,10 +16,15 @@
 // Format.Nearest and Format.QuantizeGroup are the element rule Pack uses,
 // so a value quantised with them equals what Pack then Unpack gives.
 //
+// Validate checks that packed bytes are exactly what Pack emits for some
+// input (equivalently, Pack(Unpack(b)) == b), locating the first tile,
+// group and element that is not.
+//
 // Errors: every error wraps one of ErrUnknownFormat, ErrInvalidTile,
-// ErrShape or ErrBufferSize (test with errors.Is) and is one of the typed
-// errors FormatError, TileError, ShapeError, BufferError (errors.As) naming
-// the format, tile, shape and lengths involved. Functions returning an error
+// ErrShape, ErrBufferSize or ErrNotCanonical (test with errors.Is) and is
+// one of the typed errors FormatError, TileError, ShapeError, BufferError,
+// CanonicalError (errors.As) naming the format, tile, shape, lengths or
+// position involved. Functions returning an error
 // never panic on caller data; the few helpers without an error result
 // (TileBytes, Tile.Groups, Format.Bits, ...) panic on an invalid format or
 // tile, which callers rule out with Valid, ParseFormat or ParseTile.

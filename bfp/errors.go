@@ -17,6 +17,8 @@ var (
 	ErrShape = errors.New("invalid matrix shape")
 	// ErrBufferSize: a destination or packed buffer of the wrong length.
 	ErrBufferSize = errors.New("wrong buffer size")
+	// ErrNotCanonical: packed bytes that Pack would never produce (Validate).
+	ErrNotCanonical = errors.New("packed data not as the packer emits it")
 )
 
 // FormatError reports an unknown format. It wraps ErrUnknownFormat.

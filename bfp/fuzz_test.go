@@ -121,6 +121,10 @@ func FuzzUnpack(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		verr := Validate(fm, tl, src, rows, cols)
+		if back := packsBack(fm, tl, src, rows, cols); back != (verr == nil) {
+			t.Fatalf("Validate = %v but Pack(Unpack(b)) == b is %v", verr, back)
+		}
 		tb, eb := TileBytes(fm, tl), tl.ExponentBytes()
 		_, tc := TileGrid(tl, rows, cols)
 		w := fm.Bits()
