@@ -198,6 +198,9 @@ func readLabels(path string) ([]string, error) {
 			return nil, fmt.Errorf("%s: line %d is empty; every token needs a corpus label", path, blank)
 		}
 		s, ok := intern[l]
+		if !ok && l == emulator.OverallLabel {
+			return nil, fmt.Errorf("%s: line %d: %q is reserved for the row covering all tokens", path, line, l)
+		}
 		if !ok {
 			intern[l] = l
 			s = l
