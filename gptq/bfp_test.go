@@ -137,16 +137,21 @@ func TestBFPPackRoundTrip(t *testing.T) {
 		opt  Options
 	}{
 		{"default", DefaultOptions()},
-		{"f64", Options{BlockSize: 128, PercDamp: 0.01, Float64: true}},
-		{"actorder_bs48", Options{BlockSize: 48, PercDamp: 0.01, ActOrder: true}},
-		{"static_bs40", Options{BlockSize: 40, PercDamp: 0.01, StaticGroups: true}},
-		{"bs40", Options{BlockSize: 40, PercDamp: 0.01}},
-		{"sub16_actorder", Options{BlockSize: 128, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
+		{"f64", Options{BlockSize: 128, PercDamp: 0.01, Float64: true, NoProxyLoss: true}},
+		{"actorder_bs48", Options{BlockSize: 48, PercDamp: 0.01, ActOrder: true, NoProxyLoss: true}},
+		{"static_bs40", Options{BlockSize: 40, PercDamp: 0.01, StaticGroups: true, NoProxyLoss: true}},
+		{"bs40", Options{BlockSize: 40, PercDamp: 0.01, NoProxyLoss: true}},
+		{"sub16_actorder", Options{BlockSize: 128, SubBlock: 16, PercDamp: 0.01, ActOrder: true, NoProxyLoss: true}},
 	}
 	for _, p := range bfpProblems(t) {
 		for _, f := range []bfp.Format{bfp.BFP8, bfp.BFP4} {
 			for _, axis := range []Axis{InputAxis, OutputAxis} {
-				for _, o := range opts {
+				for oi, o := range opts {
+					if oi > 0 && p.Name == "p2_128x512" && (f == bfp.BFP8 || oi%2 == 0) {
+						// p2 is the largest problem by far: run it with every
+						// option set for BFP4 only, and half of them.
+						continue
+					}
 					t.Run(fmt.Sprintf("%s/%v/%v/%s", p.Name, f, axis, o.name), func(t *testing.T) {
 						g := NewBFPGrid(f, axis)
 						res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, o.opt)
@@ -166,8 +171,12 @@ func TestBFPPackRoundTrip(t *testing.T) {
 						if rd := relDiff(res.Error, id); rd > tol {
 							t.Errorf("loss identity: error %.9g, ½tr(ΔH′Δᵀ) %.9g (rel %.2g)", res.Error, id, rd)
 						}
-						if !(res.ProxyLoss >= 0) || math.IsInf(res.ProxyLoss, 0) {
-							t.Errorf("proxy loss %v", res.ProxyLoss)
+						if o.opt.NoProxyLoss {
+							if res.ProxyLoss != 0 || res.RTNProxyLoss != 0 {
+								t.Errorf("NoProxyLoss: losses %v, %v", res.ProxyLoss, res.RTNProxyLoss)
+							}
+						} else if !(res.ProxyLoss >= 0) || math.IsInf(res.ProxyLoss, 0) || !(res.RTNProxyLoss > 0) {
+							t.Errorf("proxy losses %v, %v", res.ProxyLoss, res.RTNProxyLoss)
 						}
 					})
 				}

@@ -128,7 +128,7 @@ func TestDeterministic(t *testing.T) {
 	p := newSynthProblem("det", 64, 200, 150, 11)
 	for _, g := range []Grid{NewBFPGrid(bfp.BFP4, InputAxis), NewBFPGrid(bfp.BFP4, OutputAxis), NewIntGrid(IntConfig{Bits: 4, GroupSize: 32, MSE: true})} {
 		for _, f64 := range []bool{false, true} {
-			opt := Options{BlockSize: 64, PercDamp: 0.01, ActOrder: true, Float64: f64}
+			opt := Options{BlockSize: 64, PercDamp: 0.01, ActOrder: true, Float64: f64, NoProxyLoss: f64}
 			a, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
 			if err != nil {
 				t.Fatal(err)

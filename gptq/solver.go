@@ -41,6 +41,10 @@ type Options struct {
 	// when unseen inputs may still occur at inference, e.g. for rarely
 	// routed experts; a Hessian with no tokens then gives exactly RTN.
 	KeepDead bool
+	// NoProxyLoss skips computing Result.ProxyLoss and Result.RTNProxyLoss,
+	// which are then 0. Each costs about rows·cols² multiply-adds, as much
+	// as the solver's own block updates.
+	NoProxyLoss bool
 	// Name identifies the matrix in error messages (e.g. a tensor name).
 	Name string
 }
@@ -450,7 +454,9 @@ func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Option
 		res.Int = is.out
 	}
 	// Report: proxy losses of GPTQ and RTN on the undamped H.
-	rq := rtn(g, s.orig, rows, cols)
-	res.ProxyLoss, res.RTNProxyLoss = proxyLosses(w32, res.Q, rq, rows, cols, h)
+	if !opt.NoProxyLoss {
+		rq := rtn(g, s.orig, rows, cols)
+		res.ProxyLoss, res.RTNProxyLoss = proxyLosses(w32, res.Q, rq, rows, cols, h)
+	}
 	return res, nil
 }
