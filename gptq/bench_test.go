@@ -43,6 +43,20 @@ func BenchmarkHessian(b *testing.B) {
 	b.ReportMetric(sec, "s/hessian")
 }
 
+func benchProblem(b *testing.B, rows, cols int) ([]float32, []float64) {
+	hs := NewHessian(cols)
+	tokens := 2 * cols
+	if err := hs.Add(randActivations(tokens, cols, 2), tokens); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = float32(0.02 * rng.NormFloat64())
+	}
+	return w, hs.Matrix()
+}
+
 // BenchmarkGPTQ quantizes out×in matrices onto BFP4 (input axis) with block
 // size 128 in float32 mode, including the report (proxy losses of GPTQ and
 // RTN).
@@ -50,17 +64,7 @@ func BenchmarkGPTQ(b *testing.B) {
 	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
 		rows, cols := shape[0], shape[1]
 		b.Run(fmt.Sprintf("%dx%d", rows, cols), func(b *testing.B) {
-			hs := NewHessian(cols)
-			tokens := 2 * cols
-			if err := hs.Add(randActivations(tokens, cols, 2), tokens); err != nil {
-				b.Fatal(err)
-			}
-			h := hs.Matrix()
-			rng := rand.New(rand.NewPCG(3, 4))
-			w := make([]float32, rows*cols)
-			for i := range w {
-				w[i] = float32(0.02 * rng.NormFloat64())
-			}
+			w, h := benchProblem(b, rows, cols)
 			g := NewBFPGrid(bfp.BFP4, InputAxis)
 			opt := DefaultOptions()
 			b.ResetTimer()
@@ -71,5 +75,32 @@ func BenchmarkGPTQ(b *testing.B) {
 			}
 			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/matrix")
 		})
+	}
+}
+
+// BenchmarkGPTQVariants times the same 768×2048 and 2048×768 BFP4 problems
+// without the proxy-loss report and with sub-blocked in-block updates.
+func BenchmarkGPTQVariants(b *testing.B) {
+	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
+		rows, cols := shape[0], shape[1]
+		for _, v := range []struct {
+			name string
+			opt  Options
+		}{
+			{"noloss", Options{BlockSize: 128, PercDamp: 0.01, NoProxyLoss: true}},
+			{"noloss_sub16", Options{BlockSize: 128, SubBlock: 16, PercDamp: 0.01, NoProxyLoss: true}},
+		} {
+			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, v.name), func(b *testing.B) {
+				w, h := benchProblem(b, rows, cols)
+				g := NewBFPGrid(bfp.BFP4, InputAxis)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := Quantize(w, rows, cols, h, g, v.opt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/matrix")
+			})
+		}
 	}
 }

@@ -291,3 +291,26 @@ func TestHessianEmptyAndUnchanged(t *testing.T) {
 		t.Errorf("H = %v, want %v", before, want)
 	}
 }
+
+// TestReport: the report carries the result's numbers and the loss ratio.
+func TestReport(t *testing.T) {
+	p := newSynthProblem("rep", 32, 64, 100, 5)
+	g := NewBFPGrid(bfp.BFP4, OutputAxis)
+	res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Report("layer.w", p.Rows, p.Cols, g)
+	if rep.Name != "layer.w" || rep.Rows != 32 || rep.Cols != 64 || rep.Grid != "BFP4_b output-axis" {
+		t.Errorf("report header %+v", rep)
+	}
+	if rep.ProxyLoss != res.ProxyLoss || rep.RTNProxyLoss != res.RTNProxyLoss || rep.Damp != res.Damp || rep.PercDamp != 0.01 {
+		t.Errorf("report numbers %+v", rep)
+	}
+	if want := res.ProxyLoss / res.RTNProxyLoss; rep.LossRatio != want || !(want > 0 && want < 1) {
+		t.Errorf("loss ratio %g, want %g in (0, 1)", rep.LossRatio, want)
+	}
+	if !(rep.Seconds > 0) {
+		t.Errorf("seconds %g", rep.Seconds)
+	}
+}
