@@ -380,6 +380,25 @@ func (m *Model) Lookup(name string) (*File, TensorInfo, bool) {
 	return m.files[i], t, true
 }
 
+// ModelTensor is a tensor of a Model together with the file holding it.
+type ModelTensor struct {
+	File *File
+	TensorInfo
+}
+
+// Tensors returns every tensor in storage order: files in the order of
+// Files, and within a file in data-offset order. Reading tensors in this
+// order reads each file sequentially.
+func (m *Model) Tensors() []ModelTensor {
+	out := make([]ModelTensor, 0, len(m.names))
+	for _, f := range m.files {
+		for _, t := range f.h.tensors {
+			out = append(out, ModelTensor{File: f, TensorInfo: t})
+		}
+	}
+	return out
+}
+
 // Files returns the model's files, sorted by path.
 func (m *Model) Files() []*File { return slices.Clone(m.files) }
 

@@ -54,6 +54,13 @@ func TestOpenModelSharded(t *testing.T) {
 		if err != nil || v[0] != 6 {
 			t.Errorf("lm_head = %v, %v", v, err)
 		}
+		var order []string
+		for _, mt := range m.Tensors() {
+			order = append(order, filepath.Base(mt.File.Path())[:11]+":"+mt.Name)
+		}
+		if got := strings.Join(order, ","); got != "model-00001:embed,model-00001:norm,model-00002:layer.0,model-00003:lm_head" {
+			t.Errorf("storage order %s", got)
+		}
 		if len(m.Files()) != 3 || m.TotalSize() != 24 || len(m.Warnings()) != 0 {
 			t.Errorf("files %d, total %d, warnings %v", len(m.Files()), m.TotalSize(), m.Warnings())
 		}
