@@ -640,3 +640,29 @@ func TestVisionPassThroughAndMicro(t *testing.T) {
 		t.Errorf("3 experts per file: %d expert files, want 30", r.ExpertFiles)
 	}
 }
+
+func TestQwen3NextPlans(t *testing.T) {
+	m := generatedModel(t, testmodel.Qwen3NextTiny(), testmodel.Default)
+	r, err := mustPreset(t, PresetQwen36MoE).Resolve(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"model.layers.0.linear_attn.in_proj_qkvz.weight": StoreBFP8,
+		"model.layers.0.linear_attn.in_proj_ba.weight":   StoreAsIs,
+		"model.layers.1.mlp.experts.7.gate_up_proj":      StoreBFP4,
+		"mtp.layers.0.mlp.experts.15.down_proj":          StoreBFP4,
+		"model.embed_tokens.weight":                      StoreAsIs,
+	}
+	for name, f := range want {
+		pt, ok := r.Lookup(name)
+		if !ok {
+			t.Errorf("no planned %s", name)
+		} else if pt.Format != f {
+			t.Errorf("%s: %s, want %s", name, pt.Format, f)
+		}
+	}
+	if r.ExpertFiles != 10 || r.SourceTensors != 315 {
+		t.Errorf("expert files %d, sources %d", r.ExpertFiles, r.SourceTensors)
+	}
+}

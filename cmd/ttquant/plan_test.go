@@ -9,7 +9,7 @@ import (
 )
 
 func TestTestModelAndPlanEveryVariant(t *testing.T) {
-	for _, v := range []string{"default", "per-expert", "single-file"} {
+	for _, v := range []string{"default", "per-expert", "single-file", "qwen3-next"} {
 		dir := filepath.Join(t.TempDir(), v)
 		if code, _, errs := runCLI(t, "testmodel", "--out", dir, "--variant", v); code != exitOK {
 			t.Fatalf("testmodel %s: status %d: %s", v, code, errs)

@@ -30,14 +30,17 @@ type testModelFile struct {
 	Size int64  `json:"size"`
 }
 
-const replicaVariant = "replica-35b"
+const (
+	replicaVariant   = "replica-35b"
+	qwen3NextVariant = "qwen3-next"
+)
 
 func runTestModel(ctx context.Context, e *env, args []string) error {
 	var names []string
 	for _, v := range testmodel.Variants() {
 		names = append(names, v.String())
 	}
-	names = append(names, replicaVariant)
+	names = append(names, qwen3NextVariant, replicaVariant)
 	fs := newFlagSet(e, "testmodel", "--out DIR [--variant "+strings.Join(names, "|")+"] [--vision] [--json]")
 	out := fs.String("out", "", "output directory (created if needed; files of the same names are replaced)")
 	variant := fs.String("variant", "default", "what to write: "+strings.Join(names, ", "))
@@ -61,6 +64,15 @@ func runTestModel(ctx context.Context, e *env, args []string) error {
 		}
 		cfg = testmodel.Qwen36_35B()
 		if err := testmodel.WriteReplica35B(*out); err != nil {
+			return err
+		}
+	} else if *variant == qwen3NextVariant {
+		if *vision {
+			return usageErrorf("the Qwen3-Next flavour has no vision tower")
+		}
+		cfg = testmodel.Qwen3NextTiny()
+		layout = testmodel.ExpertsPerExpert
+		if err := testmodel.Write(*out, cfg, testmodel.Default); err != nil {
 			return err
 		}
 	} else {

@@ -67,6 +67,12 @@ type Config struct {
 	VisionStartToken, VisionEndToken     int
 	VisionDepth, VisionHidden, VisionOut int // tiny vision_config (the real one is larger)
 
+	// Qwen3Next switches to the Qwen3-Next-80B-A3B flavour: trunk prefix
+	// `model.`, fused Gated DeltaNet projections `in_proj_qkvz` and
+	// `in_proj_ba`, per-expert routed experts only, no vision tower, and a
+	// flat config.json (model_type qwen3_next) with norm_topk_prob.
+	Qwen3Next bool
+
 	// VisionStubs adds three `model.visual.*` tensors (one of rank 5) to
 	// the generated checkpoint, to exercise pass-through of non-text
 	// tensors. Off in both built-in profiles.
@@ -201,6 +207,24 @@ func Qwen36_35B() Config {
 	}
 }
 
+// Qwen3NextTiny returns the tiny profile in the Qwen3-Next flavour.
+func Qwen3NextTiny() Config {
+	c := Tiny()
+	c.Name = "tiny-qwen3-next"
+	c.Qwen3Next = true
+	c.WriteNormTopKProb = true
+	return c
+}
+
+// Prefix returns the trunk name prefix: TrunkPrefix, or "model." for the
+// Qwen3-Next flavour.
+func (c Config) Prefix() string {
+	if c.Qwen3Next {
+		return "model."
+	}
+	return TrunkPrefix
+}
+
 // KeyDim is the Gated DeltaNet key width (key heads × key head dim).
 func (c Config) KeyDim() int { return c.LinearKeyHeads * c.LinearKeyHeadDim }
 
@@ -258,6 +282,9 @@ func (c Config) Validate() error {
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return fmt.Errorf("testmodel: config %q: %d heads not a multiple of %d kv heads", c.Name, c.Heads, c.KVHeads)
+	}
+	if c.Qwen3Next && c.VisionStubs {
+		return fmt.Errorf("testmodel: config %q: the Qwen3-Next flavour has no vision tower", c.Name)
 	}
 	if c.MTPLayers < 0 {
 		return fmt.Errorf("testmodel: config %q: MTPLayers = %d", c.Name, c.MTPLayers)
@@ -416,10 +443,29 @@ func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 			WeightBlockSize:  []int{128, 128},
 		}
 	}
+	var v any = doc
+	if c.Qwen3Next {
+		type flat struct {
+			Architectures      []string     `json:"architectures"`
+			DecoderSparseStep  int          `json:"decoder_sparse_step"`
+			MLPOnlyLayers      []int        `json:"mlp_only_layers"`
+			QuantizationConfig *quantConfig `json:"quantization_config,omitempty"`
+			textConfig
+		}
+		tc := doc.TextConfig
+		tc.ModelType = "qwen3_next"
+		v = flat{
+			Architectures:      []string{"Qwen3NextForCausalLM"},
+			DecoderSparseStep:  1,
+			MLPOnlyLayers:      []int{},
+			QuantizationConfig: doc.QuantizationConfig,
+			textConfig:         tc,
+		}
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("testmodel: encoding config.json: %w", err)
 	}
 	return buf.Bytes(), nil

@@ -34,7 +34,9 @@
 // the same values. SingleFile writes one model.safetensors and no index.
 // FP8 stores one projection as F8_E4M3 with a `weight_scale_inv` companion
 // and a quantization_config, the shape of an already-quantized release that
-// the toolchain must refuse.
+// the toolchain must refuse. Qwen3NextTiny switches any variant to the
+// Qwen3-Next flavour (`model.` prefix, fused in_proj_qkvz/in_proj_ba,
+// per-expert experts, flat config.json).
 //
 // WriteReplica35B writes the 712 text tensors of Qwen3.6-35B-A3B (about
 // 71 GB of BF16/F32 data) as sparse files: headers are exact, data are

@@ -105,7 +105,11 @@ func Specs(cfg Config, layout ExpertLayout, fp8 bool) ([]TensorSpec, error) {
 	if layout != ExpertsFused && layout != ExpertsPerExpert {
 		return nil, fmt.Errorf("testmodel: unknown expert layout %d", layout)
 	}
+	if cfg.Qwen3Next {
+		layout = ExpertsPerExpert
+	}
 	H := cfg.Hidden
+	P := cfg.Prefix()
 	var out []TensorSpec
 	add := func(name, dtype string, shape []int64, init Init, layer int, mtp bool) {
 		out = append(out, TensorSpec{Name: name, DType: dtype, Shape: shape, Init: init, Layer: layer, MTP: mtp, Expert: -1})
@@ -123,16 +127,22 @@ func Specs(cfg Config, layout ExpertLayout, fp8 bool) ([]TensorSpec, error) {
 			add(a+"k_norm.weight", "BF16", sh(cfg.HeadDim), InitNorm, i, mtp)
 		} else {
 			a := prefix + "linear_attn."
-			qkv := a + "in_proj_qkv.weight"
-			if fp8 && !mtp && i == 0 {
-				add(qkv, "F8_E4M3", sh(cfg.ConvDim(), H), InitFP8, i, mtp)
-				add(a+"in_proj_qkv.weight_scale_inv", "F32", sh((cfg.ConvDim()+127)/128, (H+127)/128), InitScaleInv, i, mtp)
+			if cfg.Qwen3Next {
+				// Grouped per key head: q, k, v, z rows, then b, a rows.
+				add(a+"in_proj_qkvz.weight", "BF16", sh(2*cfg.KeyDim()+2*cfg.ValueDim(), H), InitMatrix, i, mtp)
+				add(a+"in_proj_ba.weight", "BF16", sh(2*cfg.LinearValueHeads, H), InitMatrix, i, mtp)
 			} else {
-				add(qkv, "BF16", sh(cfg.ConvDim(), H), InitMatrix, i, mtp)
+				qkv := a + "in_proj_qkv.weight"
+				if fp8 && !mtp && i == 0 {
+					add(qkv, "F8_E4M3", sh(cfg.ConvDim(), H), InitFP8, i, mtp)
+					add(a+"in_proj_qkv.weight_scale_inv", "F32", sh((cfg.ConvDim()+127)/128, (H+127)/128), InitScaleInv, i, mtp)
+				} else {
+					add(qkv, "BF16", sh(cfg.ConvDim(), H), InitMatrix, i, mtp)
+				}
+				add(a+"in_proj_z.weight", "BF16", sh(cfg.ValueDim(), H), InitMatrix, i, mtp)
+				add(a+"in_proj_b.weight", "BF16", sh(cfg.LinearValueHeads, H), InitMatrix, i, mtp)
+				add(a+"in_proj_a.weight", "BF16", sh(cfg.LinearValueHeads, H), InitMatrix, i, mtp)
 			}
-			add(a+"in_proj_z.weight", "BF16", sh(cfg.ValueDim(), H), InitMatrix, i, mtp)
-			add(a+"in_proj_b.weight", "BF16", sh(cfg.LinearValueHeads, H), InitMatrix, i, mtp)
-			add(a+"in_proj_a.weight", "BF16", sh(cfg.LinearValueHeads, H), InitMatrix, i, mtp)
 			add(a+"conv1d.weight", "BF16", sh(cfg.ConvDim(), 1, cfg.ConvKernel), InitMatrix, i, mtp)
 			add(a+"dt_bias", "BF16", sh(cfg.LinearValueHeads), InitDTBias, i, mtp)
 			add(a+"A_log", "F32", sh(cfg.LinearValueHeads), InitALog, i, mtp)
@@ -162,11 +172,11 @@ func Specs(cfg Config, layout ExpertLayout, fp8 bool) ([]TensorSpec, error) {
 		add(m+"shared_expert_gate.weight", "BF16", sh(1, H), InitMatrix, i, mtp)
 	}
 
-	add(TrunkPrefix+"embed_tokens.weight", "BF16", sh(cfg.Vocab, H), InitEmbedding, -1, false)
+	add(P+"embed_tokens.weight", "BF16", sh(cfg.Vocab, H), InitEmbedding, -1, false)
 	for i := 0; i < cfg.Layers; i++ {
-		layer(TrunkPrefix+"layers."+strconv.Itoa(i)+".", i, cfg.IsFull(i), false)
+		layer(P+"layers."+strconv.Itoa(i)+".", i, cfg.IsFull(i), false)
 	}
-	add(TrunkPrefix+"norm.weight", "BF16", sh(H), InitNorm, -1, false)
+	add(P+"norm.weight", "BF16", sh(H), InitNorm, -1, false)
 	add("lm_head.weight", "BF16", sh(cfg.Vocab, H), InitEmbedding, -1, false)
 	if cfg.MTPLayers > 0 {
 		add(MTPPrefix+"fc.weight", "BF16", sh(H, 2*H), InitMatrix, -1, true)

@@ -592,3 +592,46 @@ func TestMicroAndVisionStubs(t *testing.T) {
 		t.Errorf("micro with vision: %d tensors, %d bytes, rank-5 stub %v", n, total, rank5)
 	}
 }
+
+func TestQwen3NextFlavour(t *testing.T) {
+	cfg := Qwen3NextTiny()
+	dir := t.TempDir()
+	if err := Write(dir, cfg, Default); err != nil {
+		t.Fatal(err)
+	}
+	files := openAll(t, dir)
+	names := map[string]bool{}
+	for _, f := range files {
+		for _, ti := range f.Tensors() {
+			names[ti.Name] = true
+		}
+	}
+	// Per-expert layout (321 tensors) with in_proj_qkv/z/b/a fused into
+	// in_proj_qkvz and in_proj_ba in the 3 linear layers: 321 - 3·2.
+	if len(names) != 315 {
+		t.Errorf("%d tensors, want 315", len(names))
+	}
+	for _, n := range []string{"model.layers.0.linear_attn.in_proj_qkvz.weight", "model.layers.0.linear_attn.in_proj_ba.weight",
+		"model.layers.3.mlp.experts.15.down_proj.weight", "mtp.layers.0.mlp.experts.0.gate_proj.weight", "model.embed_tokens.weight"} {
+		if !names[n] {
+			t.Errorf("missing %s", n)
+		}
+	}
+	for n := range names {
+		if strings.HasPrefix(n, TrunkPrefix) {
+			t.Errorf("Qwen3-Next tensor %s has the Qwen3.5 prefix", n)
+		}
+	}
+	cj, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	var doc map[string]any
+	if err := json.Unmarshal(cj, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc["model_type"] != "qwen3_next" || doc["norm_topk_prob"] != true || doc["decoder_sparse_step"].(float64) != 1 || doc["text_config"] != nil {
+		t.Errorf("flat config = %v", doc)
+	}
+	up, err := Values(cfg, ExpertsPerExpert, "model.layers.2.mlp.shared_expert.up_proj.weight")
+	if err != nil || math.Float32bits(up[0]) != 0x00010000 {
+		t.Errorf("edge case with the model. prefix: %v %v", err, up[:1])
+	}
+}

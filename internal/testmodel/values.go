@@ -138,7 +138,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		panic("testmodel: float32s called for init " + strconv.Itoa(int(s.Init)))
 	}
 	// Edge cases on fused names (the per-expert layout slices these).
-	layerName := func(i int) string { return TrunkPrefix + "layers." + strconv.Itoa(i) + "." }
+	layerName := func(i int) string { return cfg.Prefix() + "layers." + strconv.Itoa(i) + "." }
 	I, H := int64(cfg.MoEIntermediate), int64(cfg.Hidden)
 	switch {
 	case cfg.Layers > ZeroGateLayer && cfg.Experts > ZeroGateExpert &&
@@ -198,7 +198,7 @@ func tensorBytes(cfg Config, s TensorSpec) []byte {
 			binary.LittleEndian.PutUint16(out[2*i:], BF16(f))
 		}
 		switch s.Name {
-		case TrunkPrefix + "layers." + strconv.Itoa(SubnormalSharedUpLayer) + ".mlp.shared_expert.up_proj.weight":
+		case cfg.Prefix() + "layers." + strconv.Itoa(SubnormalSharedUpLayer) + ".mlp.shared_expert.up_proj.weight":
 			if cfg.Layers > SubnormalSharedUpLayer {
 				binary.LittleEndian.PutUint16(out[0:], 0x0001)
 			}

@@ -118,7 +118,7 @@ func tinyShards(cfg Config, specs []TensorSpec) []shard {
 		switch {
 		case t.MTP || strings.HasPrefix(t.Name, "model.visual."):
 			i = 2
-		case t.Layer >= half, t.Name == "lm_head.weight", t.Name == TrunkPrefix+"norm.weight":
+		case t.Layer >= half, t.Name == "lm_head.weight", t.Name == cfg.Prefix()+"norm.weight":
 			i = 1
 		}
 		s[i].specs = append(s[i].specs, t)
