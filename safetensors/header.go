@@ -299,10 +299,11 @@ func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMe
 	p.i++
 	p.ws()
 	seenMeta := false
-	// Size the arenas from the header: one entry per "data_offsets" in
-	// the usual form; names are typically under a quarter of the header.
-	tensors = make([]rawTensor, 0, bytes.Count(p.b, []byte(`"data_offsets"`))+1)
-	p.names = make([]byte, 0, len(p.b)/4)
+	// Size the arenas from the header: an object-form entry holds exactly
+	// one '}' (counting a single byte is fast); names are typically under
+	// half of the header.
+	tensors = make([]rawTensor, 0, bytes.Count(p.b, []byte{'}'}))
+	p.names = make([]byte, 0, len(p.b)/2)
 	p.dims = make([]uint64, 0, len(p.b)/25+4)
 	if p.peek() == '}' {
 		p.i++
