@@ -54,7 +54,7 @@ func (a *atomicFile) Write(p []byte) (int, error) {
 // size and sha256 of what was written.
 func (a *atomicFile) Commit() (int64, string, error) {
 	a.done = true
-	if err := a.f.Sync(); err != nil {
+	if err := a.sync(); err != nil {
 		a.f.Close()
 		os.Remove(a.tmp)
 		return 0, "", fmt.Errorf("%s: %w", a.final, err)
@@ -81,9 +81,24 @@ func (a *atomicFile) Abort() {
 	os.Remove(a.tmp)
 }
 
+// durable makes Commit flush files to stable storage before renaming them.
+// Tests turn it off: they check contents, not durability, and flushing
+// makes them slow on shared disks.
+var durable = true
+
+func (a *atomicFile) sync() error {
+	if !durable {
+		return nil
+	}
+	return a.f.Sync()
+}
+
 // syncDir makes a rename durable where the platform allows it; errors are
 // ignored because some file systems refuse to sync directories.
 func syncDir(dir string) {
+	if !durable {
+		return
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return

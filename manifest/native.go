@@ -60,15 +60,20 @@ const (
 // serialization order; every list is sorted, so the same checkpoint always
 // serializes to the same bytes.
 type Manifest struct {
-	FormatVersion int            `json:"format_version"`
-	Format        string         `json:"format"`
-	Tool          ToolInfo       `json:"tool"`
-	Source        SourceInfo     `json:"source"`
-	Plan          PlanInfo       `json:"plan"`
-	Layout        LayoutInfo     `json:"layout"`
-	Files         []FileEntry    `json:"files"`
-	Tensors       []TensorEntry  `json:"tensors"`
-	TTQuant       TTQuantSection `json:"ttquant"`
+	FormatVersion int    `json:"format_version"`
+	Format        string `json:"format"`
+	// Integrity is the sha256 of the manifest's own bytes with this
+	// field's value replaced by 64 zeros: any change to the manifest is
+	// detected. (It protects against damage, not against a forger, who
+	// can recompute it; the identity is what users compare.)
+	Integrity string         `json:"integrity"`
+	Tool      ToolInfo       `json:"tool"`
+	Source    SourceInfo     `json:"source"`
+	Plan      PlanInfo       `json:"plan"`
+	Layout    LayoutInfo     `json:"layout"`
+	Files     []FileEntry    `json:"files"`
+	Tensors   []TensorEntry  `json:"tensors"`
+	TTQuant   TTQuantSection `json:"ttquant"`
 }
 
 // ToolInfo names the program that wrote the checkpoint.
@@ -234,13 +239,51 @@ type MatrixStats struct {
 }
 
 // Encode returns the canonical bytes of m: indented JSON with a trailing
-// newline. Lists are sorted first so that the encoding does not depend on
-// the order in which work finished.
+// newline, with the integrity field filled in (m.Integrity is set). Lists
+// are sorted first so that the encoding does not depend on the order in
+// which work finished.
 func (m *Manifest) Encode() ([]byte, error) {
+	m.Integrity = zeroHash
+	data, err := m.encode()
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.Index(data, []byte(integrityKey+zeroHash))
+	if i < 0 {
+		panic("manifest: integrity field not found in the encoding")
+	}
+	sum := sha256Hex(data)
+	copy(data[i+len(integrityKey):], sum)
+	m.Integrity = sum
+	return data, nil
+}
+
+const (
+	integrityKey = `"integrity": "`
+	zeroHash     = "0000000000000000000000000000000000000000000000000000000000000000"
+)
+
+// checkIntegrity recomputes the integrity hash of manifest bytes.
+func checkIntegrity(data []byte) error {
+	i := bytes.Index(data, []byte(integrityKey))
+	if i < 0 || len(data) < i+len(integrityKey)+64 {
+		return fmt.Errorf("%s: no integrity field", ManifestName)
+	}
+	at := i + len(integrityKey)
+	got := string(data[at : at+64])
+	cp := append([]byte(nil), data...)
+	copy(cp[at:], zeroHash)
+	if want := sha256Hex(cp); got != want {
+		return fmt.Errorf("%s: integrity check failed: the manifest was modified or damaged", ManifestName)
+	}
+	return nil
+}
+
+func (m *Manifest) encode() ([]byte, error) {
 	m.sort()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", " ")
+	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(m); err != nil {
 		return nil, fmt.Errorf("manifest: encoding: %w", err)

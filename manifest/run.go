@@ -147,6 +147,13 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 				return nil, err
 			}
 		}
+		for _, ls := range old.TTQuant.Layers {
+			if ls.CalibTokens > 0 {
+				if err := writeJSONAtomic(layerRecordPath(out, ls.Layer), ls); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if err := writeJSONAtomic(bpath, fp); err != nil {
 			return nil, err
 		}

@@ -123,6 +123,9 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 			fail(Failure{File: p, What: "incomplete: leftover of an unfinished write"})
 		}
 	}
+	if err := checkIntegrity(data); err != nil {
+		fail(Failure{File: ManifestName, What: err.Error()})
+	}
 	m, err := DecodeManifest(data)
 	if err != nil {
 		fail(Failure{File: ManifestName, What: "schema: " + err.Error()})

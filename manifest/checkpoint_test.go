@@ -1,0 +1,727 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/testmodel"
+)
+
+// fixture is the tiny source model and a small synthetic calibration
+// store, written once per test binary.
+var fixture struct {
+	once  sync.Once
+	dir   string
+	src   string
+	store string
+	err   error
+}
+
+func TestMain(m *testing.M) {
+	durable = false
+	code := m.Run()
+	if fixture.dir != "" {
+		os.RemoveAll(fixture.dir)
+	}
+	os.Exit(code)
+}
+
+func tinyFixture(t testing.TB) (src, store string) {
+	t.Helper()
+	fixture.once.Do(func() {
+		fixture.dir, fixture.err = os.MkdirTemp("", "manifest-test-")
+		if fixture.err != nil {
+			return
+		}
+		fixture.src = filepath.Join(fixture.dir, "model")
+		if fixture.err = testmodel.Write(fixture.src, testmodel.Tiny(), testmodel.Default); fixture.err != nil {
+			return
+		}
+		mc, err := calib.ReadModelConfig(fixture.src)
+		if err != nil {
+			fixture.err = err
+			return
+		}
+		fixture.store = filepath.Join(fixture.dir, "calib")
+		_, fixture.err = calib.SynthesizeStore(fixture.store, mc, calib.SynthStoreOptions{Sequences: 6, SeqLen: 64})
+	})
+	if fixture.err != nil {
+		t.Fatal(fixture.err)
+	}
+	return fixture.src, fixture.store
+}
+
+func preset(t testing.TB) *Plan {
+	t.Helper()
+	p, err := Preset(PresetQwen36MoE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func convertOpts(t testing.TB, out string, workers int) BuildOptions {
+	src, _ := tinyFixture(t)
+	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers}
+}
+
+func gptqOpts(t testing.TB, out string, workers int) BuildOptions {
+	src, store := tinyFixture(t)
+	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers, Calib: store, Layers: "experts", HeldOutSequences: 2}
+}
+
+// readTree returns every file under dir by relative path.
+func readTree(t testing.TB, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		b, err := os.ReadFile(p)
+		out[filepath.ToSlash(rel)] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameTree(t testing.TB, what, a, b string) {
+	t.Helper()
+	ta, tb := readTree(t, a), readTree(t, b)
+	var names []string
+	for n := range ta {
+		names = append(names, n)
+	}
+	for n := range tb {
+		if _, ok := ta[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		x, okx := ta[n]
+		y, oky := tb[n]
+		switch {
+		case !okx || !oky:
+			t.Errorf("%s: file %s present in only one of the two directories", what, n)
+		case !bytes.Equal(x, y):
+			t.Errorf("%s: file %s differs (%d and %d bytes)", what, n, len(x), len(y))
+		}
+	}
+}
+
+func copyTree(t testing.TB, from, to string) {
+	t.Helper()
+	for n, b := range readTree(t, from) {
+		p := filepath.Join(to, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mustVerify(t testing.TB, dir string, opt VerifyOptions) *VerifyReport {
+	t.Helper()
+	rep, err := Verify(context.Background(), dir, opt)
+	if err != nil {
+		t.Fatalf("verify %s: %v", dir, err)
+	}
+	return rep
+}
+
+// reference builds (once per test binary) an uninterrupted checkpoint.
+var refs sync.Map
+
+func reference(t testing.TB, kind string) string {
+	t.Helper()
+	if v, ok := refs.Load(kind); ok {
+		return v.(string)
+	}
+	src, _ := tinyFixture(t)
+	out := filepath.Join(filepath.Dir(src), "ref-"+kind)
+	var err error
+	if kind == "gptq" {
+		_, err = GPTQ(context.Background(), gptqOpts(t, out, 4))
+	} else {
+		_, err = Convert(context.Background(), convertOpts(t, out, 4))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs.Store(kind, out)
+	return out
+}
+
+func TestConvertVerifyAndRead(t *testing.T) {
+	src, _ := tinyFixture(t)
+	out := reference(t, "convert")
+	rep := mustVerify(t, out, VerifyOptions{Source: src, Workers: 2})
+	if !rep.OK || rep.Incomplete || !rep.SourceChecked {
+		t.Fatalf("verify: %+v", rep)
+	}
+	c, err := OpenCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Identity() != rep.Identity || c.CacheKey() != rep.Identity[:16] {
+		t.Errorf("identity %s / cache key %s, verify says %s", c.Identity(), c.CacheKey(), rep.Identity)
+	}
+	// The stored bytes of an RTN tensor are bfp.Pack of the source values,
+	// and Float32s decodes them.
+	name := "model.language_model.layers.1.mlp.experts.5.down_proj"
+	ti, err := c.TensorInfo(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti.Format != "BFP4_b" || ti.Method != MethodRTN || ti.DType != "U8" || ti.Orientation != OrientRow || ti.Tile != "32x32" {
+		t.Fatalf("entry %+v", ti)
+	}
+	if ti.File != "experts-l001-down-g000.safetensors" || *ti.Expert != 5 || *ti.Layer != 1 {
+		t.Errorf("expert 5 of layer 1 stored in %s (expert %v layer %v)", ti.File, *ti.Expert, *ti.Layer)
+	}
+	cfg := testmodel.Tiny()
+	srcVals, err := testmodel.Values(cfg, testmodel.ExpertsFused, "model.language_model.layers.1.mlp.experts.down_proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := cfg.Hidden * cfg.MoEIntermediate
+	w := srcVals[5*per : 6*per]
+	want, err := bfp.Pack(bfp.BFP4, bfp.Tile32x32, w, cfg.Hidden, cfg.MoEIntermediate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadPacked(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("stored bytes of %s differ from bfp.Pack of the source", name)
+	}
+	vals, err := c.Float32s(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := bfp.Unpack(bfp.BFP4, bfp.Tile32x32, want, cfg.Hidden, cfg.MoEIntermediate)
+	for i := range vals {
+		if vals[i] != dec[i] {
+			t.Fatalf("Float32s[%d] = %g, bfp.Unpack gives %g", i, vals[i], dec[i])
+		}
+	}
+	if _, err := c.TensorInfo("no.such.tensor"); !errors.Is(err, ErrNoTensor) {
+		t.Errorf("unknown tensor: %v", err)
+	}
+	// Lossless tensors are the source bytes.
+	if ti, _ := c.TensorInfo("model.language_model.layers.0.linear_attn.A_log"); ti.DType != "F32" || ti.Method != MethodNone {
+		t.Errorf("A_log stored as %+v", ti)
+	}
+}
+
+// TestSHA256SUMS checks the checksum file against the files themselves, and
+// with sha256sum when it is installed.
+func TestSHA256SUMS(t *testing.T) {
+	out := reference(t, "convert")
+	data, err := os.ReadFile(filepath.Join(out, SumsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := readTree(t, out)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != len(tree)-2 {
+		t.Errorf("%d lines for %d files (all but the manifest and the list itself)", len(lines), len(tree)-2)
+	}
+	for _, l := range lines {
+		sum, name, ok := strings.Cut(l, "  ")
+		if !ok || !hexRe.MatchString(sum) {
+			t.Fatalf("bad line %q", l)
+		}
+		if b, ok := tree[name]; !ok || sha256Hex(b) != sum {
+			t.Errorf("line %q does not match the file", l)
+		}
+	}
+	if _, err := exec.LookPath("sha256sum"); err == nil {
+		cmd := exec.Command("sha256sum", "--strict", "-c", SumsName)
+		cmd.Dir = out
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("sha256sum -c: %v\n%s", err, b)
+		}
+	}
+}
+
+func TestGPTQBuildVerifies(t *testing.T) {
+	src, _ := tinyFixture(t)
+	out := reference(t, "gptq")
+	rep := mustVerify(t, out, VerifyOptions{Source: src, Workers: 2})
+	if !rep.OK {
+		t.Fatalf("%v", rep.Failures)
+	}
+	c, err := OpenCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Manifest()
+	gptqCount, fallbacks := 0, 0
+	for _, ms := range m.TTQuant.Matrices {
+		switch {
+		case ms.Method == MethodGPTQ:
+			gptqCount++
+			// Layer 0 expert 3 has all-zero gate rows, so its down_proj
+			// sees zero inputs and both losses are 0.
+			if ms.Tokens <= 0 || ms.Damp <= 0 || ms.ProxyLoss < 0 || ms.RTNProxyLoss < 0 {
+				t.Errorf("GPTQ statistics of %s: %+v", ms.Tensor, ms)
+			}
+		case ms.Fallback != "":
+			fallbacks++
+		default:
+			t.Errorf("RTN matrix %s without a fallback reason", ms.Tensor)
+		}
+	}
+	// 5 layers (4 trunk, 1 MTP) × 16 experts × 2 tensors. The MTP layer
+	// has no calibration inputs in the store and falls back to RTN, as do
+	// experts that too few calibration tokens reach.
+	if gptqCount+fallbacks != 5*16*2 || gptqCount < 100 {
+		t.Errorf("%d GPTQ matrices and %d fallbacks, want %d in all", gptqCount, fallbacks, 5*16*2)
+	}
+	if m.TTQuant.Calibration == nil || m.TTQuant.Calibration.Sequences != 6 || m.TTQuant.Calibration.HeldOutSequences != 2 {
+		t.Errorf("calibration %+v", m.TTQuant.Calibration)
+	}
+	held := 0
+	for _, l := range m.TTQuant.Layers {
+		if l.HeldOutTokens > 0 {
+			held++
+			if l.HeldOutMSE <= 0 || l.HeldOutRTNMSE <= 0 {
+				t.Errorf("layer %d held-out errors %+v", l.Layer, l)
+			}
+		}
+	}
+	if held != 4 {
+		t.Errorf("%d layers with held-out statistics, want 4", held)
+	}
+	// Editing a GPTQ error in the manifest (with a valid integrity hash)
+	// is caught only against the source.
+	dir := t.TempDir()
+	copyTree(t, out, dir)
+	for i := range m.TTQuant.Matrices {
+		if m.TTQuant.Matrices[i].Method == MethodGPTQ {
+			m.TTQuant.Matrices[i].Error *= 1.5
+			break
+		}
+	}
+	rewriteManifest(t, dir, m)
+	if rep := mustVerify(t, dir, VerifyOptions{}); !rep.OK {
+		t.Fatalf("a statistics edit fails without the source: %v", rep.Failures)
+	}
+	if rep := mustVerify(t, dir, VerifyOptions{Source: src}); rep.OK || !strings.Contains(fmt.Sprint(rep.Failures), "error against the source") {
+		t.Fatalf("an edited GPTQ error passes against the source: %v", rep.Failures)
+	}
+}
+
+func rewriteManifest(t testing.TB, dir string, m *Manifest) {
+	t.Helper()
+	data, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ManifestName), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSameBytesForAnyWorkerCountAndRerun(t *testing.T) {
+	ref := reference(t, "convert")
+	out1 := filepath.Join(t.TempDir(), "w1")
+	res, err := Convert(context.Background(), convertOpts(t, out1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "convert, 1 vs 4 workers", ref, out1)
+	// A second run on a finished directory keeps every file and rewrites
+	// the same manifest.
+	again, err := Convert(context.Background(), convertOpts(t, out1, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.AlreadyComplete || again.Identity != res.Identity {
+		t.Errorf("second run: complete=%v identity %s, first %s", again.AlreadyComplete, again.Identity, res.Identity)
+	}
+	sameTree(t, "convert, second run", ref, out1)
+
+	g1 := filepath.Join(t.TempDir(), "g1")
+	if _, err := GPTQ(context.Background(), gptqOpts(t, g1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "gptq, 1 vs 4 workers", reference(t, "gptq"), g1)
+}
+
+// TestCorruption damages a GPTQ checkpoint in every file and checks that
+// verify fails naming the file.
+func TestCorruption(t *testing.T) {
+	ref := reference(t, "gptq")
+	dir := t.TempDir()
+	copyTree(t, ref, dir)
+	names := make([]string, 0)
+	for n := range readTree(t, dir) {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	rng := rand.New(rand.NewSource(7))
+	expectFail := func(what, file string) {
+		t.Helper()
+		rep := mustVerify(t, dir, VerifyOptions{})
+		if rep.OK {
+			t.Errorf("%s: verify passes", what)
+			return
+		}
+		for _, f := range rep.Failures {
+			if f.File == file {
+				return
+			}
+		}
+		t.Errorf("%s: no failure names %s: %v", what, file, rep.Failures)
+	}
+	for _, n := range names {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		orig, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flips := 1
+		if len(orig) > 64<<10 {
+			flips = 4
+		}
+		for k := 0; k < flips; k++ {
+			// Spread the places over the file: header, middle, end.
+			lo := len(orig) * k / flips
+			hi := len(orig) * (k + 1) / flips
+			at := lo + rng.Intn(hi-lo)
+			bit := byte(1) << rng.Intn(8)
+			bad := append([]byte(nil), orig...)
+			bad[at] ^= bit
+			if err := os.WriteFile(p, bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			expectFail(fmt.Sprintf("bit %#x of byte %d of %s flipped", bit, at, n), n)
+		}
+		// Truncation by one byte.
+		if err := os.WriteFile(p, orig[:len(orig)-1], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		expectFail("truncated "+n, n)
+		// Deletion.
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if n == ManifestName {
+			if rep := mustVerify(t, dir, VerifyOptions{}); rep.OK || !rep.Incomplete {
+				t.Errorf("without the manifest: %+v", rep)
+			}
+		} else {
+			expectFail("deleted "+n, n)
+		}
+		if err := os.WriteFile(p, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := mustVerify(t, dir, VerifyOptions{}); !rep.OK {
+		t.Fatalf("restored checkpoint fails: %v", rep.Failures)
+	}
+	// An added file.
+	extra := filepath.Join(dir, "stray.safetensors")
+	if err := os.WriteFile(extra, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expectFail("added file", "stray.safetensors")
+	os.Remove(extra)
+
+	// Edited manifests with a recomputed integrity hash: the edits are
+	// caught by the file checks.
+	c, err := OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := os.ReadFile(filepath.Join(dir, ManifestName))
+	edits := []struct {
+		name string
+		edit func(m *Manifest) string // returns the file expected in a failure
+	}{
+		{"tensor offset", func(m *Manifest) string { m.Tensors[3].Offset += 2; return m.Tensors[3].File }},
+		{"tensor shape", func(m *Manifest) string { m.Tensors[7].Shape[0] *= 2; return m.Tensors[7].File }},
+		{"file hash", func(m *Manifest) string {
+			m.Files[0].SHA256 = strings.Repeat("ab", 32)
+			return m.Files[0].Name
+		}},
+		{"file dropped", func(m *Manifest) string {
+			for i, f := range m.Files {
+				if f.Role == FileConfig {
+					m.Files = append(m.Files[:i], m.Files[i+1:]...)
+					return f.Name
+				}
+			}
+			return ""
+		}},
+		{"tensor moved to another expert", func(m *Manifest) string {
+			for i := range m.Tensors {
+				if m.Tensors[i].Expert != nil && *m.Tensors[i].Expert == 3 {
+					m.Tensors[i].Expert = intPtr(30)
+					return m.Tensors[i].File
+				}
+			}
+			return ""
+		}},
+	}
+	for _, e := range edits {
+		m, err := DecodeManifest(mb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := e.edit(m)
+		rewriteManifest(t, dir, m)
+		expectFail("edited manifest: "+e.name, file)
+	}
+	_ = c
+	// A manifest edited by hand without a new integrity hash.
+	edited := bytes.Replace(mb, []byte(`"experts_per_file": 16`), []byte(`"experts_per_file": 8`), 1)
+	if bytes.Equal(edited, mb) {
+		t.Fatal("edit did not apply")
+	}
+	os.WriteFile(filepath.Join(dir, ManifestName), edited, 0o644)
+	expectFail("hand-edited manifest", ManifestName)
+}
+
+// interruptAt runs build with a hook that cancels the run at the n-th hook
+// call (tensor written or file committed); when snapshot is set, it first
+// copies the output directory as a crash at that instant would leave it.
+func interruptAt(t *testing.T, opt BuildOptions, kind string, n int64, snapshot string) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int64
+	var once sync.Once
+	opt.testHook = func(file, tensor string) {
+		if calls.Add(1) == n {
+			once.Do(func() {
+				if snapshot != "" {
+					copyTree(t, opt.Out, snapshot)
+				}
+				cancel()
+			})
+		}
+	}
+	var err error
+	if kind == "gptq" {
+		_, err = GPTQ(ctx, opt)
+	} else {
+		_, err = Convert(ctx, opt)
+	}
+	return err
+}
+
+func expectIncomplete(t *testing.T, what, dir string) {
+	t.Helper()
+	rep := mustVerify(t, dir, VerifyOptions{})
+	if rep.OK || !rep.Incomplete {
+		t.Fatalf("%s: verify %+v", what, rep)
+	}
+	for _, f := range rep.Failures {
+		if !strings.Contains(f.What, "incomplete") {
+			t.Errorf("%s: failure %q is not about an unfinished build", what, f)
+		}
+	}
+	if _, err := OpenCheckpoint(dir); err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Errorf("%s: OpenCheckpoint: %v", what, err)
+	}
+}
+
+func TestInterruptAndResume(t *testing.T) {
+	for _, kind := range []string{"convert", "gptq"} {
+		ref := reference(t, kind)
+		c, err := OpenCheckpoint(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Hook calls of a full run: one per tensor written and one per
+		// data file committed.
+		total := int64(len(c.Manifest().Tensors))
+		for _, f := range c.Manifest().Files {
+			if f.Role == FileExperts || f.Role == FileDense {
+				total++
+			}
+		}
+		points := []int64{1, 2, total / 3, total / 2, total - 1, total}
+		if kind == "gptq" {
+			points = []int64{total / 2, total}
+		}
+		for _, n := range points {
+			base := t.TempDir()
+			out := filepath.Join(base, "out")
+			snap := filepath.Join(base, "crash")
+			var opt BuildOptions
+			if kind == "gptq" {
+				opt = gptqOpts(t, out, 2)
+			} else {
+				opt = convertOpts(t, out, 2)
+			}
+			err := interruptAt(t, opt, kind, n, snap)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s interrupted at %d of %d: %v", kind, n, total, err)
+			}
+			what := fmt.Sprintf("%s cancelled at hook %d of %d", kind, n, total)
+			expectIncomplete(t, what, out)
+			expectIncomplete(t, what+" (crash snapshot)", snap)
+			for _, dir := range []string{out, snap} {
+				o := opt
+				o.Out = dir
+				o.Workers = 3
+				res, err := build(context.Background(), map[string]buildKind{"gptq": kindGPTQ, "convert": kindConvert}[kind], o)
+				if err != nil {
+					t.Fatalf("%s: resume: %v", what, err)
+				}
+				if res.Kept == 0 && n > 2 {
+					t.Errorf("%s: resume kept no file", what)
+				}
+				sameTree(t, what+", resumed", ref, dir)
+			}
+		}
+	}
+}
+
+func TestResumeRefusesDifferentBuild(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	if err := interruptAt(t, convertOpts(t, out, 1), "convert", 3, ""); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	o := convertOpts(t, out, 1)
+	o.ExpertsPerFile = 8
+	_, err := Convert(context.Background(), o)
+	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "experts_per_file") {
+		t.Errorf("different layout: %v", err)
+	}
+	o = convertOpts(t, out, 1)
+	o.Plan.Rules[len(o.Plan.Rules)-2].Format = StoreBFP4
+	_, err = Convert(context.Background(), o)
+	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "plan") {
+		t.Errorf("different plan: %v", err)
+	}
+	_, err = GPTQ(context.Background(), gptqOpts(t, out, 1))
+	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "command") {
+		t.Errorf("different command: %v", err)
+	}
+	// A different source: a copy of the model with one byte changed.
+	src, _ := tinyFixture(t)
+	src2 := filepath.Join(t.TempDir(), "model")
+	copyTree(t, src, src2)
+	p := filepath.Join(src2, "model-00002-of-00003.safetensors")
+	b, _ := os.ReadFile(p)
+	b[len(b)-1] ^= 1
+	os.WriteFile(p, b, 0o644)
+	o = convertOpts(t, out, 1)
+	o.Source = src2
+	_, err = Convert(context.Background(), o)
+	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "source") {
+		t.Errorf("different source: %v", err)
+	}
+	// Verify against the changed source names the changed file.
+	ref := reference(t, "convert")
+	rep := mustVerify(t, ref, VerifyOptions{Source: src2})
+	if rep.OK || !strings.Contains(fmt.Sprint(rep.Failures), "model-00002-of-00003.safetensors") {
+		t.Errorf("verify against a changed source: %v", rep.Failures)
+	}
+	// An unrelated non-empty directory is refused.
+	junk := t.TempDir()
+	os.WriteFile(filepath.Join(junk, "notes.txt"), []byte("x"), 0o644)
+	if _, err := Convert(context.Background(), convertOpts(t, junk, 1)); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("non-empty directory: %v", err)
+	}
+}
+
+func TestVerifyErrors(t *testing.T) {
+	if _, err := Verify(context.Background(), filepath.Join(t.TempDir(), "none"), VerifyOptions{}); !errors.Is(err, ErrNotCheckpoint) {
+		t.Errorf("missing directory: %v", err)
+	}
+	if _, err := Verify(context.Background(), t.TempDir(), VerifyOptions{}); !errors.Is(err, ErrNotCheckpoint) {
+		t.Errorf("empty directory: %v", err)
+	}
+}
+
+func TestDryRunOn35BReplica(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "replica")
+	if err := testmodel.WriteReplica35B(dir); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "never")
+	res, err := GPTQ(context.Background(), BuildOptions{Source: dir, Out: out, Plan: preset(t), Layers: "experts", DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.Work
+	// 40 trunk layers and the MTP layer, 256 experts in groups of 16, one
+	// gate_up and one down file per group.
+	if w.ExpertFiles != 41*16*2 || w.GPTQMatrices != 41*256*2 || len(w.Layers) != 41 {
+		t.Errorf("work %+v", w)
+	}
+	if w.OutputBytes <= 0 || w.OutputBytes >= w.SourceBytes || w.GPTQFlops <= 0 {
+		t.Errorf("sizes %+v", w)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("dry run created the output directory: %v", err)
+	}
+}
+
+func TestManifestEncodingIsCanonical(t *testing.T) {
+	out := reference(t, "convert")
+	data, err := os.ReadFile(filepath.Join(out, ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again, data) {
+		t.Error("decoding and re-encoding the manifest changes its bytes")
+	}
+	// Unknown fields and other format versions are refused.
+	var raw map[string]any
+	json.Unmarshal(data, &raw)
+	raw["surprise"] = 1
+	b, _ := json.Marshal(raw)
+	if _, err := DecodeManifest(b); err == nil {
+		t.Error("unknown field accepted")
+	}
+	raw["format_version"] = 99
+	delete(raw, "surprise")
+	b, _ = json.Marshal(raw)
+	if _, err := DecodeManifest(b); err == nil || !strings.Contains(err.Error(), "format_version") {
+		t.Errorf("format_version 99: %v", err)
+	}
+	for _, s := range []string{"time", "date", "host"} {
+		if bytes.Contains(data, []byte(`"`+s)) {
+			t.Errorf("manifest has a %q field", s)
+		}
+	}
+}
