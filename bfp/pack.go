@@ -2,6 +2,7 @@ package bfp
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 )
 
@@ -108,32 +109,9 @@ func checkSrc(t Tile, n, rows, cols int) error {
 	// and so does rows*cols.
 	if n != rows*cols {
 		return &ShapeError{Rows: rows, Cols: cols, Tile: t, Len: n,
-			Reason: "source has " + itoa(n) + " values, want rows*cols = " + itoa(rows*cols)}
+			Reason: "source has " + strconv.Itoa(n) + " values, want rows*cols = " + strconv.Itoa(rows*cols)}
 	}
 	return nil
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [24]byte
-	i := len(b)
-	neg := n < 0
-	u := uint64(n)
-	if neg {
-		u = uint64(-n)
-	}
-	for u > 0 {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
 }
 
 func tileRows(t Tile, rows int) int { return (rows + t.H - 1) / t.H }
