@@ -302,7 +302,9 @@ func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMe
 	// Size the arenas from the header: an object-form entry holds exactly
 	// one '}' (counting a single byte is fast); names are typically under
 	// half of the header.
-	tensors = make([]rawTensor, 0, bytes.Count(p.b, []byte{'}'}))
+	// The count is capped by the size of the smallest object-form entry
+	// (49 bytes), so braces inside strings cannot inflate it.
+	tensors = make([]rawTensor, 0, min(bytes.Count(p.b, []byte{'}'}), len(p.b)/49+1))
 	p.names = make([]byte, 0, len(p.b)/2)
 	p.dims = make([]uint64, 0, len(p.b)/25+4)
 	if p.peek() == '}' {
