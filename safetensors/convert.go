@@ -327,7 +327,8 @@ func EncodeFloat32s(dst []byte, src []float32, dt DType) error {
 	return nil
 }
 
-// AppendFloat32s is EncodeFloat32s into a freshly allocated slice.
+// AppendFloat32s appends the encoding of src as dtype dt (see
+// EncodeFloat32s) to dst and returns the extended slice.
 func AppendFloat32s(dst []byte, src []float32, dt DType) ([]byte, error) {
 	n := len(src) * (dt.Bits() / 8)
 	out := append(dst, make([]byte, n)...)
