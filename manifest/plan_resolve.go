@@ -260,15 +260,19 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	srcs := make([]rawSource, 0, len(names))
 	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
 	var unknown []string
+	var firstFile string
 	for _, n := range names {
-		_, info, _ := m.Lookup(n)
+		f, info, _ := m.Lookup(n)
 		c, err := ClassifyTensor(n)
 		if err != nil {
+			if len(unknown) == 0 {
+				firstFile = f.Path()
+			}
 			unknown = append(unknown, n)
 			continue
 		}
 		if err := checkSourceShape(c, info); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", f.Path(), err)
 		}
 		if c.Layer >= 0 {
 			if c.MTP {
@@ -285,7 +289,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		if len(unknown) > 1 {
 			more = fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(firstN(unknown[1:], 5), ", "))
 		}
-		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", m.Path(), unknown[0], ErrUnknownTensor, more)
+		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", firstFile, unknown[0], ErrUnknownTensor, more)
 	}
 
 	layerOfClass := func(c SourceClass) int {

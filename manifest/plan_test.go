@@ -666,3 +666,37 @@ func TestQwen3NextPlans(t *testing.T) {
 		t.Errorf("expert files %d, sources %d", r.ExpertFiles, r.SourceTensors)
 	}
 }
+
+func TestBadShapesNamed(t *testing.T) {
+	cases := []struct {
+		tensors map[string][]int64
+		want    []string
+	}{
+		{map[string][]int64{"model.layers.0.input_layernorm.weight": {32, 2}},
+			[]string{"model.safetensors", "model.layers.0.input_layernorm.weight", "[32 2]", "1-D"}},
+		{map[string][]int64{"model.layers.0.mlp.experts.gate_up_proj": {4, 2048}},
+			[]string{"model.layers.0.mlp.experts.gate_up_proj", "[4 2048]", "3-D"}},
+		{map[string][]int64{"model.layers.0.mlp.experts.gate_up_proj": {4, 10, 32}, "model.layers.0.mlp.experts.down_proj": {4, 32, 6}},
+			[]string{"model.layers.0.mlp", "[4 10 32]", "[4 32 6]", "disagree"}},
+		{map[string][]int64{"model.layers.0.mlp.experts.gate_up_proj": {4, 10, 32}},
+			[]string{"experts.down_proj is missing"}},
+		{map[string][]int64{"model.layers.0.mlp.experts.2.gate_proj.weight": {8, 32}, "model.layers.0.mlp.experts.2.down_proj.weight": {32, 8}},
+			[]string{"model.layers.0.mlp.experts.2", "missing"}},
+		{map[string][]int64{"model.layers.0.mlp.experts.gate_up_proj": {4, 16, 32}, "model.layers.0.mlp.experts.down_proj": {4, 32, 8},
+			"model.layers.0.mlp.experts.1.gate_proj.weight": {8, 32}, "model.layers.0.mlp.experts.1.up_proj.weight": {8, 32}, "model.layers.0.mlp.experts.1.down_proj.weight": {32, 8}},
+			[]string{"model.layers.0.mlp.experts.1.", "both"}},
+	}
+	for _, c := range cases {
+		m := smallModel(t, c.tensors)
+		_, err := mustPreset(t, PresetQwen36MoE).Resolve(m)
+		if err == nil {
+			t.Errorf("%v: resolved", c.tensors)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q lacks %q", c.tensors, err, w)
+			}
+		}
+	}
+}
