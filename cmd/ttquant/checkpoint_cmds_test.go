@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/testmodel"
+)
+
+// TestDemoThenVerify is the README's main job end to end: the demo builds
+// and verifies a checkpoint, and verify accepts it on its own, then
+// rejects it once a byte is changed.
+func TestDemoThenVerify(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	code, out, errs := runCLI(t, "demo", "--out", dir, "--json", "--quiet", "--workers", "2")
+	if code != exitOK {
+		t.Fatalf("demo: status %d\n%s\n%s", code, out, errs)
+	}
+	var rep struct {
+		SchemaVersion int    `json:"schema_version"`
+		Identity      string `json:"identity"`
+		CacheKey      string `json:"cache_key"`
+		Layers        []struct {
+			Layer      int     `json:"layer"`
+			GPTQRelErr float64 `json:"gptq_rel_mse"`
+			RTNRelErr  float64 `json:"rtn_rel_mse"`
+		} `json:"layers"`
+		Verify struct {
+			OK bool `json:"ok"`
+		} `json:"verify"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("demo --json: %v\n%s", err, out)
+	}
+	if rep.SchemaVersion != schemaVersion || len(rep.Identity) != 64 || rep.CacheKey != rep.Identity[:16] || !rep.Verify.OK {
+		t.Fatalf("demo report %+v", rep)
+	}
+	if len(rep.Layers) != 4 {
+		t.Fatalf("%d layers in the table, want 4", len(rep.Layers))
+	}
+	better := 0
+	for _, l := range rep.Layers {
+		if l.GPTQRelErr <= 0 || l.RTNRelErr <= 0 {
+			t.Errorf("layer %d: errors %g / %g", l.Layer, l.GPTQRelErr, l.RTNRelErr)
+		}
+		if l.GPTQRelErr < l.RTNRelErr {
+			better++
+		}
+	}
+	if better < 3 {
+		t.Errorf("GPTQ beats RTN on held-out tokens in only %d of 4 layers", better)
+	}
+
+	code, out, _ = runCLI(t, "verify", dir)
+	if code != exitOK || !strings.Contains(out, rep.Identity) {
+		t.Fatalf("verify: status %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "verify", dir, "--json")
+	var vr struct {
+		SchemaVersion int  `json:"schema_version"`
+		OK            bool `json:"ok"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &vr) != nil || !vr.OK || vr.SchemaVersion != schemaVersion {
+		t.Fatalf("verify --json: status %d\n%s", code, out)
+	}
+
+	p := filepath.Join(dir, "experts-l002-down-g000.safetensors")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	os.WriteFile(p, b, 0o644)
+	code, out, _ = runCLI(t, "verify", dir)
+	if code != exitVerifyKO || !strings.Contains(out, "experts-l002-down-g000.safetensors") {
+		t.Fatalf("verify of a damaged checkpoint: status %d\n%s", code, out)
+	}
+
+	os.Remove(filepath.Join(dir, "native_manifest.json"))
+	code, out, _ = runCLI(t, "verify", dir)
+	if code != exitVerifyKO || !strings.Contains(out, "INCOMPLETE") {
+		t.Fatalf("verify without a manifest: status %d\n%s", code, out)
+	}
+	if code, _, errs := runCLI(t, "verify", filepath.Join(dir, "nope")); code != exitError || errs == "" {
+		t.Errorf("verify of a missing directory: status %d", code)
+	}
+}
+
+func TestConvertCommand(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "model")
+	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.SingleFile); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "native")
+	code, stdout, errs := runCLI(t, "convert", "--model", src, "--out", out, "--workers", "2")
+	if code != exitOK || !strings.Contains(stdout, "identity") {
+		t.Fatalf("convert: status %d\n%s\n%s", code, stdout, errs)
+	}
+	// Not a terminal: one progress line per layer, then a summary.
+	if !strings.Contains(errs, "layer 0 done") || !strings.Contains(errs, "done ") {
+		t.Errorf("progress on stderr:\n%s", errs)
+	}
+	code, stdout, errs = runCLI(t, "convert", "--model", src, "--out", out, "--json", "--quiet")
+	var r struct {
+		AlreadyComplete bool   `json:"already_complete"`
+		Identity        string `json:"identity"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &r) != nil || !r.AlreadyComplete || errs != "" {
+		t.Fatalf("second convert: status %d\n%s\n%s", code, stdout, errs)
+	}
+	if code, stdout, _ := runCLI(t, "verify", out, "--source", src); code != exitOK || !strings.Contains(stdout, "against the source") {
+		t.Errorf("verify --source: status %d\n%s", code, stdout)
+	}
+	// A different plan on the same directory is refused with the reason.
+	code, _, errs = runCLI(t, "convert", "--model", src, "--out", out, "--preset", "qwen3-9b-dense", "--quiet")
+	if code != exitError || !strings.Contains(errs, "plan") {
+		t.Errorf("convert with another plan: status %d\n%s", code, errs)
+	}
+	for _, args := range [][]string{
+		{"convert", "--out", out},
+		{"convert", "--model", src},
+		{"convert", "--model", src, "--out", out, "--preset", "x", "--plan", "y"},
+		{"gptq", "--model", src, "--out", out},
+		{"verify"},
+		{"verify", "a", "b"},
+	} {
+		if code, _, _ := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%v: status %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+func TestGPTQDryRunOnReplica(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "replica")
+	if err := testmodel.WriteReplica35B(dir); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "gptq", "--model", dir, "--layers", "experts", "--dry-run")
+	if code != exitOK {
+		t.Fatalf("status %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"plan qwen36-35b-a3b", "*.mlp.experts.*", "1312 expert groups", "GPTQ matrices    20992", "dry run"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = runCLI(t, "gptq", "--model", dir, "--dry-run", "--json")
+	var r struct {
+		DryRun bool `json:"dry_run"`
+		Work   struct {
+			ExpertFiles int `json:"expert_files"`
+		} `json:"work"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || !r.DryRun || r.Work.ExpertFiles != 1312 {
+		t.Errorf("dry run --json: status %d\n%s", code, out)
+	}
+}
