@@ -277,3 +277,41 @@ func TestKernelsAgreeRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeUnpackPaths covers the output sizes from which the SIMD unpack
+// writes around the cache, with the destination aligned and misaligned,
+// against the pure-Go kernel.
+func TestLargeUnpackPaths(t *testing.T) {
+	rows, cols := 2048, 1024 // 8 MiB of float32: at the streaming threshold
+	if rows*cols < streamBytes/4 {
+		t.Fatal("matrix below the streaming threshold")
+	}
+	rng := rand.New(rand.NewPCG(31, 32))
+	src := make([]float32, rows*cols)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64() * 0.02)
+		if i%997 == 0 {
+			src[i] = math.Float32frombits(rng.Uint32())
+		}
+	}
+	for _, fm := range Formats() {
+		p, err := Pack(fm, Tile32x32, src, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, rows*cols)
+		unpackRange(unpackRowGo, want, fm, Tile32x32, p, rows, cols, 0, rows/32)
+		buf := make([]float32, rows*cols+1)
+		for _, off := range []int{0, 1} {
+			got := buf[off : off+rows*cols]
+			if err := UnpackInto(got, fm, Tile32x32, p, rows, cols); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v offset %d: element %d %#08x, pure Go %#08x", fm, off, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}

@@ -46,13 +46,13 @@ func packRow4AVX2(src *float32, nt, fc int, exp, mant *byte, tb, se, sm int)
 func packRow2AVX2(src *float32, nt, fc int, exp, mant *byte, tb, se, sm int)
 
 //go:noescape
-func unpackRow8AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32) int
+func unpackRow8AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32, stream bool) int
 
 //go:noescape
-func unpackRow4AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32) int
+func unpackRow4AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32, stream bool) int
 
 //go:noescape
-func unpackRow2AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32) int
+func unpackRow2AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32, stream bool) int
 
 var (
 	packRow   packRowFunc   = packRowGo
@@ -91,7 +91,7 @@ func packRowAVX2(f Format, src []float32, nt, fc int, exp, mant []byte, tb, se, 
 	}
 }
 
-func unpackRowAVX2(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32) {
+func unpackRowAVX2(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32, stream bool) {
 	if nt == 0 {
 		return
 	}
@@ -100,14 +100,15 @@ func unpackRowAVX2(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []flo
 		panic("bfp: row kernel bounds")
 	}
 	e, m, d := unsafe.SliceData(exp), unsafe.SliceData(mant), unsafe.SliceData(dst)
+	stream = stream && uintptr(unsafe.Pointer(d))%32 == 0 // non-temporal stores need alignment
 	var skipped int
 	switch f {
 	case BFP8:
-		skipped = unpackRow8AVX2(e, m, nt, fc, tb, se, sm, d)
+		skipped = unpackRow8AVX2(e, m, nt, fc, tb, se, sm, d, stream)
 	case BFP4:
-		skipped = unpackRow4AVX2(e, m, nt, fc, tb, se, sm, d)
+		skipped = unpackRow4AVX2(e, m, nt, fc, tb, se, sm, d, stream)
 	case BFP2:
-		skipped = unpackRow2AVX2(e, m, nt, fc, tb, se, sm, d)
+		skipped = unpackRow2AVX2(e, m, nt, fc, tb, se, sm, d, stream)
 	default:
 		panic("bfp: invalid format " + f.String())
 	}

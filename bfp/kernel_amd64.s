@@ -232,13 +232,28 @@ GLOBL shift2<>(SB), RODATA|NOPTR, $64
 	VMOVD   AX, X12; \
 	VPBROADCASTD X12, Y12
 
+// STORE writes the 16 decoded values in Y0, Y1 to SI, with non-temporal
+// stores when the caller asked for streaming (SI is then 32-byte aligned).
+// The jumps count instructions: JNE skips the two ordinary stores and lands
+// on JEQ, which (flags unchanged) falls through to the streaming stores;
+// JEQ skips those after the ordinary stores.
+#define STORE \
+	CMPB    stream+64(FP), $0; \
+	JNE     3(PC); \
+	VMOVUPS Y0, (SI); \
+	VMOVUPS Y1, 32(SI); \
+	JEQ     3(PC); \
+	VMOVNTPS Y0, (SI); \
+	VMOVNTPS Y1, 32(SI)
+
 #define UNPACKEND \
+	SFENCE; \
 	VZEROUPPER; \
-	MOVQ R14, ret+64(FP); \
+	MOVQ R14, ret+72(FP); \
 	RET
 
-// func unpackRow8AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32) int
-TEXT ·unpackRow8AVX2(SB), NOSPLIT, $0-72
+// func unpackRow8AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32, stream bool) int
+TEXT ·unpackRow8AVX2(SB), NOSPLIT, $0-80
 	UNPACKSETUP(127)
 u8tile:
 	TILEHEAD
@@ -248,8 +263,7 @@ u8group:
 	VPMOVZXBD 8(DI), Y1
 	DEC(Y0, 24)
 	DEC(Y1, 24)
-	VMOVUPS   Y0, (SI)
-	VMOVUPS   Y1, 32(SI)
+	STORE
 	JMP       u8next
 u8skip:
 	INCQ R14
@@ -260,8 +274,8 @@ u8next:
 	JNZ u8tile
 	UNPACKEND
 
-// func unpackRow4AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32) int
-TEXT ·unpackRow4AVX2(SB), NOSPLIT, $0-72
+// func unpackRow4AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32, stream bool) int
+TEXT ·unpackRow4AVX2(SB), NOSPLIT, $0-80
 	UNPACKSETUP(7)
 	VMOVDQU shift4<>(SB), Y13
 u4tile:
@@ -274,8 +288,7 @@ u4group:
 	VPSRLVD   Y13, Y1, Y1
 	DEC(Y0, 28)
 	DEC(Y1, 28)
-	VMOVUPS   Y0, (SI)
-	VMOVUPS   Y1, 32(SI)
+	STORE
 	JMP       u4next
 u4skip:
 	INCQ R14
@@ -286,8 +299,8 @@ u4next:
 	JNZ u4tile
 	UNPACKEND
 
-// func unpackRow2AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32) int
-TEXT ·unpackRow2AVX2(SB), NOSPLIT, $0-72
+// func unpackRow2AVX2(exp, mant *byte, nt, fc, tb, se, sm int, dst *float32, stream bool) int
+TEXT ·unpackRow2AVX2(SB), NOSPLIT, $0-80
 	UNPACKSETUP(1)
 	VMOVDQU shift2<>(SB), Y13
 	VMOVDQU shift2<>+32(SB), Y11
@@ -300,8 +313,7 @@ u2group:
 	VPSRLVD   Y11, Y1, Y1
 	DEC(Y0, 30)
 	DEC(Y1, 30)
-	VMOVUPS   Y0, (SI)
-	VMOVUPS   Y1, 32(SI)
+	STORE
 	JMP       u2next
 u2skip:
 	INCQ R14

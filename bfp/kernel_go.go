@@ -107,7 +107,7 @@ func magTable[A [256]float32 | [16]float32 | [4]float32](w uint) A {
 	return t
 }
 
-func unpackRowGo(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32) {
+func unpackRowGo(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32, _ bool) {
 	switch f {
 	case BFP8:
 		for t := range nt {
@@ -173,7 +173,7 @@ func unpackRowGo(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float
 // unpackGroupGo decodes one group with shared exponent e into d (used by
 // the SIMD path for the groups it leaves to the exact rule).
 func unpackGroupGo(f Format, m []byte, e uint32, d *[16]float32) {
-	unpackRowGo(f, []byte{uint8(e)}, m, 1, 1, 0, 0, 0, d[:])
+	unpackRowGo(f, []byte{uint8(e)}, m, 1, 1, 0, 0, 0, d[:], false)
 }
 
 // unpackGroupSlow decodes a group element by element with the full rule

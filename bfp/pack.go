@@ -143,8 +143,14 @@ func parallel(n, workers int, fn func(lo, hi int)) {
 // tile t goes to exp[t*tb+c*se], its codes to mant[t*tb+c*sm:].
 type packRowFunc func(f Format, src []float32, nt, fc int, exp, mant []byte, tb, se, sm int)
 
-// unpackRowFunc is the inverse of packRowFunc, writing nt*fc*16 values to dst.
-type unpackRowFunc func(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32)
+// unpackRowFunc is the inverse of packRowFunc, writing nt*fc*16 values to
+// dst. stream hints that dst is part of a large output that will not be
+// read again soon, so a kernel may bypass the cache when writing it.
+type unpackRowFunc func(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float32, stream bool)
+
+// streamBytes is the output size from which unpacking writes around the
+// cache (beyond what a core's caches hold anyway).
+const streamBytes = 8 << 20
 
 // packRange packs tile rows [tr0, tr1) with kernel k. It walks the matrix
 // row by row, so the source is read sequentially; each row scatters its
@@ -199,6 +205,7 @@ func unpackRange(k unpackRowFunc, dst []float32, f Format, t Tile, src []byte, r
 	eb := t.ExponentBytes()
 	gb := GroupSize * f.Bits() / 8
 	rowLen := tcN * t.W
+	stream := rows*cols >= streamBytes/4
 	var row []float32
 	for tr := tr0; tr < tr1; tr++ {
 		band := src[tr*tcN*tb:][:tcN*tb]
@@ -209,13 +216,13 @@ func unpackRange(k unpackRowFunc, dst []float32, f Format, t Tile, src []byte, r
 			}
 			gOff := (r/fh)*fc*fh + r%fh
 			if cols == rowLen {
-				k(f, band[gOff:], band[eb+gOff*gb:], tcN, fc, tb, fh, fh*gb, dst[R*cols:][:rowLen])
+				k(f, band[gOff:], band[eb+gOff*gb:], tcN, fc, tb, fh, fh*gb, dst[R*cols:][:rowLen], stream)
 				continue
 			}
 			if row == nil {
 				row = make([]float32, rowLen)
 			}
-			k(f, band[gOff:], band[eb+gOff*gb:], tcN, fc, tb, fh, fh*gb, row)
+			k(f, band[gOff:], band[eb+gOff*gb:], tcN, fc, tb, fh, fh*gb, row, false)
 			copy(dst[R*cols:(R+1)*cols], row)
 		}
 	}
