@@ -191,7 +191,11 @@ func (pl *gemmPlan[T]) run() {
 	workers := Workers()
 	mc := pl.mcMax
 	if workers > 1 {
-		if t := roundUp(ceilDiv(m, minTask*workers), mr); t < mc {
+		tasks := minTask * workers
+		if pl.lowerC {
+			tasks *= 2
+		}
+		if t := roundUp(ceilDiv(m, tasks), mr); t < mc {
 			mc = t
 		}
 	}
@@ -219,6 +223,11 @@ func (pl *gemmPlan[T]) run() {
 				pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
 			})
 			parallelFor(nTasks, workers, func(t, w int) {
+				if pl.lowerC {
+					// The bottom row blocks of a triangle carry the
+					// most tiles: hand them out first.
+					t = nTasks - 1 - t
+				}
 				ic := t * mc
 				mcc := min(mc, m-ic)
 				if pl.skipTile(ic, mcc, jc, pc, kc) {
@@ -229,17 +238,22 @@ func (pl *gemmPlan[T]) run() {
 				}
 				ap := *apBufs[w]
 				pl.packA(ap, ic, mcc, pc, kc)
-				for jr := 0; jr < nc; jr += nr {
-					j := jc + jr
-					nv := min(nr, n-j)
-					bs := bp[(jr/nr)*nr*kc : (jr/nr+1)*nr*kc]
-					for ir := 0; ir < mcc; ir += mr {
-						i := ic + ir
-						mv := min(mr, m-i)
+				// Along a row block of C: the A sliver stays in L1, the B
+				// panel streams in order, C is walked row-wise.
+				for ir := 0; ir < mcc; ir += mr {
+					i := ic + ir
+					mv := min(mr, m-i)
+					as := ap[(ir/mr)*mr*kc : (ir/mr+1)*mr*kc]
+					for jr := 0; jr < nc; jr += nr {
+						j := jc + jr
+						if pl.lowerC && j > i+mv-1 {
+							break // the rest of the row block is above the diagonal
+						}
+						nv := min(nr, n-j)
 						if pl.skipTile(i, mv, j, pc, kc) {
 							continue
 						}
-						pl.tile(kc, ap[(ir/mr)*mr*kc:(ir/mr+1)*mr*kc], bs, i, j, mv, nv)
+						pl.tile(kc, as, bp[(jr/nr)*nr*kc:(jr/nr+1)*nr*kc], i, j, mv, nv)
 					}
 				}
 			})
