@@ -314,3 +314,58 @@ func TestReport(t *testing.T) {
 		t.Errorf("seconds %g", rep.Seconds)
 	}
 }
+
+// TestFactorShared: one Factor quantizes several matrices (concurrently)
+// exactly as separate Quantize calls do, and rejects options that would
+// need another factorization.
+func TestFactorShared(t *testing.T) {
+	p := newSynthProblem("fac", 40, 96, 120, 17)
+	q := newSynthProblem("fac2", 24, 96, 10, 18) // other weights, same cols
+	for _, opt := range []Options{DefaultOptions(), {BlockSize: 32, PercDamp: 0.05, ActOrder: true, Float64: true}} {
+		f, err := NewFactor(p.H, p.Cols, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := NewBFPGrid(bfp.BFP4, InputAxis)
+		type out struct {
+			res *Result
+			err error
+		}
+		ch := make(chan out, 2)
+		for _, w := range [][]float32{p.W, q.W} {
+			go func() {
+				r, err := f.Quantize(w, len(w)/p.Cols, g, opt)
+				ch <- out{r, err}
+			}()
+		}
+		got := map[int]*Result{}
+		for range 2 {
+			o := <-ch
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			got[len(o.res.Q)] = o.res
+		}
+		for _, w := range [][]float32{p.W, q.W} {
+			want, err := Quantize(w, len(w)/p.Cols, p.Cols, p.H, g, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := got[len(w)]
+			if !slices.Equal(r.Q, want.Q) || r.Error != want.Error || r.ProxyLoss != want.ProxyLoss || r.Damp != want.Damp {
+				t.Errorf("%+v: factor result differs from Quantize", opt)
+			}
+		}
+		bad := opt
+		bad.ActOrder = !bad.ActOrder
+		if _, err := f.Quantize(p.W, p.Rows, g, bad); !errors.Is(err, ErrOptions) {
+			t.Errorf("mismatched options: %v", err)
+		}
+		if _, err := f.Quantize(p.W[:p.Cols*3], 4, g, opt); !errors.Is(err, ErrShape) {
+			t.Errorf("short weights: %v", err)
+		}
+	}
+	if _, err := NewFactor(p.H, p.Cols+1, DefaultOptions()); !errors.Is(err, ErrShape) {
+		t.Errorf("wrong cols: %v", err)
+	}
+}

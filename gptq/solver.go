@@ -187,37 +187,213 @@ func checkGrid(g Grid, name string) error {
 // reference implementation step by step (see the package documentation);
 // the result is deterministic. Bad input (shapes, NaN/Inf, an H that is not
 // square or has a negative diagonal) is reported as an error.
+//
+// Quantize is NewFactor followed by Factor.Quantize; to quantize several
+// matrices with the same H, build the Factor once.
 func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*Result, error) {
 	start := time.Now()
 	if err := checkWeights(w, rows, cols, opt.Name); err != nil {
 		return nil, err
 	}
+	if err := checkGrid(g, opt.Name); err != nil {
+		return nil, err
+	}
+	f, err := NewFactor(h, cols, opt)
+	if err != nil {
+		return nil, err
+	}
+	res, err := f.quantize(w, rows, g, f.opt)
+	if err != nil {
+		return nil, err
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// Factor is a Hessian prepared for GPTQ: validated, dead columns found,
+// columns ordered, damped and factored into the inverse factor U. One Factor
+// quantizes any number of weight matrices that share the Hessian (for
+// example the gate and up projections of an expert, which see the same
+// inputs), saving the O(cols³) factorization for all but the first. A
+// Factor is immutable and safe for concurrent use.
+type Factor struct {
+	cols          int
+	opt           Options
+	h             []float64 // the Hessian as given (not copied; must not change)
+	dead          []bool
+	deadCols      int
+	perm, invperm []int
+	u32           []float32 // U in working order, float32 mode
+	u64           []float64 // U in working order, float64 mode
+
+	percDamp, damp float64
+	increases      int
+	noFeedback     bool
+}
+
+// NewFactor validates the cols×cols Hessian h and the options and prepares
+// the factorization Quantize needs (see Options for damping, act-order and
+// precision). h is retained, not copied, and must not be modified while the
+// Factor is in use.
+func NewFactor(h []float64, cols int, opt Options) (*Factor, error) {
+	if cols <= 0 || cols > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: Hessian%s over %d columns", ErrShape, label(opt.Name), cols)
+	}
 	if err := checkHessian(h, cols, opt.Name); err != nil {
+		return nil, err
+	}
+	opt, err := normalizeSolveOptions(opt)
+	if err != nil {
+		return nil, err
+	}
+	if math.IsNaN(opt.PercDamp) || opt.PercDamp < 0 || math.IsInf(opt.PercDamp, 0) {
+		return nil, fmt.Errorf("%w: damping %g%s", ErrOptions, opt.PercDamp, label(opt.Name))
+	}
+	is32 := !opt.Float64
+	f := &Factor{cols: cols, opt: opt, h: h}
+	// Dead columns: H_jj = 0 → H_jj = 1 (and W[:, j] = 0 when quantizing).
+	f.dead = make([]bool, cols)
+	diag := make([]float64, cols)
+	for j := 0; j < cols; j++ {
+		diag[j] = h[j*cols+j]
+		if diag[j] == 0 {
+			f.dead[j] = true
+			diag[j] = 1
+			f.deadCols++
+		}
+	}
+	// Column order.
+	f.perm = make([]int, cols)
+	for j := range f.perm {
+		f.perm[j] = j
+	}
+	if opt.ActOrder {
+		slices.SortStableFunc(f.perm, func(a, b int) int {
+			switch {
+			case diag[a] > diag[b]:
+				return -1
+			case diag[a] < diag[b]:
+				return 1
+			}
+			return 0
+		})
+	}
+	f.invperm = make([]int, cols)
+	for k, c := range f.perm {
+		f.invperm[c] = k
+	}
+	// Inverse factor of the damped, permuted Hessian.
+	var mean float64
+	for _, d := range diag {
+		mean += d
+	}
+	mean /= float64(cols)
+	hp := make([]float64, cols*cols)
+	var u64 []float64
+	for try, p := range dampSchedule(opt.PercDamp) {
+		lam := p * mean
+		if is32 {
+			lam = float64(float32(float32(p) * float32(mean)))
+		}
+		for a := 0; a < cols; a++ {
+			pa := f.perm[a]
+			for b := 0; b < a; b++ {
+				hp[a*cols+b] = h[pa*cols+f.perm[b]]
+			}
+			d := diag[pa] + lam
+			if is32 {
+				d = float64(float32(diag[pa]) + float32(lam))
+			}
+			hp[a*cols+a] = d
+		}
+		f.percDamp, f.damp, f.increases = p, lam, try
+		if u, ok := inverseFactor(hp, cols); ok {
+			u64 = u
+			break
+		}
+	}
+	if u64 == nil {
+		// No error feedback: U = diag(H′_kk^(-1/2)) with no coupling.
+		f.noFeedback = true
+		u64 = make([]float64, cols*cols)
+		for k := 0; k < cols; k++ {
+			u64[k*cols+k] = 1 / math.Sqrt(hp[k*cols+k])
+		}
+	}
+	if is32 {
+		f.u32 = make([]float32, cols*cols)
+		for i, v := range u64 {
+			f.u32[i] = float32(v)
+		}
+	} else {
+		f.u64 = u64
+	}
+	return f, nil
+}
+
+// Cols returns the number of input columns of the Factor's Hessian.
+func (f *Factor) Cols() int { return f.cols }
+
+// Quantize quantizes the rows×Cols() weight matrix w onto grid g with the
+// prepared Hessian, exactly as the package-level Quantize does. opt gives
+// the per-matrix options (BlockSize, SubBlock, StaticGroups, KeepDead,
+// NoProxyLoss, Name); its PercDamp, ActOrder and Float64 must equal the
+// Factor's, since the factorization depends on them. Result.Duration covers
+// this call only.
+func (f *Factor) Quantize(w []float32, rows int, g Grid, opt Options) (*Result, error) {
+	start := time.Now()
+	if err := checkWeights(w, rows, f.cols, opt.Name); err != nil {
 		return nil, err
 	}
 	if err := checkGrid(g, opt.Name); err != nil {
 		return nil, err
 	}
-	if opt.BlockSize == 0 {
-		opt.BlockSize = 128
+	if opt.PercDamp != f.opt.PercDamp || opt.ActOrder != f.opt.ActOrder || opt.Float64 != f.opt.Float64 {
+		return nil, fmt.Errorf("%w%s: damping %g, act-order %v, float64 %v differ from the factor's %g, %v, %v",
+			ErrOptions, label(opt.Name), opt.PercDamp, opt.ActOrder, opt.Float64, f.opt.PercDamp, f.opt.ActOrder, f.opt.Float64)
 	}
-	if opt.BlockSize < 0 || opt.SubBlock < 0 {
-		return nil, fmt.Errorf("%w: block size %d, sub-block %d%s", ErrOptions, opt.BlockSize, opt.SubBlock, label(opt.Name))
+	opt, err := normalizeSolveOptions(opt)
+	if err != nil {
+		return nil, err
 	}
-	if math.IsNaN(opt.PercDamp) || opt.PercDamp < 0 || math.IsInf(opt.PercDamp, 0) {
-		return nil, fmt.Errorf("%w: damping %g%s", ErrOptions, opt.PercDamp, label(opt.Name))
-	}
-	var res *Result
-	var err error
-	if opt.Float64 {
-		res, err = run[float64](w, rows, cols, h, g, opt)
-	} else {
-		res, err = run[float32](w, rows, cols, h, g, opt)
-	}
+	res, err := f.quantize(w, rows, g, opt)
 	if err != nil {
 		return nil, err
 	}
 	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// normalizeSolveOptions fills in the default block size and checks the
+// per-matrix options.
+func normalizeSolveOptions(opt Options) (Options, error) {
+	if opt.BlockSize == 0 {
+		opt.BlockSize = 128
+	}
+	if opt.BlockSize < 0 || opt.SubBlock < 0 {
+		return opt, fmt.Errorf("%w: block size %d, sub-block %d%s", ErrOptions, opt.BlockSize, opt.SubBlock, label(opt.Name))
+	}
+	return opt, nil
+}
+
+// quantize runs the solver on validated input with the per-matrix options
+// opt.
+func (f *Factor) quantize(w []float32, rows int, g Grid, opt Options) (*Result, error) {
+	var res *Result
+	var err error
+	if f.opt.Float64 {
+		res, err = run(f, f.u64, w, rows, g, opt)
+	} else {
+		res, err = run(f, f.u32, w, rows, g, opt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.PercDamp, res.Damp, res.DampIncreases, res.NoFeedback = f.percDamp, f.damp, f.increases, f.noFeedback
+	res.DeadCols = f.deadCols
+	if f.opt.ActOrder {
+		res.Perm = slices.Clone(f.perm)
+	}
 	return res, nil
 }
 
@@ -272,102 +448,26 @@ func dampSchedule(p float64) []float64 {
 	return s
 }
 
-func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Options) (*Result, error) {
-	_, is32 := any(T(0)).(float32)
-	s := &solver[T]{rows: rows, cols: cols, opt: opt}
+func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options) (*Result, error) {
+	cols, name := f.cols, opt.Name
+	h := f.h
+	s := &solver[T]{rows: rows, cols: cols, opt: opt, perm: f.perm, invperm: f.invperm, u: u}
 	res := &Result{}
 
 	s.orig = make([]T, rows*cols)
 	for i, v := range w32 {
 		s.orig[i] = T(v)
 	}
-	// Dead columns: H_jj = 0 → H_jj = 1 and W[:, j] = 0.
-	dead := make([]bool, cols)
-	diag := make([]float64, cols)
-	for j := 0; j < cols; j++ {
-		diag[j] = h[j*cols+j]
-		if diag[j] == 0 {
-			dead[j] = true
-			diag[j] = 1
-			res.DeadCols++
-		}
-	}
 	s.w0 = slices.Clone(s.orig)
-	if res.DeadCols > 0 && !opt.KeepDead {
+	if f.deadCols > 0 && !opt.KeepDead {
 		for r := 0; r < rows; r++ {
-			for j, d := range dead {
+			for j, d := range f.dead {
 				if d {
 					s.w0[r*cols+j] = 0
 				}
 			}
 		}
 	}
-	// Column order.
-	s.perm = make([]int, cols)
-	for j := range s.perm {
-		s.perm[j] = j
-	}
-	if opt.ActOrder {
-		slices.SortStableFunc(s.perm, func(a, b int) int {
-			switch {
-			case diag[a] > diag[b]:
-				return -1
-			case diag[a] < diag[b]:
-				return 1
-			}
-			return 0
-		})
-		res.Perm = slices.Clone(s.perm)
-	}
-	s.invperm = make([]int, cols)
-	for k, c := range s.perm {
-		s.invperm[c] = k
-	}
-	// Inverse factor of the damped, permuted Hessian.
-	var mean float64
-	for _, d := range diag {
-		mean += d
-	}
-	mean /= float64(cols)
-	hp := make([]float64, cols*cols)
-	var u64 []float64
-	for try, p := range dampSchedule(opt.PercDamp) {
-		lam := p * mean
-		if is32 {
-			lam = float64(float32(float32(p) * float32(mean)))
-		}
-		for a := 0; a < cols; a++ {
-			pa := s.perm[a]
-			for b := 0; b < a; b++ {
-				hp[a*cols+b] = h[pa*cols+s.perm[b]]
-			}
-			d := diag[pa] + lam
-			if is32 {
-				d = float64(float32(diag[pa]) + float32(lam))
-			}
-			hp[a*cols+a] = d
-		}
-		if u, ok := inverseFactor(hp, cols); ok {
-			u64 = u
-			res.PercDamp, res.Damp, res.DampIncreases = p, lam, try
-			break
-		}
-		res.PercDamp, res.Damp, res.DampIncreases = p, lam, try
-	}
-	if u64 == nil {
-		// No error feedback: U = diag(H′_kk^(-1/2)) with no coupling.
-		res.NoFeedback = true
-		u64 = make([]float64, cols*cols)
-		for k := 0; k < cols; k++ {
-			u64[k*cols+k] = 1 / math.Sqrt(hp[k*cols+k])
-		}
-	}
-	s.u = make([]T, cols*cols)
-	for i, v := range u64 {
-		s.u[i] = T(v)
-	}
-	u64 = nil
-	hp = nil
 
 	// Working weights, column-major.
 	s.wt = make([]T, rows*cols)
@@ -440,7 +540,7 @@ func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Option
 	}
 	for i, v := range res.Q {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(opt.Name), i/cols, i%cols, rows, cols, v)
+			return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)
 		}
 	}
 	res.RowError = rowLoss
@@ -448,7 +548,7 @@ func run[T float](w32 []float32, rows, cols int, h []float64, g Grid, opt Option
 		res.Error += l
 	}
 	if math.IsNaN(res.Error) || math.IsInf(res.Error, 0) {
-		return nil, fmt.Errorf("%w: reported error%s is %v (overflow)", ErrNumeric, label(opt.Name), res.Error)
+		return nil, fmt.Errorf("%w: reported error%s is %v (overflow)", ErrNumeric, label(name), res.Error)
 	}
 	if is, ok := cq.(*intState[T]); ok {
 		res.Int = is.out
