@@ -15,6 +15,9 @@
 //     grid-timing quirks, and its reported error Σ (w−q)²/(2·U_kk²). On the
 //     integer grid it reproduces the reference's test vectors (see
 //     TestReferenceVectors and docs/gptq.md).
+//   - NewFactor prepares a Hessian once (dead columns, order, damping,
+//     factorization) for any number of matrices sharing it; Factor.Quantize
+//     gives bit-identical results to Quantize and is safe for concurrent use.
 //   - Grids: the reference's uniform integer grid (IntGrid) and Tenstorrent
 //     block floating point (BFPGrid: BFP8_b, BFP4_b, BFP2_b) with the shared
 //     exponent along the input or the output axis. Every output of a BFP
