@@ -370,3 +370,27 @@ func TestLayout(t *testing.T) {
 func TestAccelerated(t *testing.T) {
 	t.Logf("SIMD kernels in use: %v", Accelerated())
 }
+
+func TestTileText(t *testing.T) {
+	for _, tl := range Tiles() {
+		b, err := tl.MarshalText()
+		var back Tile
+		if err != nil || back.UnmarshalText(b) != nil || back != tl {
+			t.Errorf("%v: text round trip %q %v -> %v", tl, b, err, back)
+		}
+	}
+	if p, err := ParseTile(" 16X32 "); err != nil || p != Tile16x32 {
+		t.Errorf("ParseTile(\" 16X32 \") = %v, %v", p, err)
+	}
+	if _, err := (Tile{3, 3}).MarshalText(); !errors.Is(err, ErrInvalidTile) {
+		t.Errorf("invalid tile marshals: %v", err)
+	}
+	var back Tile
+	if err := back.UnmarshalText([]byte("64x64")); !errors.Is(err, ErrInvalidTile) {
+		t.Errorf("64x64 unmarshals: %v", err)
+	}
+	var f Format
+	if err := f.UnmarshalText([]byte("bf16")); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("bf16 unmarshals: %v", err)
+	}
+}
