@@ -104,6 +104,7 @@ type buildReport struct {
 	Kept            int                   `json:"kept_files"`
 	AlreadyComplete bool                  `json:"already_complete"`
 	Work            *manifest.WorkSummary `json:"work"`
+	Layers          []manifest.LayerStats `json:"layers,omitempty"`
 }
 
 func printBuild(e *env, res *manifest.BuildResult, asJSON bool) error {
@@ -111,8 +112,33 @@ func printBuild(e *env, res *manifest.BuildResult, asJSON bool) error {
 		return writeJSON(e.stdout, buildReport{
 			SchemaVersion: schemaVersion, Dir: res.Dir, Identity: res.Identity, CacheKey: res.CacheKey,
 			Files: res.Files, Tensors: res.Tensors, Bytes: res.Bytes, Kept: res.Kept,
-			AlreadyComplete: res.AlreadyComplete, Work: res.Work,
+			AlreadyComplete: res.AlreadyComplete, Work: res.Work, Layers: res.Manifest.TTQuant.Layers,
 		})
+	}
+	header := false
+	for _, l := range res.Manifest.TTQuant.Layers {
+		if l.HeldOutTokens == 0 || l.RefMeanSquare == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(e.stdout, "held-out MoE block error (mean squared error / mean square of the output)")
+			fmt.Fprintf(e.stdout, "%5s  %8s  %10s  %10s  %8s  %7s\n", "layer", "held-out", "GPTQ", "RTN", "GPTQ/RTN", "starved")
+			header = true
+		}
+		ratio := 0.0
+		if l.HeldOutRTNMSE > 0 {
+			ratio = l.HeldOutMSE / l.HeldOutRTNMSE
+		}
+		fmt.Fprintf(e.stdout, "%5d  %8d  %10.3e  %10.3e  %8.3f  %7d\n", l.Layer, l.HeldOutTokens, l.HeldOutMSE/l.RefMeanSquare, l.HeldOutRTNMSE/l.RefMeanSquare, ratio, len(l.Starved))
+	}
+	fallbacks := 0
+	for _, m := range res.Manifest.TTQuant.Matrices {
+		if m.Fallback != "" {
+			fallbacks++
+		}
+	}
+	if fallbacks > 0 {
+		fmt.Fprintf(e.stdout, "fallbacks   %d matrices rounded to nearest instead of GPTQ (reasons in the manifest)\n", fallbacks)
 	}
 	fmt.Fprintf(e.stdout, "checkpoint  %s\n", res.Dir)
 	fmt.Fprintf(e.stdout, "identity    %s\n", res.Identity)

@@ -31,6 +31,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	percDamp := fs.Float64("percdamp", def.PercDamp, "GPTQ damping, as a fraction of the mean Hessian diagonal")
 	actOrder := fs.Bool("act-order", false, "process columns in order of decreasing Hessian diagonal")
 	f64 := fs.Bool("float64", false, "run the solver in float64")
+	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each expert layer's held-out block error against RTN")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the work without reading tensor data or writing anything")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -51,6 +52,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	opt.Calib = *calibPath
 	opt.Layers = *layers
 	opt.DryRun = *dryRun
+	opt.HeldOutSequences = *heldOut
 	res, err := manifest.GPTQ(ctx, opt)
 	if err != nil {
 		return err
