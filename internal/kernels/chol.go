@@ -186,9 +186,10 @@ func potrf[T float32 | float64](n int, a []T, lda int) error {
 // upper triangle is neither read nor written). It returns a
 // *SingularError when a diagonal entry is zero or not finite.
 //
-// Blocked by 96 columns from the last block to the first: the block
-// column below the diagonal becomes −L22⁻¹·L21·L11⁻¹, two packed GEMMs
-// (the first skips the zero upper triangle of L22⁻¹ block-wise).
+// Blocked by 96 columns, right-looking, from the first block row to the
+// last: block row j of L⁻¹ is L_jj⁻¹ times what the earlier block rows
+// left in it, and then updates all the rows below with one packed GEMM of
+// inner dimension 96 (the same shape as the Cholesky trailing update).
 func Dtrtri(n int, a []float64, lda int) error {
 	checkMatrix("Dtrtri", "L", n, n, lda, len(a))
 	return trtri(n, a, lda)
@@ -199,28 +200,43 @@ func trtri[T float32 | float64](n int, a []T, lda int) error {
 	if n <= nb {
 		return trtriUnblocked(n, a, lda, 0)
 	}
-	tBuf := getBuf[T](n * nb)
-	defer putBuf(tBuf)
-	t := *tBuf
-	for j := ((n - 1) / nb) * nb; j >= 0; j -= nb {
+	// Solve L·X = I block row by block row. Rows below block row j hold,
+	// in the columns of the blocks already done, the accumulated
+	// −Σ L[i][k]·X[k][·] (starting from the zeros of I), and elsewhere
+	// the original L.
+	pBuf := getBuf[T](n * nb)
+	defer putBuf(pBuf)
+	rBuf := getBuf[T](nb * n)
+	defer putBuf(rBuf)
+	p, r := *pBuf, *rBuf
+	for j := 0; j < n; j += nb {
 		jb := min(nb, n-j)
 		rest := n - j - jb
-		if rest > 0 {
-			// t = L22⁻¹·L21 (L22⁻¹ is already in place).
-			clear(t[:rest*jb])
-			gemmMasked(false, false, rest, jb, rest, 1, a[(j+jb)*lda+j+jb:], lda, maskLower,
-				a[(j+jb)*lda+j:], lda, maskNone, t, jb, false)
+		// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
+		// region accumulates −L·X like the columns before it.
+		for i := 0; i < rest; i++ {
+			row := a[(j+jb+i)*lda+j : (j+jb+i)*lda+j+jb]
+			copy(p[i*jb:i*jb+jb], row)
+			clear(row)
 		}
 		if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
 			return err
 		}
-		if rest > 0 {
-			// L21 ← −t·L11⁻¹.
-			a21 := a[(j+jb)*lda+j:]
-			for r := 0; r < rest; r++ {
-				clear(a21[r*lda : r*lda+jb])
+		if j > 0 {
+			// X[j, :j] = L_jj⁻¹ · (accumulated row block).
+			for i := 0; i < jb; i++ {
+				copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
+				clear(a[(j+i)*lda : (j+i)*lda+j])
 			}
-			gemmMasked(false, false, rest, jb, jb, -1, t, jb, maskNone, a[j*lda+j:], lda, maskLower, a21, lda, false)
+			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false)
+		}
+		if rest > 0 {
+			// Rows below: −= panel · X[j block row, :j+jb].
+			below := a[(j+jb)*lda:]
+			if j > 0 {
+				gemmMasked(false, false, rest, j, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskNone, below, lda, false)
+			}
+			gemmMasked(false, false, rest, jb, jb, -1, p, jb, maskNone, a[j*lda+j:], lda, maskLower, below[j:], lda, false)
 		}
 	}
 	return nil
