@@ -257,7 +257,22 @@ func LoadPlan(path string) (*Plan, error) {
 // of alternative globs made only of literals, `*` and `?`.
 type pattern struct {
 	re    *regexp.Regexp
-	globs []string
+	globs []glob
+}
+
+// glob is one brace-free alternative with its literal head and tail (the
+// text before the first and after the last wildcard), checked first.
+type glob struct {
+	g, head, tail string
+}
+
+func newGlob(g string) glob {
+	i := strings.IndexAny(g, "*?")
+	if i < 0 {
+		return glob{g: g, head: g}
+	}
+	j := strings.LastIndexAny(g, "*?")
+	return glob{g: g, head: g[:i], tail: g[j+1:]}
 }
 
 func (p *pattern) match(name string) bool {
@@ -265,7 +280,8 @@ func (p *pattern) match(name string) bool {
 		return p.re.MatchString(name)
 	}
 	for _, g := range p.globs {
-		if globMatch(g, name) {
+		if len(name) >= len(g.head)+len(g.tail) && strings.HasPrefix(name, g.head) && strings.HasSuffix(name, g.tail) &&
+			globMatch(g.g, name) {
 			return true
 		}
 	}
@@ -316,7 +332,11 @@ func compilePattern(p string) (*pattern, error) {
 		globs = next
 		p = p[open+1+end+1:]
 	}
-	return &pattern{globs: globs}, nil
+	pt := &pattern{}
+	for _, g := range globs {
+		pt.globs = append(pt.globs, newGlob(g))
+	}
+	return pt, nil
 }
 
 // globMatch reports whether name matches glob g made of literals, `*` (any

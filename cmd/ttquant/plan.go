@@ -17,23 +17,70 @@ func init() {
 
 // planDoc is the --json output of ttquant plan.
 type planDoc struct {
-	SchemaVersion   int                      `json:"schema_version"`
-	Model           string                   `json:"model"`
-	Plan            *manifest.Plan           `json:"plan"`
-	SourceTensors   int                      `json:"source_tensors"`
-	StoredTensors   int                      `json:"stored_tensors"`
-	SourceBytes     int64                    `json:"source_bytes"`
-	StoredBytes     int64                    `json:"stored_bytes"`
-	NumLayers       int                      `json:"num_layers"`
-	NumMTPLayers    int                      `json:"num_mtp_layers"`
-	Experts         int                      `json:"experts"`
-	ExpertsPerFile  int                      `json:"experts_per_file"`
-	ExpertFiles     int                      `json:"expert_files"`
-	DenseFiles      int                      `json:"dense_files"`
-	DenseShardBytes int64                    `json:"dense_shard_bytes"`
-	TensorFiles     int                      `json:"tensor_files"`
-	Totals          []manifest.FormatTotal   `json:"totals"`
-	Tensors         []manifest.PlannedTensor `json:"tensors"`
+	SchemaVersion   int                    `json:"schema_version"`
+	Model           string                 `json:"model"`
+	Plan            *manifest.Plan         `json:"plan"`
+	SourceTensors   int                    `json:"source_tensors"`
+	StoredTensors   int                    `json:"stored_tensors"`
+	SourceBytes     int64                  `json:"source_bytes"`
+	StoredBytes     int64                  `json:"stored_bytes"`
+	NumLayers       int                    `json:"num_layers"`
+	NumMTPLayers    int                    `json:"num_mtp_layers"`
+	Experts         int                    `json:"experts"`
+	ExpertsPerFile  int                    `json:"experts_per_file"`
+	ExpertFiles     int                    `json:"expert_files"`
+	DenseFiles      int                    `json:"dense_files"`
+	DenseShardBytes int64                  `json:"dense_shard_bytes"`
+	TensorFiles     int                    `json:"tensor_files"`
+	Totals          []manifest.FormatTotal `json:"totals"`
+	Tensors         []planTensorDoc        `json:"tensors"`
+}
+
+// planTensorDoc is one stored tensor of the --json output. Rule is
+// 1-based, as in error messages; sources are listed only when the tensor is
+// a slice of its source or a concatenation of several.
+type planTensorDoc struct {
+	Name        string                 `json:"name"`
+	Role        manifest.TensorRole    `json:"role"`
+	Rule        int                    `json:"rule"`
+	Format      string                 `json:"format"`
+	Method      string                 `json:"method"`
+	Axis        string                 `json:"axis,omitempty"`
+	Tile        string                 `json:"tile,omitempty"`
+	StoredDType string                 `json:"stored_dtype,omitempty"`
+	Shape       []int64                `json:"shape"`
+	Source      string                 `json:"source"`
+	Sources     []manifest.SourceSlice `json:"sources,omitempty"`
+	SourceDType string                 `json:"source_dtype"`
+	Expert      *int                   `json:"expert,omitempty"`
+	ExpertGroup *int                   `json:"expert_group,omitempty"`
+	Layer       *int                   `json:"layer,omitempty"`
+	MTP         bool                   `json:"mtp,omitempty"`
+	SourceBytes int64                  `json:"source_bytes"`
+	StoredBytes int64                  `json:"stored_bytes"`
+}
+
+func tensorDocs(ts []manifest.PlannedTensor) []planTensorDoc {
+	out := make([]planTensorDoc, len(ts))
+	for i := range ts {
+		t := &ts[i]
+		d := planTensorDoc{
+			Name: t.Name, Role: t.Role, Rule: t.RuleIndex + 1, Format: t.Format, Method: t.Method, Axis: t.Axis, Tile: t.Tile,
+			StoredDType: t.StoredDType, Shape: t.Shape, Source: t.Source, SourceDType: t.SourceDType, MTP: t.MTP,
+			SourceBytes: t.SourceBytes, StoredBytes: t.StoredBytes,
+		}
+		if len(t.Sources) != 1 || t.Sources[0].Expert >= 0 {
+			d.Sources = t.Sources
+		}
+		if t.Expert >= 0 {
+			d.Expert, d.ExpertGroup = &t.Expert, &t.ExpertGroup
+		}
+		if t.Layer >= 0 {
+			d.Layer = &t.Layer
+		}
+		out[i] = d
+	}
+	return out
 }
 
 func runPlan(ctx context.Context, e *env, args []string) error {
@@ -111,7 +158,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 			NumLayers: r.NumLayers, NumMTPLayers: r.NumMTPLayers, Experts: r.Experts,
 			ExpertsPerFile: r.ExpertsPerFile, ExpertFiles: r.ExpertFiles, DenseFiles: r.DenseFiles,
 			DenseShardBytes: r.DenseShardBytes, TensorFiles: r.TensorFiles(),
-			Totals: r.Totals, Tensors: r.Tensors,
+			Totals: r.Totals, Tensors: tensorDocs(r.Tensors),
 		})
 	}
 	return printResolved(e.stdout, r, *all)

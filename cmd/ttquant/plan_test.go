@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
 func TestTestModelAndPlanEveryVariant(t *testing.T) {
@@ -122,5 +126,29 @@ func TestPlanUsageErrors(t *testing.T) {
 	code, out, _ := runCLI(t, "plan", "--list-presets")
 	if code != exitOK || !strings.Contains(out, "qwen36-35b-a3b") || !strings.Contains(out, "qwen3-9b-dense") {
 		t.Errorf("--list-presets: %d %q", code, out)
+	}
+}
+
+// BenchmarkPlanReplica runs `ttquant plan` on the 35B shape replica
+// in-process (open the 16 shards, resolve, print); the target is < 2 s.
+func BenchmarkPlanReplica(b *testing.B) {
+	dir := b.TempDir()
+	if err := testmodel.WriteReplica35B(dir); err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"text", "json"} {
+		b.Run(mode, func(b *testing.B) {
+			args := []string{"plan", "--model", dir}
+			if mode == "json" {
+				args = append(args, "--json")
+			}
+			for i := 0; i < b.N; i++ {
+				var out, errb bytes.Buffer
+				if code := run(context.Background(), args, &out, &errb); code != exitOK {
+					b.Fatalf("status %d: %s", code, errb.String())
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/plan")
+		})
 	}
 }
