@@ -39,6 +39,16 @@ func gemmSubTN[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc 
 	}
 }
 
+// rank1Sub computes c[j][r] -= u[j]·e[r] for the m×n row-major c (row
+// stride ldc), rounding every product to T before the subtraction, like
+// axpySub on each row. A product with a single inner index is one rounded
+// multiplication in the kernels' fused chain (fma(u, e, +0)), added to C
+// with one addition, so this equals the scalar loop bit for bit (up to the
+// sign of a zero result).
+func rank1Sub[T float](m, n int, u, e, c []T, ldc int) {
+	gemmSubTN(m, n, 1, u, m, e, n, c, ldc)
+}
+
 // axpySub computes y -= a·x elementwise, rounding each product to T before
 // the subtraction (never fused), as the reference's outer-product update
 // does.

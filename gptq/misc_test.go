@@ -3,6 +3,7 @@ package gptq
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -367,5 +368,54 @@ func TestFactorShared(t *testing.T) {
 	}
 	if _, err := NewFactor(p.H, p.Cols+1, DefaultOptions()); !errors.Is(err, ErrShape) {
 		t.Errorf("wrong cols: %v", err)
+	}
+}
+
+// TestRank1SubMatchesScalar: the kernel-based rank-1 update equals the
+// scalar loop that rounds each product before subtracting, bit for bit.
+func TestRank1SubMatchesScalar(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, sz := range [][2]int{{1, 1}, {7, 33}, {127, 2048}, {40, 100}} {
+		m, n := sz[0], sz[1]
+		u := make([]float32, m)
+		e := make([]float32, n)
+		c := make([]float32, m*n)
+		for i := range u {
+			u[i] = float32(rng.NormFloat64())
+		}
+		for i := range e {
+			e[i] = float32(rng.NormFloat64() * 1e-3)
+		}
+		for i := range c {
+			c[i] = float32(rng.NormFloat64())
+		}
+		want := slices.Clone(c)
+		for j := 0; j < m; j++ {
+			axpySub(u[j], e, want[j*n:(j+1)*n])
+		}
+		rank1Sub(m, n, u, e, c, n)
+		for i := range c {
+			if c[i] != want[i] {
+				t.Fatalf("%dx%d: element %d: %g, scalar loop gives %g", m, n, i, c[i], want[i])
+			}
+		}
+		u64, e64, c64 := make([]float64, m), make([]float64, n), make([]float64, m*n)
+		for i := range u {
+			u64[i] = float64(u[i]) * (1 + 1e-9)
+		}
+		for i := range e {
+			e64[i] = float64(e[i]) / 3
+		}
+		for i := range c64 {
+			c64[i] = float64(want[i]) / 7
+		}
+		want64 := slices.Clone(c64)
+		for j := 0; j < m; j++ {
+			axpySub(u64[j], e64, want64[j*n:(j+1)*n])
+		}
+		rank1Sub(m, n, u64, e64, c64, n)
+		if !slices.Equal(c64, want64) {
+			t.Fatalf("%dx%d: float64 rank-1 update differs from the scalar loop", m, n)
+		}
 	}
 }

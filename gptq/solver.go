@@ -510,11 +510,9 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 					ei[r] = diff / d
 				}
 				s.done = i + 1
-				urow := s.u[k*cols : (k+1)*cols]
-				for j := i + 1; j < j2; j++ {
-					if uj := urow[i1+j]; uj != 0 {
-						axpySub(uj, ei, s.w1[j*rows:(j+1)*rows])
-					}
+				// W1[:, i+1:j2] -= e ⊗ U[k, i1+i+1 : i1+j2]
+				if m := j2 - i - 1; m > 0 {
+					rank1Sub(m, rows, s.u[k*cols+k+1:k*cols+k+1+m], ei, s.w1[(i+1)*rows:], rows)
 				}
 			}
 			if j2 < nb {
