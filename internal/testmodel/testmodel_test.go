@@ -185,10 +185,11 @@ func hashDir(t *testing.T, dir string) map[string]string {
 
 // goldenTiny pins the sha256 of every file of the Default tiny checkpoint.
 // Golden values: produced by this generator (recipe SeedPrefix
-// "qwen36-tiny/v1:") with `go test -run TestTinyGolden -v` on linux/amd64
-// and pasted here; the test fails if any byte of the output changes on any
-// platform. They are not independent of the code: properties are checked
-// independently by the other tests.
+// "qwen36-tiny/v1:") on linux/amd64, printed by this test when the table
+// was empty, and pasted here; the same hashes came out under GOARCH=386
+// with GO386=softfloat. The test fails if any byte of the output changes
+// on any platform. They are not independent of the code: properties are
+// checked independently by the other tests.
 var goldenTiny = map[string]string{
 	"config.json":                      "9994ad81622d14942003aa2f91ef96e1a88f11cf042c6168da6d6679f5db4862",
 	"model-00001-of-00003.safetensors": "288aa0aa2ae5f2d4543f197063268187498731ec93dd0780a5f28119405339bb",
