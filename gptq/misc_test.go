@@ -54,6 +54,7 @@ func TestHessianFromInputs(t *testing.T) {
 					t.Fatalf("%s %s: not symmetric at %d", p.ID, name, i)
 				}
 			}
+			t.Logf("%s %s: max|ΔH| / max|H| = %.2g", p.ID, name, worst/maxH)
 			if worst > 1e-5*maxH {
 				t.Errorf("%s %s: max|ΔH| = %g > 1e-5·max|H| = %g", p.ID, name, worst, 1e-5*maxH)
 			}
@@ -117,6 +118,7 @@ func TestInverseFactor(t *testing.T) {
 				maxU = max(maxU, math.Abs(float64(v)))
 				worst = max(worst, math.Abs(u[i]-float64(v)))
 			}
+			t.Logf("%s %s: max|ΔU| / max|U| = %.2g", p.ID, name, worst/maxU)
 			if worst > 1e-4*maxU {
 				t.Errorf("%s %s: max|ΔU| = %g > 1e-4·max|U| = %g", p.ID, name, worst, 1e-4*maxU)
 			}
