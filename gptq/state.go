@@ -53,7 +53,6 @@ type intState[T float] struct {
 	staticZero  []T
 	buf         []T
 	out         *IntParams
-	curGroup    int
 }
 
 func newIntState[T float](g *IntGrid, s *solver[T]) *intState[T] {
