@@ -134,6 +134,17 @@ type WorkSummary struct {
 	// column updates (2·rows·cols²).
 	GPTQFlops float64 `json:"gptq_flops"`
 	Layers    []int   `json:"layers"`
+	// MoE sizes the routed experts that GPTQ handles (nil when none).
+	MoE *MoEWork `json:"moe,omitempty"`
+}
+
+// MoEWork is the shape of the GPTQ expert work: layers, experts per layer,
+// hidden size and expert width.
+type MoEWork struct {
+	Layers          int `json:"layers"`
+	ExpertsPerLayer int `json:"experts_per_layer"`
+	Hidden          int `json:"hidden"`
+	ExpertWidth     int `json:"expert_width"`
 }
 
 // buildKind distinguishes Convert from GPTQ.
@@ -328,6 +339,25 @@ func (b *builder) summary() *WorkSummary {
 	}
 	for l := range layers {
 		w.Layers = append(w.Layers, l)
+	}
+	experts := map[int]map[int]bool{}
+	for _, st := range b.tensors {
+		if st.method != MethodGPTQ || !st.isExpertMatrix() || TensorRole(st.role) != RoleExpertGateUp || len(st.shape) != 2 {
+			continue
+		}
+		if experts[st.layer] == nil {
+			experts[st.layer] = map[int]bool{}
+		}
+		experts[st.layer][st.expert] = true
+		if w.MoE == nil {
+			w.MoE = &MoEWork{Hidden: int(st.shape[1]), ExpertWidth: int(st.shape[0] / 2)}
+		}
+	}
+	if w.MoE != nil {
+		w.MoE.Layers = len(experts)
+		for _, e := range experts {
+			w.MoE.ExpertsPerLayer = max(w.MoE.ExpertsPerLayer, len(e))
+		}
 	}
 	sort.Ints(w.Layers)
 	return w

@@ -138,7 +138,7 @@ func TestGPTQDryRunOnReplica(t *testing.T) {
 	if err := testmodel.WriteReplica35B(dir); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runCLI(t, "gptq", "--model", dir, "--layers", "experts", "--dry-run")
+	code, out, errs := runCLI(t, "gptq", "--model", dir, "--layers", "experts", "--dry-run", "--estimate", "0")
 	if code != exitOK {
 		t.Fatalf("status %d\n%s\n%s", code, out, errs)
 	}
@@ -147,7 +147,7 @@ func TestGPTQDryRunOnReplica(t *testing.T) {
 			t.Errorf("dry run output lacks %q:\n%s", want, out)
 		}
 	}
-	code, out, _ = runCLI(t, "gptq", "--model", dir, "--dry-run", "--json")
+	code, out, _ = runCLI(t, "gptq", "--model", dir, "--dry-run", "--json", "--estimate", "0")
 	var r struct {
 		DryRun bool `json:"dry_run"`
 		Work   struct {

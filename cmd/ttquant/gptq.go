@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
+	"time"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -19,6 +22,14 @@ type dryRunReport struct {
 	DryRun        bool                  `json:"dry_run"`
 	Plan          *manifest.Plan        `json:"plan"`
 	Work          *manifest.WorkSummary `json:"work"`
+	Estimate      *kernels.MoEEstimate  `json:"estimate,omitempty"`
+}
+
+func estSeconds(s float64) string {
+	if math.IsInf(s, 0) || math.IsNaN(s) {
+		return "unknown"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
 }
 
 func runGPTQ(ctx context.Context, e *env, args []string) error {
@@ -32,6 +43,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	actOrder := fs.Bool("act-order", false, "process columns in order of decreasing Hessian diagonal")
 	f64 := fs.Bool("float64", false, "run the solver in float64")
 	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each expert layer's held-out block error against RTN")
+	estimate := fs.Duration("estimate", 5*time.Second, "with --dry-run: time spent measuring the kernels to estimate the GPTQ kernel time (0: no estimate)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the work without reading tensor data or writing anything")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -58,10 +70,26 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *dryRun {
+		var est *kernels.MoEEstimate
+		if *estimate > 0 && res.Work.MoE != nil {
+			rep, err := kernels.RunBench(ctx, kernels.BenchOptions{Duration: *estimate})
+			if err != nil {
+				return err
+			}
+			m := res.Work.MoE
+			w := kernels.DefaultMoEWorkload()
+			w.Layers, w.ExpertsPerLayer, w.Hidden, w.ExpertWidth, w.BlockSize = m.Layers, m.ExpertsPerLayer, m.Hidden, m.ExpertWidth, g.BlockSize
+			e := rep.EstimateMoE(w)
+			est = &e
+		}
 		if bf.asJSON {
-			return writeJSON(e.stdout, dryRunReport{SchemaVersion: schemaVersion, DryRun: true, Plan: opt.Plan, Work: res.Work})
+			return writeJSON(e.stdout, dryRunReport{SchemaVersion: schemaVersion, DryRun: true, Plan: opt.Plan, Work: res.Work, Estimate: est})
 		}
 		printWork(e, opt.Plan, res.Work)
+		if est != nil {
+			fmt.Fprintf(e.stdout, "  estimated kernel time  %s (Hessians %s, factors %s, updates %s; %d routed rows per layer assumed,\n", estSeconds(est.TotalSeconds), estSeconds(est.HessianSeconds), estSeconds(est.FactorSeconds), estSeconds(est.UpdateSeconds), kernels.DefaultMoEWorkload().RoutedRowsPerLayer)
+			fmt.Fprintf(e.stdout, "                         kernels measured for %s on this machine; I/O, routing and forward passes not included)\n", *estimate)
+		}
 		return nil
 	}
 	return printBuild(e, res, bf.asJSON)
@@ -84,6 +112,9 @@ func printWork(e *env, p *manifest.Plan, w *manifest.WorkSummary) {
 		fmt.Fprintf(e.stdout, "  format %-9s %d tensors\n", k, w.Formats[k])
 	}
 	fmt.Fprintf(e.stdout, "  GPTQ matrices    %d (about %.3g GFLOP of solver work)\n", w.GPTQMatrices, w.GPTQFlops/1e9)
+	if m := w.MoE; m != nil {
+		fmt.Fprintf(e.stdout, "  GPTQ experts     %d layers × %d experts, hidden %d, expert width %d\n", m.Layers, m.ExpertsPerLayer, m.Hidden, m.ExpertWidth)
+	}
 }
 
 func sortedKeys(m map[string]int) []string {
