@@ -105,25 +105,37 @@ func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 	return nil
 }
 
-// trtriUnblocked inverts the n×n lower-triangular block at a in place.
+// trtriUnblocked inverts the n×n lower-triangular block at a in place,
+// row by row with contiguous row operations: row i of L⁻¹ is
+// −(1/L_ii)·Σ_{k<i} L_ik·(row k of L⁻¹), plus 1/L_ii on the diagonal.
 func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
-	for j := n - 1; j >= 0; j-- {
-		d := a[j*lda+j]
+	if n == 0 {
+		return nil
+	}
+	tBuf := getBuf[T](n)
+	defer putBuf(tBuf)
+	t := *tBuf
+	for i := 0; i < n; i++ {
+		ri := a[i*lda : i*lda+i+1]
+		d := ri[i]
 		if d == 0 || !finite(d) {
-			return &SingularError{Index: off + j, Value: float64(d)}
+			return &SingularError{Index: off + i, Value: float64(d)}
 		}
-		ajj := 1 / d
-		a[j*lda+j] = ajj
-		// Column j below the diagonal: x ← −ajj · Linv[j+1:, j+1:] · x,
-		// bottom-up so that the x[k], k < i, read are still the old ones.
-		for i := n - 1; i > j; i-- {
-			ri := a[i*lda : i*lda+i+1]
-			var s T
-			for k := j + 1; k <= i; k++ {
-				s += T(ri[k] * a[k*lda+j])
+		acc := t[:i]
+		clear(acc)
+		for k := 0; k < i; k++ {
+			c := ri[k]
+			rk := a[k*lda : k*lda+k+1]
+			acc := acc[:k+1]
+			for x, v := range rk {
+				acc[x] += T(c * v)
 			}
-			ri[j] = -ajj * s
 		}
+		inv := 1 / d
+		for x := range acc {
+			ri[x] = -acc[x] * inv
+		}
+		ri[i] = inv
 	}
 	return nil
 }
