@@ -13,6 +13,10 @@ const (
 	sMCMax  = 144  // rows of A per packed block, float32 (MC, a multiple of sMR)
 	dMCMax  = 96   // rows of A per packed block, float64 (a multiple of dMR)
 	minTask = 2    // row blocks per worker the scheduler aims for
+
+	// smallWork is the flop count below which a product runs on the
+	// calling goroutine alone.
+	smallWork = 1 << 20
 )
 
 // mask describes which part of a stored operand is read; the rest is taken
@@ -97,6 +101,13 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 				for p, v := range src {
 					sl[p*mr+r] = v
 				}
+			}
+		} else if rows == 6 && mr == 6 {
+			for p := 0; p < kc; p++ {
+				off := (pc+p)*a.ld + i0
+				src := a.data[off : off+6 : off+6]
+				d := sl[p*6 : p*6+6 : p*6+6]
+				d[0], d[1], d[2], d[3], d[4], d[5] = src[0], src[1], src[2], src[3], src[4], src[5]
 			}
 		} else {
 			for p := 0; p < kc; p++ {
@@ -189,6 +200,9 @@ func (pl *gemmPlan[T]) run() {
 	}
 	mr, nr := pl.mr, pl.nr
 	workers := Workers()
+	if 2*float64(m)*float64(n)*float64(k) < smallWork {
+		workers = 1 // not worth waking goroutines; results do not depend on it
+	}
 	mc := pl.mcMax
 	if workers > 1 {
 		tasks := minTask * workers
