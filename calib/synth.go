@@ -32,10 +32,9 @@ type SynthConfig struct {
 // has its own overall scale. Row t depends only on the configuration and t,
 // so any range of rows can be produced independently and in any order.
 //
-// Only additions and multiplications of SplitMix64 draws (explicitly
-// rounded, so never fused differently) and kernels.Sgemm, which gives the
-// same bits on every platform, are used: the values are the same
-// everywhere.
+// Only additions and multiplications of SplitMix64 draws, each explicitly
+// rounded to float32 (so never fused differently), are used: the values are
+// the same on every platform.
 type Synth struct {
 	cfg        SynthConfig
 	mix        []float32 // [hidden, factors]
@@ -124,8 +123,7 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 	if len(dst) < n*h {
 		panic("calib: Synth.Rows: destination too short")
 	}
-	// Latent factors of every row, then their mix into the channels as one
-	// matrix product (kernels.Sgemm is bit-identical on every platform).
+	// Latent factors of every row, then their mix into the channels.
 	z := make([]float32, n*f)
 	rngs := make([]splitmix, n)
 	for r := 0; r < n; r++ {
@@ -136,10 +134,12 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 		}
 		rngs[r] = rng
 	}
-	if f > 0 {
-		matmulT(dst[:n*h], z, n, f, s.mix, h)
-	} else {
-		clear(dst[:n*h])
+	for r := 0; r < n; r++ {
+		zr := z[r*f : (r+1)*f]
+		row := dst[r*h : (r+1)*h]
+		for i := range row {
+			row[i] = mixDot(s.mix[i*f:(i+1)*f], zr)
+		}
 	}
 	for r := 0; r < n; r++ {
 		t := uint64(first + r)
@@ -161,6 +161,25 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 			row[c] = float32(amp*s.massiveVal[j]) * (0.8 + float32(0.4*rng.uniform()))
 		}
 	}
+}
+
+// mixDot is a float32 dot product in four interleaved partial sums, every
+// product and sum rounded explicitly (no fused multiply-add), so it gives
+// the same bits on every platform.
+func mixDot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 = float32(s0 + float32(a[i]*b[i]))
+		s1 = float32(s1 + float32(a[i+1]*b[i+1]))
+		s2 = float32(s2 + float32(a[i+2]*b[i+2]))
+		s3 = float32(s3 + float32(a[i+3]*b[i+3]))
+	}
+	for ; i < len(a); i++ {
+		s0 = float32(s0 + float32(a[i]*b[i]))
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // splitmix is the SplitMix64 generator.
