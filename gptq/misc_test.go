@@ -247,6 +247,15 @@ func TestBadInput(t *testing.T) {
 		}, ErrNotFinite},
 		{"negative diag", func() error { _, err := Quantize(w, 3, 2, []float64{-1, 0, 0, 1}, g, DefaultOptions()); return err }, ErrHessian},
 		{"asymmetric", func() error { _, err := Quantize(w, 3, 2, []float64{1, 0.5, 0, 1}, g, DefaultOptions()); return err }, ErrHessian},
+		{"asymmetric 70x70", func() error {
+			h70 := make([]float64, 70*70)
+			for i := 0; i < 70; i++ {
+				h70[i*70+i] = 1
+			}
+			h70[65*70+3] = 0.5 // below the diagonal, in a tile off the first
+			_, err := NewFactor(h70, 70, DefaultOptions())
+			return err
+		}, ErrHessian},
 		{"nil grid", func() error { _, err := Quantize(w, 3, 2, h, nil, DefaultOptions()); return err }, ErrOptions},
 		{"bad bits", func() error {
 			_, err := Quantize(w, 3, 2, h, NewIntGrid(IntConfig{Bits: 9}), DefaultOptions())
