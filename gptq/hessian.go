@@ -5,6 +5,11 @@ import (
 	"math"
 )
 
+// maxActivation bounds the magnitude of accumulated activations: products
+// are summed in float32 over up to 256 tokens, and 256·(1e15)² stays far
+// below the float32 range, so H can never become infinite.
+const maxActivation = 1e15
+
 // Hessian accumulates the layer-input Gram matrix Σ x·xᵀ of one linear layer
 // in float64, together with the number of tokens n (rows of X) seen. Products
 // are formed in float32 over at most 256 tokens at a time and those partial
@@ -46,7 +51,7 @@ func (h *Hessian) Tokens() int64 { return h.n }
 
 // Add accumulates the rows×cols row-major activations x (one token per row).
 // It returns an error, and leaves h unchanged, if the length does not match
-// or x holds a NaN or Inf.
+// or x holds a NaN, an Inf or a magnitude above 1e15.
 func (h *Hessian) Add(x []float32, rows int) error {
 	cols := h.cols
 	if rows < 0 || (rows > 0 && rows > math.MaxInt/cols) || len(x) != rows*cols {
@@ -55,6 +60,9 @@ func (h *Hessian) Add(x []float32, rows int) error {
 	for i, v := range x {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %v", ErrNotFinite, i/cols, i%cols, rows, cols, v)
+		}
+		if math.Abs(float64(v)) > maxActivation {
+			return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %g, beyond ±%g, where float32 products could overflow", ErrNotFinite, i/cols, i%cols, rows, cols, v, maxActivation)
 		}
 	}
 	syrkAccum(h.sum, cols, x, rows)

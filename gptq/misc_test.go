@@ -268,6 +268,7 @@ func TestBadInput(t *testing.T) {
 		{"rtn short", func() error { _, err := RTN(w[:4], 3, 2, g); return err }, ErrShape},
 		{"hessian add short", func() error { return NewHessian(2).Add(make([]float32, 5), 3) }, ErrShape},
 		{"hessian add nan", func() error { return NewHessian(2).Add([]float32{1, nan}, 1) }, ErrNotFinite},
+		{"hessian add huge", func() error { return NewHessian(2).Add([]float32{1, 1e16}, 1) }, ErrNotFinite},
 		{"hessian merge", func() error { return NewHessian(2).Merge(NewHessian(3)) }, ErrShape},
 	}
 	for _, c := range cases {
