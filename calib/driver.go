@@ -87,6 +87,11 @@ type LayerOptions struct {
 	Workers int
 	// SkipShared leaves the shared expert unquantized (no result for it).
 	SkipShared bool
+	// Grid, when non-nil, chooses the grid of each matrix instead of
+	// Format and Axis: expert is 0 … experts−1 or SharedExpert, matrix is
+	// "gate_proj", "up_proj" or "down_proj". It must be deterministic and
+	// safe for concurrent use. The RTN baseline uses the same grids.
+	Grid func(expert int, matrix string) (gptq.Grid, error)
 }
 
 func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
@@ -150,6 +155,7 @@ const (
 // MatrixStats describes how one matrix was quantized.
 type MatrixStats struct {
 	Name   string `json:"name"`   // gate_proj, up_proj or down_proj
+	Grid   string `json:"grid"`   // e.g. "BFP4_b input-axis"
 	Method Method `json:"method"` // what was actually applied
 	// Hessian is the source of the Hessian (HessianRouted, …) and
 	// HessianTokens the number of tokens in it.
@@ -283,6 +289,10 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 	}
 	d := &driver{layer: layer, cfg: cfg, opt: opt, calib: calib, held: heldOut,
 		grid: gptq.NewBFPGrid(opt.Format, opt.Axis)}
+	rep := &LayerReport{Method: opt.Method, Policy: opt.Starved, Tokens: calib.Tokens, MinTokens: opt.MinTokens, Starved: []int{}}
+	if opt.Grid == nil {
+		rep.Format, rep.Axis = opt.Format.String(), opt.Axis.String()
+	}
 	if d.route, err = Route(calib.X, calib.Tokens, layer.Router, cfg); err != nil {
 		return nil, err
 	}
@@ -293,8 +303,7 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 		n := heldOut.Tokens * cfg.Hidden
 		d.outRef, d.outQ, d.outRTN = make([]float32, n), make([]float32, n), make([]float32, n)
 	}
-	rep := &LayerReport{Format: opt.Format.String(), Axis: opt.Axis.String(), Method: opt.Method,
-		Policy: opt.Starved, Tokens: calib.Tokens, MinTokens: opt.MinTokens, Starved: []int{}}
+
 	jobs := cfg.Experts
 	withShared := cfg.SharedInter > 0 && !opt.SkipShared
 	if withShared {
@@ -366,6 +375,31 @@ func meanSqDiff(a, b []float32) float64 {
 		s += d * d
 	}
 	return s / float64(len(a))
+}
+
+// gridFor returns the grid of one matrix.
+func (d *driver) gridFor(expert, matrix int) (gptq.Grid, error) {
+	if d.opt.Grid == nil {
+		return d.grid, nil
+	}
+	g, err := d.opt.Grid(expert, matrixNames[matrix])
+	if err == nil && g == nil {
+		err = errors.New("no grid")
+	}
+	if err == nil {
+		err = g.Validate()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("calib: grid of %s %s: %w", expertName(expert), matrixNames[matrix], err)
+	}
+	return g, nil
+}
+
+func expertName(e int) string {
+	if e == SharedExpert {
+		return "shared expert"
+	}
+	return fmt.Sprintf("expert %d", e)
 }
 
 // driver holds the state shared by the jobs of one layer. Everything in it

@@ -421,3 +421,44 @@ func TestSkipShared(t *testing.T) {
 		t.Errorf("held-out MSE %g, Forward with quantized routed experts %g", rep.HeldOut.MSE, mse)
 	}
 }
+
+func TestGridPerMatrix(t *testing.T) {
+	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 16, NormTopK: true}
+	l := testLayer(cfg, 9)
+	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
+	grid := func(expert int, matrix string) (gptq.Grid, error) {
+		if matrix == "down_proj" || expert == SharedExpert {
+			return gptq.NewBFPGrid(bfp.BFP8, gptq.OutputAxis), nil
+		}
+		return gptq.NewBFPGrid(bfp.BFP4, gptq.InputAxis), nil
+	}
+	rep, res := collect(t, l, cal, held, LayerOptions{Grid: grid})
+	base, baseRes := collect(t, l, cal, held, LayerOptions{})
+	if rep.Format != "" || base.Format != "BFP4_b" {
+		t.Errorf("report formats %q and %q", rep.Format, base.Format)
+	}
+	for _, st := range append(rep.Experts, *rep.Shared) {
+		for _, m := range st.Matrices {
+			want := "BFP4_b input-axis"
+			if m.Name == "down_proj" || st.Expert == SharedExpert {
+				want = "BFP8_b output-axis"
+			}
+			if m.Grid != want {
+				t.Errorf("expert %d %s: grid %q, want %q", st.Expert, m.Name, m.Grid, want)
+			}
+		}
+	}
+	if !reflect.DeepEqual(res[0].Quantized.Gate, baseRes[0].Quantized.Gate) {
+		t.Error("expert 0 gate_proj differs although its grid is the default")
+	}
+	if reflect.DeepEqual(res[0].Quantized.Down, baseRes[0].Quantized.Down) {
+		t.Error("expert 0 down_proj identical on BFP8 and BFP4")
+	}
+	if !(rep.HeldOut.MSE < base.HeldOut.MSE) {
+		t.Errorf("BFP8 down projections did not lower the held-out error: %g vs %g", rep.HeldOut.MSE, base.HeldOut.MSE)
+	}
+	bad := func(int, string) (gptq.Grid, error) { return nil, errTest("no grid for you") }
+	if _, err := QuantizeMoELayer(context.Background(), l, cal, held, LayerOptions{Grid: bad}, nil); err == nil || !strings.Contains(err.Error(), "no grid for you") {
+		t.Errorf("grid error: %v", err)
+	}
+}

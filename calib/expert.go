@@ -68,14 +68,19 @@ var matrixNames = [3]string{"gate_proj", "up_proj", "down_proj"}
 
 // quantizer quantizes the matrices of one expert and records what it did.
 type quantizer struct {
-	d    *driver
-	what string // "expert 12", "shared expert"
+	d      *driver
+	expert int    // index or SharedExpert
+	what   string // "expert 12", "shared expert"
 }
 
 // rtn rounds one matrix to nearest and fills its stats.
 func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]float32, MatrixStats, error) {
-	ms := MatrixStats{Name: matrixNames[i], Method: MethodRTN, Hessian: HessianNone, Fallback: fallback}
-	q, err := gptq.RTN(w, rows, cols, qz.d.grid)
+	g, err := qz.d.gridFor(qz.expert, i)
+	if err != nil {
+		return nil, MatrixStats{}, err
+	}
+	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodRTN, Hessian: HessianNone, Fallback: fallback}
+	q, err := gptq.RTN(w, rows, cols, g)
 	if err != nil {
 		return nil, ms, fmt.Errorf("calib: %s %s [%d, %d]: %w", qz.what, matrixNames[i], rows, cols, err)
 	}
@@ -86,9 +91,13 @@ func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]
 // solver fails or yields a non-finite value the matrix is rounded to nearest
 // and the reason recorded.
 func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, src string, n int64) ([]float32, MatrixStats, error) {
+	g, err := qz.d.gridFor(qz.expert, i)
+	if err != nil {
+		return nil, MatrixStats{}, err
+	}
 	opt := *qz.d.opt.GPTQ
 	opt.Name = qz.what + " " + matrixNames[i]
-	res, err := gptq.Quantize(w, rows, cols, h, qz.d.grid, opt)
+	res, err := gptq.Quantize(w, rows, cols, h, g, opt)
 	if err != nil {
 		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())
 	}
@@ -97,7 +106,7 @@ func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, src st
 			return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
 		}
 	}
-	ms := MatrixStats{Name: matrixNames[i], Method: MethodGPTQ, Hessian: src, HessianTokens: n,
+	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodGPTQ, Hessian: src, HessianTokens: n,
 		Damp: res.Damp, PercDamp: res.PercDamp, ProxyLoss: res.ProxyLoss, RTNProxyLoss: res.RTNProxyLoss}
 	if res.NoFeedback {
 		ms.Fallback = "no damping gave a usable factorization; quantized without error feedback"
@@ -167,7 +176,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 	toks, _ := d.route.ExpertTokens(e)
 	n := len(toks)
 	st := ExpertStats{Expert: e, Tokens: n}
-	qz := quantizer{d: d, what: what}
+	qz := quantizer{d: d, expert: e, what: what}
 	var q *ExpertWeights
 	starved := n == 0 || n < d.opt.MinTokens
 	switch {
@@ -277,7 +286,7 @@ func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts [
 func (d *driver) sharedJob() (*jobResult, error) {
 	h, inter := d.cfg.Hidden, d.cfg.SharedInter
 	w := d.layer.Shared
-	qz := quantizer{d: d, what: "shared expert"}
+	qz := quantizer{d: d, expert: SharedExpert, what: "shared expert"}
 	st := ExpertStats{Expert: SharedExpert, Tokens: d.calib.Tokens}
 	var q *ExpertWeights
 	var err error
