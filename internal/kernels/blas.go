@@ -1,7 +1,5 @@
 package kernels
 
-import "fmt"
-
 func tile32(c []float32, ldc int, lowerC bool) tileFunc[float32] {
 	return func(kc int, ap, bp []float32, i, j, mv, nv int) {
 		if mv == sMR && nv == sNR && (!lowerC || i >= j+sNR-1) {
@@ -187,6 +185,3 @@ func symmetrize[T float32 | float64](n int, c []T, ldc int) {
 		}
 	}
 }
-
-// String-free helper used in error messages.
-func dims(m, n int) string { return fmt.Sprintf("%d×%d", m, n) }

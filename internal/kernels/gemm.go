@@ -329,7 +329,7 @@ func scaleC[T float32 | float64](m, n int, beta T, c []T, ldc int, lower bool) {
 	}
 }
 
-// negZero32 is a tile of -0: adding an accumulator to -0 returns the
+// negZeroTile32 fills a scratch tile with -0: adding an accumulator to -0 returns the
 // accumulator bit for bit, so partial tiles flushed through a scratch tile
 // get exactly what a direct flush would give.
 func negZeroTile32(t *[sMR * sNR]float32) {

@@ -242,3 +242,24 @@ func TestKernelFMAExactness(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFMA32 checks the portable float32 FMA against exact rounding on
+// arbitrary bit patterns (the seeds include the double-rounding trap).
+func FuzzFMA32(f *testing.F) {
+	f.Add(math.Float32bits(float32(24929)/(1<<15)), math.Float32bits(float32(673)/(1<<9)), math.Float32bits(float32(math.Ldexp(1, -80))))
+	f.Add(uint32(0x00000001), uint32(0x3f800000), uint32(0x80000001))
+	f.Add(uint32(0x7f7fffff), uint32(0x3f800001), uint32(0xff7fffff))
+	f.Add(uint32(0x00800000), uint32(0x3f000000), uint32(0x00000001))
+	f.Fuzz(func(t *testing.T, ab, bb, cb uint32) {
+		a, b, c := math.Float32frombits(ab), math.Float32frombits(bb), math.Float32frombits(cb)
+		for _, v := range []float32{a, b, c} {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return
+			}
+		}
+		got, want := fma32(a, b, c), fma32Big(a, b, c)
+		if !bitsEqual32(got, want) && !(got == 0 && want == 0) {
+			t.Fatalf("fma32(%g, %g, %g) = %g, exact rounding %g", a, b, c, got, want)
+		}
+	})
+}

@@ -14,10 +14,10 @@ func Impl() string { return implName() }
 // sustains on independent register-only FMAs, the ceiling for every
 // kernel of this package. Each FMA counts as 2 floating-point operations.
 type Peak struct {
-	Impl    string  // micro-kernel implementation measured (see Impl)
-	Workers int     // goroutines run at the same time
-	F32     float64 // float32 GFLOP/s, all workers together
-	F64     float64 // float64 GFLOP/s, all workers together
+	Impl    string  `json:"impl"`       // micro-kernel implementation measured (see Impl)
+	Workers int     `json:"workers"`    // goroutines run at the same time
+	F32     float64 `json:"f32_gflops"` // float32 GFLOP/s, all workers together
+	F64     float64 `json:"f64_gflops"` // float64 GFLOP/s, all workers together
 }
 
 // MeasurePeak runs the FMA throughput loop on workers goroutines at once
