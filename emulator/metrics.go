@@ -72,12 +72,12 @@ func CompareToken(ref, cand []float32, target int) (TokenQuality, error) {
 	var sr, sc, d float64
 	for i, rv := range ref {
 		r, c := float64(rv), float64(cand[i])
-		ec := math.Exp(c - mc)
+		ec := expNonPos(c - mc)
 		sc += ec
 		if math.IsInf(r, -1) {
 			continue
 		}
-		er := math.Exp(r - mr)
+		er := expNonPos(r - mr)
 		sr += er
 		if er != 0 {
 			d += er * (r - c)
