@@ -22,7 +22,7 @@ func expNonPos(x float64) float64 {
 	}
 	const (
 		invL  = 256 / math.Ln2
-		lHi   = 0.0027076061737716373 // ln2/256 cut to 33 significant bits: k·lHi is exact
+		lHi   = 0.0027076061737716373  // ln2/256 cut to 33 significant bits: k·lHi is exact
 		lLo   = 2.9064910585985925e-13 // ln2/256 − lHi
 		shift = 0x1.8p52
 	)
