@@ -21,8 +21,8 @@ const calibUsage = `usage: ttquant calib <subcommand> [flags] [args]
 subcommands:
   stats STORE [--model DIR] [--json]       tokens per layer and site; with the model, tokens routed to each expert
   synth --model DIR --out STORE [flags]    write a deterministic synthetic store for the model's config
-  quantize --model DIR --store STORE --layer N [flags]
-                                           quantize one MoE layer's experts and report held-out GPTQ vs RTN error`
+  quantize --model DIR --store STORE [--layers all|N,M,...] [flags]
+                                           quantize MoE layers' experts and report held-out GPTQ vs RTN error per layer`
 
 func runCalib(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
@@ -199,16 +199,47 @@ func runCalibSynth(ctx context.Context, e *env, args []string) error {
 
 // calibQuantizeDoc is the --json document of calib quantize.
 type calibQuantizeDoc struct {
-	SchemaVersion int `json:"schema_version"`
-	Layer         int `json:"layer"`
+	SchemaVersion int                `json:"schema_version"`
+	Layers        []calibLayerReport `json:"layers"`
+}
+
+type calibLayerReport struct {
+	Layer int `json:"layer"`
 	*calib.LayerReport
 }
 
+// parseLayerList parses "all" or a comma-separated list of layer indices.
+func parseLayerList(s string, n int) ([]int, error) {
+	if s == "all" {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		var v int
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%d", &v); err != nil || fmt.Sprint(v) != strings.TrimSpace(f) {
+			return nil, fmt.Errorf("--layers: %q is not a layer index", f)
+		}
+		if v < 0 || v >= n {
+			return nil, fmt.Errorf("--layers: layer %d outside 0..%d", v, n-1)
+		}
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
 func runCalibQuantize(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "calib quantize", "--model DIR --store STORE --layer N [flags]")
+	fs := newFlagSet(e, "calib quantize", "--model DIR --store STORE [--layers all|N,M,...] [flags]")
 	model := fs.String("model", "", "model checkpoint directory")
 	store := fs.String("store", "", "calibration store")
-	layer := fs.Int("layer", -1, "decoder layer whose MoE block is quantized")
+	layers := fs.String("layers", "all", "decoder layers whose MoE blocks are quantized: all, or a comma-separated list")
 	format := fs.String("format", "BFP4_b", "expert format: BFP4_b, BFP8_b or BFP2_b")
 	axis := fs.String("axis", "input", "shared-exponent axis: input or output")
 	method := fs.String("method", "gptq", "gptq or rtn")
@@ -225,8 +256,8 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 0 {
 		return usageErrorf("unexpected argument %q", pos[0])
 	}
-	if *model == "" || *store == "" || *layer < 0 {
-		return usageErrorf("--model, --store and --layer are required")
+	if *model == "" || *store == "" {
+		return usageErrorf("--model and --store are required")
 	}
 	opt := calib.LayerOptions{MinTokens: *minTokens, Workers: *workers}
 	if opt.Format, err = bfp.ParseFormat(*format); err != nil {
@@ -256,27 +287,38 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := calib.LoadMoELayer(m, cfg, *layer)
+	list, err := parseLayerList(*layers, cfg.Layers)
 	if err != nil {
-		return err
+		return usageErrorf("%v", err)
 	}
-	cal, held, err := st.LoadActivations(*layer, calib.SiteMoE, *heldOut)
-	if err != nil {
-		return err
-	}
-	e.log.Info("quantizing MoE layer", "layer", *layer, "experts", cfg.MoE.Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
-	rep, err := calib.QuantizeMoELayer(ctx, l, cal, held, opt, nil)
-	if err != nil {
-		return err
+	doc := calibQuantizeDoc{SchemaVersion: schemaVersion, Layers: []calibLayerReport{}}
+	for _, layer := range list {
+		l, err := calib.LoadMoELayer(m, cfg, layer)
+		if err != nil {
+			return err
+		}
+		cal, held, err := st.LoadActivations(layer, calib.SiteMoE, *heldOut)
+		if err != nil {
+			return err
+		}
+		e.log.Info("quantizing MoE layer", "layer", layer, "experts", cfg.MoE.Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
+		rep, err := calib.QuantizeMoELayer(ctx, l, cal, held, opt, nil)
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", layer, err)
+		}
+		doc.Layers = append(doc.Layers, calibLayerReport{Layer: layer, LayerReport: rep})
+		if *asJSON {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "layer %d: %s %s-axis, method %s, %d calibration tokens, minimum %d per expert, starved (%s): %s\n",
+			layer, rep.Format, rep.Axis, rep.Method, rep.Tokens, rep.MinTokens, rep.Policy, calibIntList(rep.Starved))
+		if h := rep.HeldOut; h != nil {
+			fmt.Fprintf(e.stdout, "  held-out MoE block output MSE over %d tokens: %s %.6g, RTN %.6g, ratio %.3f (output mean square %.6g)\n",
+				h.Tokens, rep.Method, h.MSE, h.RTNMSE, h.Ratio, h.RefMeanSquare)
+		}
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, calibQuantizeDoc{SchemaVersion: schemaVersion, Layer: *layer, LayerReport: rep})
-	}
-	fmt.Fprintf(e.stdout, "layer %d: %s %s-axis, method %s, %d calibration tokens, minimum %d per expert, starved (%s): %s\n",
-		*layer, rep.Format, rep.Axis, rep.Method, rep.Tokens, rep.MinTokens, rep.Policy, calibIntList(rep.Starved))
-	if h := rep.HeldOut; h != nil {
-		fmt.Fprintf(e.stdout, "held-out MoE block output MSE over %d tokens: %s %.6g, RTN %.6g, ratio %.3f (output mean square %.6g)\n",
-			h.Tokens, rep.Method, h.MSE, h.RTNMSE, h.Ratio, h.RefMeanSquare)
+		return writeJSON(e.stdout, doc)
 	}
 	return nil
 }

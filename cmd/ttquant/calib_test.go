@@ -56,25 +56,42 @@ func TestCalibCommands(t *testing.T) {
 		t.Errorf("calib stats text: status %d\n%s", code, out)
 	}
 
-	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layer", "1", "--workers", "2", "--json")
+	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "1,3", "--workers", "2", "--json")
 	if code != exitOK {
 		t.Fatalf("calib quantize: status %d\n%s", code, errs)
 	}
 	var q struct {
-		Layer   int `json:"layer"`
-		Experts []struct {
-			Expert int `json:"expert"`
-		} `json:"experts"`
-		HeldOut struct {
-			Tokens int     `json:"tokens"`
-			Ratio  float64 `json:"ratio"`
-		} `json:"held_out"`
+		SchemaVersion int `json:"schema_version"`
+		Layers        []struct {
+			Layer   int `json:"layer"`
+			Experts []struct {
+				Expert int `json:"expert"`
+			} `json:"experts"`
+			HeldOut struct {
+				Tokens int     `json:"tokens"`
+				Ratio  float64 `json:"ratio"`
+			} `json:"held_out"`
+		} `json:"layers"`
 	}
 	if err := json.Unmarshal([]byte(out), &q); err != nil {
 		t.Fatalf("calib quantize --json: %v\n%s", err, out)
 	}
-	if q.Layer != 1 || len(q.Experts) != 16 || q.HeldOut.Tokens != 256 || q.HeldOut.Ratio <= 0 || q.HeldOut.Ratio > 0.8 {
-		t.Errorf("calib quantize: %+v", q)
+	if q.SchemaVersion != schemaVersion || len(q.Layers) != 2 {
+		t.Fatalf("calib quantize: %+v", q)
+	}
+	for i, l := range q.Layers {
+		if l.Layer != []int{1, 3}[i] || len(l.Experts) != 16 || l.HeldOut.Tokens != 256 || l.HeldOut.Ratio <= 0 || l.HeldOut.Ratio > 0.8 {
+			t.Errorf("calib quantize layer %d: %+v", l.Layer, l)
+		}
+	}
+	for _, bad := range []string{"9", "1,x", "-1"} {
+		if code, _, _ := runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", bad); code != exitUsage {
+			t.Errorf("--layers %s: status %d, want %d", bad, code, exitUsage)
+		}
+	}
+	code, out, _ = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "0", "--method", "rtn")
+	if code != exitOK || !strings.Contains(out, "layer 0: BFP4_b input-axis, method rtn") || !strings.Contains(out, "ratio 1.000") {
+		t.Errorf("calib quantize text: status %d\n%s", code, out)
 	}
 }
 
@@ -85,8 +102,8 @@ func TestCalibUsage(t *testing.T) {
 		{"calib", "stats"},
 		{"calib", "stats", "a", "b"},
 		{"calib", "synth", "--out", "x"},
-		{"calib", "quantize", "--model", "m", "--store", "s"},
-		{"calib", "quantize", "--model", "m", "--store", "s", "--layer", "0", "--starved", "never"},
+		{"calib", "quantize", "--model", "m"},
+		{"calib", "quantize", "--model", "m", "--store", "s", "--starved", "never"},
 	} {
 		if code, _, _ := runCLI(t, args...); code != exitUsage {
 			t.Errorf("%q: status %d, want %d", args, code, exitUsage)
