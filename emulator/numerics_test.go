@@ -155,3 +155,48 @@ func TestPackExamples(t *testing.T) {
 		t.Error("precise BFP4 accepted")
 	}
 }
+
+// TestUnpackBFP8Exhaustive checks every (datum, shared exponent) pair
+// against the value model mag/64·2^(E−127): exact whenever the result's
+// exponent does not wrap, the documented wrap (E − leading zeros mod 256)
+// otherwise, and the sign-only and zero codes.
+func TestUnpackBFP8Exhaustive(t *testing.T) {
+	for e := 0; e < 256; e++ {
+		for d := 0; d < 256; d++ {
+			h := UnpackBFP8(uint8(d), uint8(e))
+			mag := d & 0x7f
+			neg := d&0x80 != 0
+			switch {
+			case mag == 0 && neg:
+				if h != 0xff80 {
+					t.Fatalf("datum %02x exp %d: %04x, want ff80", d, e, h)
+				}
+				continue
+			case mag == 0:
+				if h != 0 {
+					t.Fatalf("datum %02x exp %d: %04x, want 0", d, e, h)
+				}
+				continue
+			}
+			lz := 0
+			for m := mag; m&0x40 == 0; m <<= 1 {
+				lz++
+			}
+			if gotExp := int(h>>7) & 0xff; gotExp != (e-lz+256)%256 {
+				t.Fatalf("datum %02x exp %d: exponent field %d, want %d", d, e, gotExp, (e-lz+256)%256)
+			}
+			if e-lz >= 1 {
+				want := math.Ldexp(float64(mag)/64, e-127)
+				if neg {
+					want = -want
+				}
+				if got := SrcFromBF16(h).Float64(); got != want { // as the FPU reads it (exponent 255 is finite)
+					t.Fatalf("datum %02x exp %d: %04x = %g, want %g", d, e, h, got, want)
+				}
+			}
+			if nib := d >> 4; d&0x0f == 0 && UnpackBFP4(uint8(nib), uint8(e)) != h {
+				t.Fatalf("nibble %x exp %d differs from datum %02x", nib, e, d)
+			}
+		}
+	}
+}
