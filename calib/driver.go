@@ -404,8 +404,8 @@ func expertName(e int) string {
 
 // driver holds the state shared by the jobs of one layer. Everything in it
 // is read-only while jobs run, except the lazily built all-token Hessian
-// (guarded by allOnce) and the output accumulators (touched only by the
-// emitting goroutine).
+// (built under its sync.Once) and the output accumulators (touched only by
+// the emitting goroutine).
 type driver struct {
 	layer  *MoELayer
 	cfg    MoEConfig
