@@ -98,6 +98,9 @@ func CompareToken(ref, cand []float32, target int) (TokenQuality, error) {
 }
 
 // QualityRow is one line of a quality table: one corpus, or all tokens.
+// Undefined values are NaN (no tokens, no targets) and infinite KL or
+// perplexity is +Inf; encoding/json cannot encode either, so convert them
+// (ttquant compare --json writes null) before marshalling.
 type QualityRow struct {
 	Corpus string `json:"corpus"`
 	// Tokens is the number of tokens scored for top-1 agreement and KL.
