@@ -31,11 +31,18 @@ type benchDoc struct {
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "bench", "[--duration 60s] [--workers N] [--json]")
+	fs := newFlagSet(e, "bench", "[--duration 60s] [--workers N] [--json] [estimate flags]")
 	duration := fs.Duration("duration", time.Minute, "total time to spend measuring")
 	workers := fs.Int("workers", 0, "goroutines to use (0: GOMAXPROCS)")
 	asJSON := fs.Bool("json", false, "print a JSON document instead of a table")
 	small := fs.Bool("small", false, "use shapes 8 times smaller (a quick check, not for sizing)")
+	w := kernels.DefaultMoEWorkload()
+	fs.IntVar(&w.Layers, "layers", w.Layers, "estimate: MoE layers")
+	fs.IntVar(&w.ExpertsPerLayer, "experts", w.ExpertsPerLayer, "estimate: routed experts per layer")
+	fs.IntVar(&w.Hidden, "hidden", w.Hidden, "estimate: hidden size (input features of gate/up)")
+	fs.IntVar(&w.ExpertWidth, "expert-width", w.ExpertWidth, "estimate: expert intermediate size")
+	fs.Int64Var(&w.RoutedRowsPerLayer, "routed-rows", w.RoutedRowsPerLayer, "estimate: routed (token, expert) rows per layer")
+	fs.IntVar(&w.BlockSize, "block", w.BlockSize, "estimate: GPTQ block size")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,6 +54,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if *workers < 0 {
 		return usageErrorf("--workers must not be negative, got %d", *workers)
+	}
+	if w.Layers <= 0 || w.ExpertsPerLayer <= 0 || w.Hidden <= 0 || w.ExpertWidth <= 0 || w.RoutedRowsPerLayer < 0 || w.BlockSize <= 0 {
+		return usageErrorf("estimate flags must be positive: %+v", w)
 	}
 	prev := kernels.SetWorkers(*workers)
 	defer kernels.SetWorkers(prev)
@@ -60,7 +70,6 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	w := kernels.DefaultMoEWorkload()
 	est := rep.EstimateMoE(w)
 	if *asJSON {
 		return writeJSON(e.stdout, benchDoc{

@@ -38,6 +38,14 @@ func TestBenchJSON(t *testing.T) {
 	if doc.Estimate.Solves != 3*40*256 || !(doc.Estimate.TotalSeconds > 0) {
 		t.Errorf("estimate %+v", doc.Estimate)
 	}
+	code, out, errs = runCLI(t, "bench", "--duration", "100ms", "--small", "--json", "--layers", "2", "--experts", "8")
+	if code != exitOK {
+		t.Fatalf("status %d, stderr %s", code, errs)
+	}
+	doc = benchDoc{}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Estimate.Solves != 3*2*8 || doc.Workload.Layers != 2 {
+		t.Errorf("estimate flags not applied: %v %+v", err, doc.Workload)
+	}
 }
 
 func TestBenchUsage(t *testing.T) {
@@ -46,6 +54,7 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--workers", "-1"},
 		{"bench", "extra"},
 		{"bench", "--nope"},
+		{"bench", "--hidden", "0"},
 	} {
 		if code, _, _ := runCLI(t, args...); code != exitUsage {
 			t.Errorf("%q: status %d, want %d", args, code, exitUsage)
