@@ -725,3 +725,30 @@ func TestManifestEncodingIsCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestRerunRepairsDamage re-runs a build on a finished checkpoint with one
+// damaged file: only that file is produced again and the result is the
+// undamaged checkpoint.
+func TestRerunRepairsDamage(t *testing.T) {
+	ref := reference(t, "convert")
+	dir := filepath.Join(t.TempDir(), "out")
+	copyTree(t, ref, dir)
+	p := filepath.Join(dir, "experts-l002-gate_up-g000.safetensors")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-5] ^= 0x40
+	os.WriteFile(p, b, 0o644)
+	if rep := mustVerify(t, dir, VerifyOptions{}); rep.OK {
+		t.Fatal("damage not detected")
+	}
+	res, err := Convert(context.Background(), convertOpts(t, dir, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := res.Work.Files - 1; res.Kept != want || res.AlreadyComplete {
+		t.Errorf("kept %d files (complete=%v), want %d", res.Kept, res.AlreadyComplete, want)
+	}
+	sameTree(t, "repaired", ref, dir)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -92,6 +93,14 @@ func setToolVersion() {
 	manifest.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
 }
 
+// buildError explains an interrupted build.
+func buildError(opt manifest.BuildOptions, err error) error {
+	if errors.Is(err, context.Canceled) && !opt.DryRun {
+		return fmt.Errorf("interrupted: the files finished so far are kept in %s; run the same command again to resume", opt.Out)
+	}
+	return err
+}
+
 // buildReport is the --json document of convert and gptq.
 type buildReport struct {
 	SchemaVersion   int                   `json:"schema_version"`
@@ -165,7 +174,7 @@ func runConvert(ctx context.Context, e *env, args []string) error {
 	}
 	res, err := manifest.Convert(ctx, opt)
 	if err != nil {
-		return err
+		return buildError(opt, err)
 	}
 	return printBuild(e, res, bf.asJSON)
 }

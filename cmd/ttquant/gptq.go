@@ -67,7 +67,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	opt.HeldOutSequences = *heldOut
 	res, err := manifest.GPTQ(ctx, opt)
 	if err != nil {
-		return err
+		return buildError(opt, err)
 	}
 	if *dryRun {
 		var est *kernels.MoEEstimate
