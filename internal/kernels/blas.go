@@ -133,7 +133,10 @@ func dgemmMasked(transA, transB bool, m, n, k int, alpha float64, a []float64, l
 // lose the small contributions of late rows.
 //
 // Work counted as n(n+1)·k floating-point operations (the triangle) is
-// what the kernel needs; a full XᵀX product would count 2·n²·k.
+// what the kernel needs; a full XᵀX product would count 2·n²·k. Every call
+// reads and writes the triangle of C once per 256 rows of X, so batches of
+// at least a few hundred rows keep the kernel compute-bound; much smaller
+// batches make it bound by memory traffic on C.
 func SyrkLower64(n, k int, x []float32, ldx int, c []float64, ldc int) {
 	checkMatrix("SyrkLower64", "X", k, n, ldx, len(x))
 	checkMatrix("SyrkLower64", "C", n, n, ldc, len(c))
