@@ -277,3 +277,18 @@ func TestGemmPanicsOnBadShapes(t *testing.T) {
 		}()
 	}
 }
+
+// TestSgemmWidePanel crosses the 4080-column panel boundary of B.
+func TestSgemmWidePanel(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	m, n, k := 7, blockN+37, 300
+	a, b, c := randMat32(r, m*k), randMat32(r, k*n), randMat32(r, m*n)
+	want := append([]float32(nil), c...)
+	Sgemm(false, true, m, n, k, 1, a, k, b[:n*k], k, 1, c, n)
+	specSgemm(false, true, m, n, k, 1, a, k, b[:n*k], k, 1, want, n)
+	for i := range c {
+		if !bitsEqual32(c[i], want[i]) {
+			t.Fatalf("element %d = %g, spec %g", i, c[i], want[i])
+		}
+	}
+}
