@@ -9,7 +9,9 @@ import (
 // Layout describes how a stored tensor is laid out in tiles: its logical
 // shape (leading dims fold into slices; the last two dims are the matrix of
 // each slice; a 1-D tensor is one row), the tile shape, and whether the
-// packed matrix of each slice is the transpose of the logical one.
+// packed matrix of each slice is the transpose of the logical one. For a
+// tensor that is not stored in tiles (BF16) the zero Tile stands for the
+// 32×32 tiles the device would use, for reporting positions.
 type Layout struct {
 	Shape      []int64
 	Tile       bfp.Tile
@@ -139,23 +141,44 @@ type Dump struct {
 // bits zero). At most limit mismatches are recorded (all when limit < 0);
 // all are counted.
 func CheckDump(name string, l Layout, want []uint16, d Dump, limit int) (CheckResult, error) {
+	w := Dump{Bits: make([]uint32, len(want)), BF16: true}
+	for i, h := range want {
+		w.Bits[i] = uint32(h)
+	}
+	return CheckDumpBits(name, l, w, d, limit)
+}
+
+// CheckDumpBits is CheckDump with the expected values given as a Dump too:
+// BF16 expectations compare with a BF16 dump directly and with an FP32 dump
+// shifted into its high half; FP32 expectations (a tensor stored as F32)
+// need an FP32 dump.
+func CheckDumpBits(name string, l Layout, want, d Dump, limit int) (CheckResult, error) {
 	res := CheckResult{Tensor: name}
 	slices, rows, cols, err := l.dims()
 	if err != nil {
 		return res, fmt.Errorf("tensor %q: %w", name, err)
 	}
 	n := slices * rows * cols
-	if len(want) != n || len(d.Bits) != n {
-		return res, fmt.Errorf("emulator: tensor %q: shape %v has %d elements; emulated decode has %d, dump %d", name, l.Shape, n, len(want), len(d.Bits))
+	if len(want.Bits) != n || len(d.Bits) != n {
+		return res, fmt.Errorf("emulator: tensor %q: shape %v has %d elements; emulated decode has %d, dump %d", name, l.Shape, n, len(want.Bits), len(d.Bits))
+	}
+	if !want.BF16 && d.BF16 {
+		return res, fmt.Errorf("emulator: tensor %q is stored as F32; a BF16 dump cannot match it bit for bit", name)
+	}
+	if l.Tile == (bfp.Tile{}) {
+		l.Tile = bfp.Tile32x32
 	}
 	if err := l.Tile.Valid(); err != nil {
 		return res, fmt.Errorf("emulator: tensor %q: %w", name, err)
 	}
 	res.Elements = n
-	for i, w := range want {
-		exp, bits := uint32(w), 16
-		if !d.BF16 {
-			exp, bits = uint32(w)<<16, 32
+	for i, w := range want.Bits {
+		exp, bits := w, 32
+		switch {
+		case want.BF16 && d.BF16:
+			exp, bits = w&0xffff, 16
+		case want.BF16:
+			exp = (w & 0xffff) << 16
 		}
 		got := d.Bits[i]
 		if d.BF16 {

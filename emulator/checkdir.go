@@ -18,8 +18,8 @@ import (
 type StoredTensor struct {
 	Name string
 	// Format is the stored format: "BFP8_b" or "BFP4_b" (Data is packed
-	// tiles in Layout) or "BF16" (Data is little-endian BF16 in logical
-	// order). Other formats are not checked.
+	// tiles in Layout), or "BF16" or "F32" (Data is little-endian elements
+	// in logical order). Other formats are not checked.
 	Format string
 	Layout Layout
 	Data   []byte
@@ -79,7 +79,8 @@ type CheckReport struct {
 // CheckDumpDir checks every tensor of every *.safetensors file under dir
 // (tensors read back from a device, BF16 or F32, in the stored tensors'
 // logical shapes) against the emulated decode of the tensor of the same
-// name in a checkpoint, bit for bit. Tensors the checkpoint does not hold,
+// name in a checkpoint (EmulatedDecode; a tensor stored as F32 against its
+// stored bits, which needs an F32 dump), bit for bit. Tensors the checkpoint does not hold,
 // or holds in a format that is not modelled, are reported as skipped; a
 // dump whose dtype or shape does not match is an error naming the file and
 // tensor. At most limit mismatches per tensor are listed (all are counted).
@@ -136,16 +137,35 @@ func CheckDumpDir(ctx context.Context, dir string, lookup StoredLookup, limit in
 		if err != nil {
 			return nil, err
 		}
-		want, err := EmulatedDecode(st)
-		if err != nil {
-			rep.Skipped = append(rep.Skipped, SkippedTensor{it.name, it.path, err.Error()})
+		var want Dump
+		switch strings.ToUpper(st.Format) {
+		case "BFP8_B", "BFP4_B", "BF16":
+			w16, err := EmulatedDecode(st)
+			if err != nil {
+				return nil, err
+			}
+			want = Dump{Bits: make([]uint32, len(w16)), BF16: true}
+			for i, h := range w16 {
+				want.Bits[i] = uint32(h)
+			}
+		case "F32":
+			n := st.Layout.Elements()
+			if len(st.Data) != 4*n {
+				return nil, fmt.Errorf("emulator: tensor %q: %d bytes of F32 for shape %v", st.Name, len(st.Data), st.Layout.Shape)
+			}
+			want = Dump{Bits: make([]uint32, n)}
+			for i := range want.Bits {
+				want.Bits[i] = binary.LittleEndian.Uint32(st.Data[4*i:])
+			}
+		default:
+			rep.Skipped = append(rep.Skipped, SkippedTensor{it.name, it.path, fmt.Sprintf("stored format %s is not modelled", st.Format)})
 			continue
 		}
 		d, err := readDump(it.path, it.name, st.Layout.Shape)
 		if err != nil {
 			return nil, err
 		}
-		res, err := CheckDump(it.name, st.Layout, want, d, limit)
+		res, err := CheckDumpBits(it.name, st.Layout, want, d, limit)
 		if err != nil {
 			return nil, err
 		}
