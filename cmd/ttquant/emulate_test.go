@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -88,6 +89,39 @@ func TestEmulateCheckAndMatmul(t *testing.T) {
 	tile := "tile (" + strconv.Itoa(pr/32) + "," + strconv.Itoa(pc/32) + ") element (" + strconv.Itoa(pr%32) + "," + strconv.Itoa(pc%32) + ")"
 	if code != exitVerifyKO || !strings.Contains(out, `tensor "`+st.Name+`" element [33 5]: `+tile) || !strings.Contains(out, "1 mismatching elements") {
 		t.Errorf("flipped bit: status %d\n%s%s", code, out, errs)
+	}
+
+	// A dump of every stored tensor, as the host decodes them (the same
+	// values as the device for packer output), checks clean.
+	c, err := manifest.OpenCheckpoint(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []safetensors.Tensor
+	for _, n := range c.Names() {
+		info, err := c.TensorInfo(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Float32s(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b []byte
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		}
+		all = append(all, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: info.Shape, Data: b})
+	}
+	allDir := t.TempDir()
+	if err := safetensors.WriteFile(filepath.Join(allDir, "all.safetensors"), all, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runCLI(t, "emulate", "check", "--checkpoint", ckpt, "--dump", allDir, "--json")
+	var doc checkDoc
+	if code != exitOK || json.Unmarshal([]byte(out), &doc) != nil || doc.SchemaVersion != schemaVersion ||
+		len(doc.Checked) != len(all) || doc.Mismatches != 0 || len(doc.Skipped) != 0 {
+		t.Errorf("full dump: status %d, %d checked of %d\n%s", code, len(doc.Checked), len(all), errs)
 	}
 
 	// emulate matmul writes what the library computes.
