@@ -15,8 +15,9 @@
 //   - Matrix Unit: MVMULStep is one multiply-accumulate of 16 lanes into one
 //     Dst element at a fidelity phase, with FP32 or BF16 Dst, Blackhole
 //     numerics by default and Wormhole's leading-sign-count quirk as an
-//     option. TileMatmul runs a 32×32×32 tile in tt-llk's order and MatMul a
-//     whole y = x·Wᵀ (BF16 activations in SrcB, weights in SrcA).
+//     option. TileMatmul runs a 32×32×32 tile in tt-llk's order, MatMul a
+//     whole y = x·Wᵀ (BF16 activations in SrcB, weights in SrcA) and
+//     MatMulStored the same for a weight as a checkpoint stores it.
 //   - Packer (Dst → L1): PackFP32ToBF16, PackFP32ToE8M6, PackBF16ToE8M6,
 //     PackBF16, TruncFP32ToBF16 and PackBFPBlock, combined by PackDstBF16 and
 //     PackDstBFP (tt-metal's default BFP path with its double rounding, and
@@ -33,7 +34,8 @@
 //
 // CheckDump compares tensors read back from a device with the emulated
 // decode of what was stored, bit for bit, and names each mismatch by
-// tensor, tile and element.
+// tensor, tile and element; CheckDumpDir does it for a directory of dumps
+// against any checkpoint reachable through a StoredLookup.
 //
 // # Quality metrics
 //
