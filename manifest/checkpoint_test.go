@@ -752,3 +752,47 @@ func TestRerunRepairsDamage(t *testing.T) {
 	}
 	sameTree(t, "repaired", ref, dir)
 }
+
+// TestGPTQDenseSelection quantizes dense matrices chosen by a pattern with
+// Hessians from the store's sites; matrices without stored inputs fall
+// back to RTN with a reason.
+func TestGPTQDenseSelection(t *testing.T) {
+	src, _ := tinyFixture(t)
+	out := filepath.Join(t.TempDir(), "out")
+	opt := gptqOpts(t, out, 2)
+	opt.Layers = `model\.language_model\.layers\.[01]\.(self_attn\.[qkvo]_proj|linear_attn\.(in_proj_qkv|out_proj)|mlp\.shared_expert\.(up|down)_proj).*`
+	res, err := GPTQ(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := map[string]string{}
+	for _, ms := range res.Manifest.TTQuant.Matrices {
+		methods[ms.Tensor] = ms.Method + "|" + ms.Fallback
+		if ms.Method == MethodGPTQ && ms.Tokens != 256 {
+			t.Errorf("%s: %d tokens, want the 256 calibration tokens", ms.Tensor, ms.Tokens)
+		}
+	}
+	for name, want := range map[string]string{
+		"model.language_model.layers.0.linear_attn.in_proj_qkv.weight":     "gptq|",
+		"model.language_model.layers.1.linear_attn.out_proj.weight":        "gptq|",
+		"model.language_model.layers.0.mlp.shared_expert.up_proj.weight":   "gptq|",
+		"model.language_model.layers.0.mlp.shared_expert.down_proj.weight": "rtn|no calibration inputs are defined for this matrix",
+	} {
+		if methods[name] != want {
+			t.Errorf("%s: %q, want %q", name, methods[name], want)
+		}
+	}
+	// Layers 0 and 1 are linear-attention layers: in_proj_qkv, out_proj
+	// and the shared expert's up and down projections each.
+	if len(methods) != 8 {
+		t.Errorf("%d matrices selected, want 8: %v", len(methods), methods)
+	}
+	for _, te := range res.Manifest.Tensors {
+		if te.Method == MethodGPTQ && te.Expert != nil {
+			t.Errorf("expert tensor %s quantized with GPTQ though not selected", te.Name)
+		}
+	}
+	if rep := mustVerify(t, out, VerifyOptions{Source: src}); !rep.OK {
+		t.Fatalf("%v", rep.Failures)
+	}
+}

@@ -68,7 +68,7 @@ func decodeFloats(dt string, b []byte) ([]float32, error) {
 // allFinite reports whether every value is finite.
 func allFinite(v []float32) bool {
 	for _, x := range v {
-		if math.IsInf(float64(x), 0) || x != x {
+		if math.Float32bits(x)&0x7f800000 == 0x7f800000 {
 			return false
 		}
 	}
