@@ -47,7 +47,7 @@ func maxAbsDiff(n int, x []float64, ldx int, y []float64, ldy int, lowerOnly boo
 	return d
 }
 
-var cholSizes = []int{1, 2, 5, 95, 96, 97, 200, 301}
+var cholSizes = []int{1, 2, 5, 95, 96, 97, 200, 301, 620}
 
 func TestDpotrf(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
