@@ -2,7 +2,10 @@
 // quantization time: the Hessian accumulation XᵀX (SyrkLower64), general
 // matrix products (Sgemm, Dgemm; the GPTQ lazy block update is one Sgemm
 // call), and the Cholesky-based factorizations GPTQ needs (Dpotrf, Dtrtri,
-// Dpotri, CholInvUpper). It imports nothing of the module.
+// Dpotri, CholInvUpper, and their float32 forms Spotrf, Strtri, Spotri,
+// CholInvUpper32). MeasurePeak, RunBench and BenchReport.EstimateMoE
+// measure this machine and turn the rates into time estimates. The
+// package imports nothing of the module.
 //
 // # Conventions
 //
