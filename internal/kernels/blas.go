@@ -6,8 +6,7 @@ func tile32(c []float32, ldc int, lowerC bool) tileFunc[float32] {
 			sgemmKern(kc, ap, bp, c[i*ldc+j:], ldc)
 			return
 		}
-		var t [sMR * sNR]float32
-		negZeroTile32(&t)
+		t := negZeroTile32
 		sgemmKern(kc, ap, bp, t[:], sNR)
 		for r := 0; r < mv; r++ {
 			w := nv
@@ -28,8 +27,7 @@ func tile32to64(c []float64, ldc int, lowerC bool) tileFunc[float32] {
 			sgemmKern64(kc, ap, bp, c[i*ldc+j:], ldc)
 			return
 		}
-		var t [sMR * sNR]float32
-		negZeroTile32(&t)
+		t := negZeroTile32
 		sgemmKern(kc, ap, bp, t[:], sNR)
 		for r := 0; r < mv; r++ {
 			w := nv
@@ -50,8 +48,7 @@ func tile64(c []float64, ldc int, lowerC bool) tileFunc[float64] {
 			dgemmKern(kc, ap, bp, c[i*ldc+j:], ldc)
 			return
 		}
-		var t [dMR * dNR]float64
-		negZeroTile64(&t)
+		t := negZeroTile64
 		dgemmKern(kc, ap, bp, t[:], dNR)
 		for r := 0; r < mv; r++ {
 			w := nv

@@ -329,17 +329,20 @@ func scaleC[T float32 | float64](m, n int, beta T, c []T, ldc int, lower bool) {
 	}
 }
 
-// negZeroTile32 fills a scratch tile with -0: adding an accumulator to -0 returns the
-// accumulator bit for bit, so partial tiles flushed through a scratch tile
-// get exactly what a direct flush would give.
-func negZeroTile32(t *[sMR * sNR]float32) {
-	for i := range t {
-		t[i] = negZero32
-	}
-}
+// negZeroTile32 and negZeroTile64 are scratch tiles of -0, copied before
+// use: adding an accumulator to -0 returns the accumulator bit for bit, so
+// partial tiles flushed through a scratch tile get exactly what a direct
+// flush would give.
+var (
+	negZeroTile32 [sMR * sNR]float32
+	negZeroTile64 [dMR * dNR]float64
+)
 
-func negZeroTile64(t *[dMR * dNR]float64) {
-	for i := range t {
-		t[i] = negZero64
+func init() {
+	for i := range negZeroTile32 {
+		negZeroTile32[i] = negZero32
+	}
+	for i := range negZeroTile64 {
+		negZeroTile64[i] = negZero64
 	}
 }
