@@ -43,22 +43,39 @@ func (e *SingularError) Error() string {
 }
 
 // dot returns Σ x[i]·y[i] with every product rounded (no fusion, so every
-// architecture gives the same bits), summed with four interleaved partial
-// sums combined as (s0+s1)+(s2+s3).
+// architecture gives the same bits): eight partial sums over the first
+// len(x)&^7 elements (dot8Go), the remaining products added to the first
+// partial sum, combined as ((s0+s4)+(s1+s5))+((s2+s6)+(s3+s7)). The float64
+// form runs in assembly where available.
 func dot[T float32 | float64](x, y []T) T {
 	y = y[:len(x)]
-	var s0, s1, s2, s3 T
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		s0 += T(x[i] * y[i])
-		s1 += T(x[i+1] * y[i+1])
-		s2 += T(x[i+2] * y[i+2])
-		s3 += T(x[i+3] * y[i+3])
+	n8 := len(x) &^ 7
+	var s [8]T
+	if xs, ok := any(x).([]float64); ok {
+		s64 := dot8x64(xs, any(y).([]float64))
+		for k := range s {
+			s[k] = T(s64[k])
+		}
+	} else {
+		s = dot8Go(x[:n8], y[:n8])
 	}
-	for ; i < len(x); i++ {
-		s0 += T(x[i] * y[i])
+	for i := n8; i < len(x); i++ {
+		s[0] += T(x[i] * y[i])
 	}
-	return (s0 + s1) + (s2 + s3)
+	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
+}
+
+// axpy computes y[i] += T(c·x[i]) for i < len(x) (assembly for float64
+// where available; elementwise, so any vector width gives the same bits).
+func axpy[T float32 | float64](c T, x, y []T) {
+	if xs, ok := any(x).([]float64); ok {
+		axpy64(float64(c), xs, any(y).([]float64))
+		return
+	}
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += T(c * v)
+	}
 }
 
 // sqrtT is the correctly rounded square root in T (for float32, rounding
@@ -125,11 +142,7 @@ func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 		clear(acc)
 		for k := 0; k < i; k++ {
 			c := ri[k]
-			rk := a[k*lda : k*lda+k+1]
-			acc := acc[:k+1]
-			for x, v := range rk {
-				acc[x] += T(c * v)
-			}
+			axpy(c, a[k*lda:k*lda+k+1], acc[:k+1])
 		}
 		inv := 1 / d
 		for x := range acc {

@@ -89,3 +89,38 @@ func fmaLoop64(n int) float64 {
 	fmaLoop64AVX2(n)
 	return float64(n) * 12 * 4 * 2
 }
+
+//go:noescape
+func axpyAVX2(c float64, x, y *float64, n int)
+
+//go:noescape
+func dotAVX2(x, y *float64, n int, s *[8]float64)
+
+// axpy64 computes y[i] += float64(c*x[i]) (no fusion) for i < len(x).
+func axpy64(c float64, x, y []float64) {
+	y = y[:len(x)]
+	n4 := len(x) &^ 3
+	if useAsm && n4 > 0 {
+		axpyAVX2(c, unsafe.SliceData(x), unsafe.SliceData(y), n4)
+	} else {
+		n4 = 0
+	}
+	for i := n4; i < len(x); i++ {
+		y[i] += float64(c * x[i])
+	}
+}
+
+// dot8x64 returns the eight partial sums of dot8 over the first
+// len(x)&^7 elements.
+func dot8x64(x, y []float64) (s [8]float64) {
+	n8 := len(x) &^ 7
+	if n8 == 0 {
+		return s
+	}
+	y = y[:len(x)]
+	if useAsm {
+		dotAVX2(unsafe.SliceData(x), unsafe.SliceData(y), n8, &s)
+		return s
+	}
+	return dot8Go(x[:n8], y[:n8])
+}

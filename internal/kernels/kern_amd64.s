@@ -433,3 +433,53 @@ done:
 	VZEROUPPER
 	RET
 
+
+// func axpyAVX2(c float64, x, y *float64, n int)
+// y[i] += c*x[i] for i < n (n a multiple of 4): product rounded, then sum.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSD c+0(FP), Y0
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $2, CX
+	JZ   axdone
+axloop:
+	VMULPD (SI), Y0, Y1
+	VADDPD (DI), Y1, Y1
+	VMOVUPD Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  axloop
+axdone:
+	VZEROUPPER
+	RET
+
+// func dotAVX2(x, y *float64, n int, s *[8]float64)
+// s[k] = Σ_{i ≡ k mod 8, i < n} x[i]*y[i] in increasing i (n a multiple of
+// 8), each product rounded before its addition.
+TEXT ·dotAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	MOVQ s+24(FP), DX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	SHRQ $3, CX
+	JZ   dotdone
+dotloop:
+	VMOVUPD (SI), Y2
+	VMULPD (DI), Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VMOVUPD 32(SI), Y3
+	VMULPD 32(DI), Y3, Y3
+	VADDPD Y3, Y1, Y1
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  dotloop
+dotdone:
+	VMOVUPD Y0, (DX)
+	VMOVUPD Y1, 32(DX)
+	VZEROUPPER
+	RET

@@ -171,3 +171,16 @@ var (
 	sink32 float32
 	sink64 float64
 )
+
+// dot8Go returns the eight partial sums s[k] = Σ_{i ≡ k (mod 8)} x[i]·y[i],
+// each in increasing i, every product rounded before its addition; len(x)
+// is a multiple of 8. It is the twin of the assembly dot product.
+func dot8Go[T float32 | float64](x, y []T) (s [8]T) {
+	y = y[:len(x)]
+	for i := 0; i+8 <= len(x); i += 8 {
+		for k := 0; k < 8; k++ {
+			s[k] += T(x[i+k] * y[i+k])
+		}
+	}
+	return s
+}

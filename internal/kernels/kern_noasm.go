@@ -12,3 +12,12 @@ func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) { sgemmKern64Go(k
 func dgemmKern(kc int, a, b, c []float64, ldc int)             { dgemmKernGo(kc, a, b, c, ldc) }
 func fmaLoop32(n int) float64                                  { return fmaLoop32Go(n) }
 func fmaLoop64(n int) float64                                  { return fmaLoop64Go(n) }
+
+func axpy64(c float64, x, y []float64) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += float64(c * v)
+	}
+}
+
+func dot8x64(x, y []float64) [8]float64 { return dot8Go(x[:len(x)&^7], y[:len(x)&^7]) }

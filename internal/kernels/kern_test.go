@@ -263,3 +263,30 @@ func FuzzFMA32(f *testing.F) {
 		}
 	})
 }
+
+// TestVectorTwins checks the float64 dot-product and axpy helpers of the
+// factorizations against their Go twins for all small lengths.
+func TestVectorTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for n := 0; n < 70; n++ {
+		x, y := randMat64(r, n), randMat64(r, n)
+		for i := range x {
+			x[i] *= math.Ldexp(1, r.IntN(80)-40)
+		}
+		got := dot8x64(x, y)
+		want := dot8Go(x[:n&^7], y[:n&^7])
+		for k := range got {
+			if !bitsEqual64(got[k], want[k]) {
+				t.Fatalf("n=%d: dot partial %d = %g, Go twin %g", n, k, got[k], want[k])
+			}
+		}
+		c := r.NormFloat64()
+		y1 := append([]float64(nil), y...)
+		axpy64(c, x, y1)
+		for i := range y {
+			if w := y[i] + float64(c*x[i]); !bitsEqual64(y1[i], w) {
+				t.Fatalf("n=%d: axpy[%d] = %g, want %g", n, i, y1[i], w)
+			}
+		}
+	}
+}
