@@ -3,6 +3,9 @@ package calib
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // Routing is the router's decision for a batch of tokens: for every token
@@ -44,30 +47,91 @@ func Route(x []float32, tokens int, router []float32, cfg MoEConfig) (*Routing, 
 	}
 	r := &Routing{Tokens: tokens, Experts: ne, TopK: k,
 		Choice: make([]int32, tokens*k), Weight: make([]float32, tokens*k)}
-	logits := make([]float32, ne)
-	probs := make([]float32, ne)
-	for t := 0; t < tokens; t++ {
-		xt := x[t*h : (t+1)*h]
-		for e := 0; e < ne; e++ {
-			logits[e] = dot64(xt, router[e*h:(e+1)*h])
-		}
-		softmax32(probs, logits)
-		ch := r.Choice[t*k : (t+1)*k]
-		wt := r.Weight[t*k : (t+1)*k]
-		topK(ch, probs)
-		var sum float32
-		for j, e := range ch {
-			wt[j] = probs[e]
-			sum += probs[e]
-		}
-		if cfg.NormTopK {
-			for j := range wt {
-				wt[j] /= sum
-			}
-		}
+	// Tokens are independent: route blocks of them concurrently. Every
+	// token's arithmetic is the same whichever goroutine does it.
+	const block = 256
+	nblocks := (tokens + block - 1) / block
+	workers := min(runtime.GOMAXPROCS(0), nblocks)
+	r64 := make([]float64, len(router))
+	for i, v := range router {
+		r64[i] = float64(v)
 	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			logits := make([]float32, ne)
+			probs := make([]float32, ne)
+			x64 := make([]float64, h)
+			for {
+				b := int(next.Add(1)) - 1
+				if b >= nblocks {
+					return
+				}
+				for t := b * block; t < min(tokens, (b+1)*block); t++ {
+					for i, v := range x[t*h : (t+1)*h] {
+						x64[i] = float64(v)
+					}
+					routeToken(r, t, x64, r64, cfg, logits, probs)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	r.index()
 	return r, nil
+}
+
+// routeToken routes token t with activations xt (router and xt widened to
+// float64, which is exact).
+func routeToken(r *Routing, t int, xt, router []float64, cfg MoEConfig, logits, probs []float32) {
+	h, ne, k := cfg.Hidden, cfg.Experts, cfg.TopK
+	e := 0
+	for ; e+4 <= ne; e += 4 {
+		logits[e], logits[e+1], logits[e+2], logits[e+3] = dot64x4(xt,
+			router[e*h:(e+1)*h], router[(e+1)*h:(e+2)*h], router[(e+2)*h:(e+3)*h], router[(e+3)*h:(e+4)*h])
+	}
+	for ; e < ne; e++ {
+		var s float64
+		for i, v := range xt {
+			s += v * router[e*h+i]
+		}
+		logits[e] = float32(s)
+	}
+	softmax32(probs, logits)
+	ch := r.Choice[t*k : (t+1)*k]
+	wt := r.Weight[t*k : (t+1)*k]
+	topK(ch, probs)
+	var sum float32
+	for j, e := range ch {
+		wt[j] = probs[e]
+		sum += probs[e]
+	}
+	if cfg.NormTopK {
+		for j := range wt {
+			wt[j] /= sum
+		}
+	}
+}
+
+// dot64x4 is dot64 of x with four vectors at once: four independent
+// sequential sums (each exactly as dot64 computes it), interleaved so
+// that their additions overlap.
+//
+// Each product of two float32 values is exact in float64, so the result is
+// the same whether or not the compiler fuses multiply and add.
+func dot64x4(x, a, b, c, d []float64) (float32, float32, float32, float32) {
+	a, b, c, d = a[:len(x)], b[:len(x)], c[:len(x)], d[:len(x)]
+	var sa, sb, sc, sd float64
+	for i, xv := range x {
+		sa += xv * a[i]
+		sb += xv * b[i]
+		sc += xv * c[i]
+		sd += xv * d[i]
+	}
+	return float32(sa), float32(sb), float32(sc), float32(sd)
 }
 
 // dot64 returns Σ a[i]·b[i] accumulated in float64 in index order, rounded

@@ -228,3 +228,20 @@ func TestRouteErrors(t *testing.T) {
 		t.Error("top-k above expert count accepted")
 	}
 }
+
+// BenchmarkRoute35B routes tokens through a router of the Qwen3.6-35B-A3B
+// shape (256 experts, hidden 2048, top-8).
+func BenchmarkRoute35B(b *testing.B) {
+	cfg := MoEConfig{Hidden: 2048, Experts: 256, TopK: 8, ExpertInter: 512, NormTopK: true}
+	const tokens = 2048
+	x := synthX(b, tokens, cfg.Hidden, 1)
+	router := synthRouter(cfg.Experts, cfg.Hidden, 2)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Route(x, tokens, router, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	b.ReportMetric(2*float64(tokens*cfg.Experts*cfg.Hidden*b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
