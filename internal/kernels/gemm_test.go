@@ -102,6 +102,7 @@ func gemmCases() []gemmCase {
 				gemmCase{tA, tB, 6, 16, 256, 1, 1, 0},
 				gemmCase{tA, tB, 0, 5, 3, 1, 1, 0},
 				gemmCase{tA, tB, 4, 5, 0, 1, 2, 0},
+				gemmCase{tA, tB, 9, 20, 7, 0, 2, 1},
 			)
 		}
 	}
