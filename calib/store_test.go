@@ -13,7 +13,7 @@ import (
 
 // writeTestStore writes a store of 3 sequences (lengths 5, 9, 6) with two
 // sites and returns the activations written per site.
-func writeTestStore(t *testing.T, dir string, opt StoreOptions) map[string][]float32 {
+func writeTestStore(t testing.TB, dir string, opt StoreOptions) map[string][]float32 {
 	t.Helper()
 	lens := []int{5, 9, 6}
 	ids := [][]int32{{1, 2, 3, 4, 5}, {9, 8, 7, 6, 5, 4, 3, 2, 1}, {100, 200, 300, 400, 500, 600}}
