@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -101,7 +102,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	for _, t := range b.tensors {
 		roles[t.name] = t.role
 	}
-	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles}
+	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles, tensors: b.tensors}
 	return nil
 }
 
@@ -148,25 +149,134 @@ type storeHessians struct {
 	mu          sync.Mutex
 	cache       map[string]*hessEntry
 	roles       map[string]string // tensor name → role
+	tensors     []*storedTensor
+}
+
+// downInputs returns, for a down projection (shared expert or dense MLP),
+// its layer's gate and up projections, whose SwiGLU output is its input.
+func (s *storeHessians) downInputs(role TensorRole, layer int) (gate, up *storedTensor) {
+	g, u := RoleSharedGate, RoleSharedUp
+	if role == RoleMLPDown {
+		g, u = RoleMLPGate, RoleMLPUp
+	}
+	for _, t := range s.tensors {
+		if t.layer != layer {
+			continue
+		}
+		switch TensorRole(t.role) {
+		case g:
+			gate = t
+		case u:
+			up = t
+		}
+	}
+	return gate, up
+}
+
+// downHessian accumulates the Hessian of silu(x·Gᵀ) ⊙ (x·Uᵀ) over the
+// calibration tokens of the layer's MoE input, with the source gate and up
+// weights.
+func (s *storeHessians) downHessian(ctx context.Context, role TensorRole, layer, cols int) ([]float64, int64, string, error) {
+	gt, ut := s.downInputs(role, layer)
+	if gt == nil || ut == nil || len(gt.shape) != 2 || !equalShape(gt.shape, ut.shape) || int(gt.shape[0]) != cols {
+		return nil, 0, "the layer's gate and up projections, whose output feeds this matrix, were not found", nil
+	}
+	si, ok := s.store.Site(layer, calib.SiteMoE)
+	if !ok {
+		return nil, 0, fmt.Sprintf("calibration store has no %q inputs for layer %d", calib.SiteMoE, layer), nil
+	}
+	hidden := int(gt.shape[1])
+	if si.Cols != hidden {
+		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the gate projection %d inputs", calib.SiteMoE, layer, si.Cols, hidden), nil
+	}
+	g, err := sourceFloats(gt)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	u, err := sourceFloats(ut)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	h := gptq.NewHessian(cols)
+	var a []float32
+	err = s.store.Stream(layer, calib.SiteMoE, 0, s.calibTokens, 1024, func(_ int64, rows []float32) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := len(rows) / hidden
+		a = swigluRows(a[:0], rows, n, hidden, g, u, cols)
+		return h.Add(a, n)
+	})
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return h.Matrix(), h.Tokens(), "", nil
+}
+
+// swigluRows appends silu(x·Gᵀ) ⊙ (x·Uᵀ) for n rows of x (n×hidden) with
+// G, U of shape inter×hidden, in float32 with float64 dot products.
+func swigluRows(dst, x []float32, n, hidden int, g, u []float32, inter int) []float32 {
+	for t := 0; t < n; t++ {
+		row := x[t*hidden : (t+1)*hidden]
+		for j := 0; j < inter; j++ {
+			var sg, su float64
+			gr, ur := g[j*hidden:(j+1)*hidden], u[j*hidden:(j+1)*hidden]
+			for k, v := range row {
+				sg += float64(v) * float64(gr[k])
+				su += float64(v) * float64(ur[k])
+			}
+			gv := float32(sg)
+			silu := gv / (1 + float32(math.Exp(float64(-gv))))
+			dst = append(dst, silu*float32(su))
+		}
+	}
+	return dst
 }
 
 type hessEntry struct {
-	once sync.Once
-	h    []float64
-	n    int64
-	err  error
-	cols int
+	once   sync.Once
+	h      []float64
+	n      int64
+	reason string
+	err    error
+	cols   int
 }
 
 func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, expert int, cols int) ([]float64, int64, string, error) {
+	if r := TensorRole(s.roles[tensor]); (r == RoleSharedDown || r == RoleMLPDown) && layer >= 0 {
+		return s.cached(fmt.Sprintf("%d/down/%s", layer, r), cols, func() ([]float64, int64, string, error) {
+			return s.downHessian(ctx, r, layer, cols)
+		})
+	}
 	site := siteOf(s.roles[tensor])
 	if site == "" || layer < 0 {
 		return nil, 0, "no calibration inputs are defined for this matrix", nil
 	}
-	if _, ok := s.store.Site(layer, site); !ok {
+	si, ok := s.store.Site(layer, site)
+	if !ok {
 		return nil, 0, fmt.Sprintf("calibration store has no %q inputs for layer %d", site, layer), nil
 	}
-	key := fmt.Sprintf("%d/%s", layer, site)
+	if si.Cols != cols {
+		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the matrix %d inputs", site, layer, si.Cols, cols), nil
+	}
+	return s.cached(fmt.Sprintf("%d/%s", layer, site), cols, func() ([]float64, int64, string, error) {
+		h := gptq.NewHessian(cols)
+		err := s.store.Stream(layer, site, 0, s.calibTokens, 4096, func(_ int64, rows []float32) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return h.Add(rows, len(rows)/cols)
+		})
+		if err != nil {
+			return nil, 0, "", err
+		}
+		return h.Matrix(), h.Tokens(), "", nil
+	})
+}
+
+// cached computes a Hessian once per key; matrices sharing an input (q, k
+// and v; gate and up) share it.
+func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, int64, string, error)) ([]float64, int64, string, error) {
 	s.mu.Lock()
 	e := s.cache[key]
 	if e == nil {
@@ -175,24 +285,11 @@ func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, exper
 	}
 	s.mu.Unlock()
 	e.once.Do(func() {
-		si, _ := s.store.Site(layer, site)
-		e.cols = si.Cols
-		h := gptq.NewHessian(si.Cols)
-		e.err = s.store.Stream(layer, site, 0, s.calibTokens, 4096, func(_ int64, rows []float32) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return h.Add(rows, len(rows)/si.Cols)
-		})
-		if e.err == nil {
-			e.h, e.n = h.Matrix(), h.Tokens()
-		}
+		e.h, e.n, e.reason, e.err = compute()
+		e.cols = cols
 	})
 	if e.err != nil {
 		return nil, 0, "", e.err
 	}
-	if e.cols != cols {
-		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the matrix %d inputs", site, layer, e.cols, cols), nil
-	}
-	return e.h, e.n, "", nil
+	return e.h, e.n, e.reason, nil
 }

@@ -215,11 +215,10 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 		}
 	}
 	jobOf := map[string]*job{}
-	for f, i := range pending {
+	for _, i := range pending {
 		for _, st := range b.jobs[i].tensors {
 			jobOf[st.name] = b.jobs[i]
 		}
-		_ = f
 	}
 	done := map[string]*produced{}
 	count := map[string]int{}

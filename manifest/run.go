@@ -1,12 +1,10 @@
 package manifest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/gptq"
 )
 
@@ -671,7 +668,3 @@ func planInfo(p *Plan) PlanInfo {
 	pi.SHA256 = sha256Hex(data)
 	return pi
 }
-
-var _ = bytes.Equal
-var _ = io.EOF
-var _ = bfp.BFP8

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/safetensors"
@@ -185,7 +184,6 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	for _, t := range m.Tensors {
 		byFile[t.File] = append(byFile[t.File], t)
 	}
-	var mu sync.Mutex
 	perFile := make([][]Failure, len(toCheck))
 	err = parallelFor(ctx, len(toCheck), opt.Workers, func(i int) error {
 		perFile[i] = checkFile(dir, toCheck[i], byFile[toCheck[i].Name])
@@ -194,11 +192,9 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	if err != nil {
 		return nil, err
 	}
-	mu.Lock()
 	for _, fs := range perFile {
 		rep.Failures = append(rep.Failures, fs...)
 	}
-	mu.Unlock()
 
 	if opt.Source != "" {
 		sf, err := verifySource(ctx, dir, m, opt)
