@@ -207,7 +207,9 @@ type LayerStats struct {
 	Fallbacks    int     `json:"fallbacks"`
 	ProxyLoss    float64 `json:"proxy_loss"`
 	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
-	Tokens       int64   `json:"tokens"`
+	// Tokens is the number of routed (token, expert) pairs of the layer's
+	// calibration tokens: Σ over its experts of the tokens each received.
+	Tokens int64 `json:"routed_tokens"`
 	// The held-out MoE block error of a GPTQ expert layer: the mean
 	// squared difference between the block output with the stored experts
 	// (HeldOutMSE) or with round-to-nearest experts (HeldOutRTNMSE) and the

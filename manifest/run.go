@@ -439,7 +439,9 @@ func layerStats(ms []MatrixStats) []LayerStats {
 		}
 		l.ProxyLoss += s.ProxyLoss
 		l.RTNProxyLoss += s.RTNProxyLoss
-		l.Tokens += s.Tokens
+		if s.Expert != nil && strings.HasSuffix(s.Tensor, "gate_up_proj") {
+			l.Tokens += s.Tokens
+		}
 	}
 	var out []LayerStats
 	for _, l := range by {
