@@ -32,7 +32,8 @@
 // tests, which check it against exact arithmetic and against the
 // hardware). NaN results agree as NaN, not necessarily in payload bits.
 //
-// Results never depend on the number of goroutines (SetWorkers): output
+// All functions are safe for concurrent use. Results never depend on the
+// number of goroutines (SetWorkers): output
 // tiles are split among goroutines, each output element is produced by a
 // single goroutine, and its order of operations depends only on the
 // inner-dimension block size (256), which is a constant.

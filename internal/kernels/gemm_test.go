@@ -293,3 +293,51 @@ func TestSgemmWidePanel(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentCalls runs products from several goroutines at once: the
+// kernels share only pools of scratch buffers, so results must match the
+// serial ones.
+func TestConcurrentCalls(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	m, n, k := 50, 70, 300
+	a, b := randMat32(r, m*k), randMat32(r, k*n)
+	want := make([]float32, m*n)
+	Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, want, n)
+	x := randMat32(r, k*n)
+	wantH := make([]float64, n*n)
+	SyrkLower64(n, k, x, n, wantH, n)
+	errs := make(chan string, 8)
+	done := make(chan struct{})
+	for g := 0; g < 8; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			c := make([]float32, m*n)
+			h := make([]float64, n*n)
+			for it := 0; it < 5; it++ {
+				clear(c)
+				clear(h)
+				Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+				SyrkLower64(n, k, x, n, h, n)
+				for i := range c {
+					if !bitsEqual32(c[i], want[i]) {
+						errs <- "Sgemm differs under concurrency"
+						return
+					}
+				}
+				for i := range h {
+					if !bitsEqual64(h[i], wantH[i]) {
+						errs <- "SyrkLower64 differs under concurrency"
+						return
+					}
+				}
+			}
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
