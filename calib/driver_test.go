@@ -202,7 +202,8 @@ func TestStarvedExperts(t *testing.T) {
 			}
 			for _, e := range []int{6, 7} {
 				st := rep.Experts[e]
-				if !st.Starved || st.Policy != pol || !strings.Contains(st.Reason, "minimum 11") {
+				wantReason := []string{"no routed calibration tokens", "3 routed calibration tokens, minimum 11"}[e-6]
+				if !st.Starved || st.Policy != pol || st.Reason != wantReason {
 					t.Errorf("expert %d: starved %v policy %q reason %q", e, st.Starved, st.Policy, st.Reason)
 				}
 				if st.Tokens != []int{0, 3}[e-6] {

@@ -185,6 +185,9 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 	case starved:
 		st.Starved, st.Policy = true, d.opt.Starved
 		st.Reason = fmt.Sprintf("%d routed calibration tokens, minimum %d", n, d.opt.MinTokens)
+		if n == 0 {
+			st.Reason = "no routed calibration tokens"
+		}
 		switch d.opt.Starved {
 		case StarvedRTN:
 			q, st.Matrices, err = qz.allRTN(w, inter, "starved expert: "+st.Reason)
