@@ -1,5 +1,6 @@
 // Package kernels holds the dense linear-algebra kernels that dominate
-// quantization time: the Hessian accumulation XᵀX (SyrkLower64), general
+// quantization time: the Hessian accumulation XᵀX (SyrkLower64, and
+// GramAccumulator for row streams in arbitrary batches), general
 // matrix products (Sgemm, Dgemm; the GPTQ lazy block update is one Sgemm
 // call), and the Cholesky-based factorizations GPTQ needs (Dpotrf, Dtrtri,
 // Dpotri, CholInvUpper, and their float32 forms Spotrf, Strtri, Spotri,

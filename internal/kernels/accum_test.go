@@ -1,0 +1,59 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestGramAccumulatorBatchingIndependent(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 34))
+	n, rows := 37, 1100
+	x := randMat32(r, rows*n)
+	// Reference: one call per 256-row block, float64 sum, mirrored.
+	want := make([]float64, n*n)
+	for b := 0; b < rows; b += blockK {
+		SyrkLower64(n, min(blockK, rows-b), x[b*n:], n, want, n)
+	}
+	SymmetrizeLower64(n, want, n)
+	for _, batches := range [][]int{{rows}, {1, 2, 3, 250, 300, 544}, {256, 256, 256, 256, 76}, {700, 400}} {
+		g := NewGramAccumulator(n)
+		at := 0
+		for _, b := range batches {
+			g.Add(x[at*n:], b, n)
+			at += b
+		}
+		if g.Rows() != int64(rows) {
+			t.Fatalf("Rows = %d", g.Rows())
+		}
+		got := g.Matrix()
+		for i := range got {
+			if !bitsEqual64(got[i], want[i]) {
+				t.Fatalf("batches %v: element %d = %g, want %g", batches, i, got[i], want[i])
+			}
+		}
+	}
+	// Strided input and Merge.
+	ld := n + 3
+	xs := make([]float32, 10*ld)
+	for i := 0; i < 10; i++ {
+		copy(xs[i*ld:i*ld+n], x[i*n:i*n+n])
+	}
+	a, b := NewGramAccumulator(n), NewGramAccumulator(n)
+	a.Add(xs, 4, ld)
+	b.Add(xs[4*ld:], 6, ld)
+	a.Merge(b)
+	c := NewGramAccumulator(n)
+	c.Add(x, 4, n)
+	d := NewGramAccumulator(n)
+	d.Add(x[4*n:], 6, n)
+	c.Merge(d)
+	ma, mc := a.Matrix(), c.Matrix()
+	for i := range ma {
+		if !bitsEqual64(ma[i], mc[i]) {
+			t.Fatalf("strided input differs at %d", i)
+		}
+	}
+	if a.Rows() != 10 || a.N() != n {
+		t.Errorf("Rows %d N %d", a.Rows(), a.N())
+	}
+}
