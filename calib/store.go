@@ -552,14 +552,12 @@ func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf
 			return fmt.Errorf("calib: %s: reading rows %d..%d: %w", path, r, r+k, err)
 		}
 		v := vals[:k*int64(si.Cols)]
+		dt := safetensors.BF16
 		if si.DType == "F32" {
-			for i := range v {
-				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
-			}
-		} else {
-			for i := range v {
-				v[i] = safetensors.BF16ToFloat32(binary.LittleEndian.Uint16(buf[2*i:]))
-			}
+			dt = safetensors.F32
+		}
+		if err := safetensors.DecodeFloat32s(v, buf[:nb], dt); err != nil {
+			return fmt.Errorf("calib: %s: %w", path, err)
 		}
 		if err := fn(r, v); err != nil {
 			return err

@@ -231,3 +231,41 @@ func TestStoreErrors(t *testing.T) {
 		t.Error("rows past the end read")
 	}
 }
+
+// BenchmarkStoreStream measures reading a BF16 site back as float32.
+func BenchmarkStoreStream(b *testing.B) {
+	const rows, cols = 8192, 2048
+	dir := b.TempDir()
+	w, err := CreateStore(dir, Provenance{Model: "bench", Sequences: 1, Tokens: rows}, []int{rows}, nil, StoreOptions{ShardBytes: 16 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sw, _ := w.BeginSite(0, SiteMoE, cols)
+	x := synthX(b, rows, cols, 3)
+	if err := sw.Write(x); err != nil {
+		b.Fatal(err)
+	}
+	if err := sw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(rows * cols * 2)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var sum float32
+		err := s.Stream(0, SiteMoE, 0, rows, 4096, func(_ int64, r []float32) error {
+			sum += r[0]
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(rows*cols*2)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
