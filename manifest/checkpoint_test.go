@@ -828,3 +828,30 @@ func TestGPTQDenseSelection(t *testing.T) {
 		t.Fatalf("%v", rep.Failures)
 	}
 }
+
+// TestVerifyReappliesPlan edits the rule a tensor claims to come from:
+// only re-resolving the plan against the source can tell.
+func TestVerifyReappliesPlan(t *testing.T) {
+	src, _ := tinyFixture(t)
+	dir := t.TempDir()
+	copyTree(t, reference(t, "convert"), dir)
+	c, err := OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Manifest()
+	name := "model.language_model.layers.3.self_attn.q_proj.weight"
+	for i := range m.Tensors {
+		if m.Tensors[i].Name == name {
+			m.Tensors[i].Rule = 0
+		}
+	}
+	rewriteManifest(t, dir, m)
+	if rep := mustVerify(t, dir, VerifyOptions{}); !rep.OK {
+		t.Fatalf("without the source: %v", rep.Failures)
+	}
+	rep := mustVerify(t, dir, VerifyOptions{Source: src})
+	if rep.OK || len(rep.Failures) != 1 || rep.Failures[0].Tensor != name || !strings.Contains(rep.Failures[0].What, "the plan gives") {
+		t.Fatalf("against the source: %v", rep.Failures)
+	}
+}

@@ -55,6 +55,8 @@ func verifySource(ctx context.Context, dir string, m *Manifest, opt VerifyOption
 		}
 	}
 
+	out = append(out, checkPlan(m, model)...)
+
 	stats := map[string]MatrixStats{}
 	for _, s := range m.TTQuant.Matrices {
 		stats[s.Tensor] = s
@@ -172,6 +174,44 @@ func checkAgainstSource(dir string, model *safetensors.Model, t TensorEntry, sta
 		} else if e := sqErr(vals, q); e != s.Error {
 			bad("error against the source is %g, the manifest records %g", e, s.Error)
 		}
+	}
+	return out
+}
+
+// checkPlan resolves the recorded plan against the source again and
+// compares the planned tensors with the stored ones: the same names, rules,
+// formats and shapes.
+func checkPlan(m *Manifest, model *safetensors.Model) []Failure {
+	p := &Plan{Name: m.Plan.Name}
+	for _, r := range m.Plan.Rules {
+		p.Rules = append(p.Rules, Rule{Pattern: r.Pattern, Format: r.Format, Method: r.Method, Axis: r.Axis, Tile: r.Tile})
+	}
+	if planInfo(p).SHA256 != m.Plan.SHA256 {
+		return []Failure{{File: ManifestName, What: "plan.sha256 does not match the recorded rules"}}
+	}
+	sts, err := resolveStored(p, model, ResolveOptions{ExpertsPerFile: m.Layout.ExpertsPerFile, DenseShardBytes: m.Layout.DenseShardBytes})
+	if err != nil {
+		return []Failure{{File: ManifestName, What: "the recorded plan does not apply to the source: " + err.Error()}}
+	}
+	have := map[string]TensorEntry{}
+	for _, t := range m.Tensors {
+		have[t.Name] = t
+	}
+	var out []Failure
+	for _, st := range sts {
+		t, ok := have[st.name]
+		if !ok {
+			out = append(out, Failure{File: ManifestName, Tensor: st.name, What: "the plan stores this tensor; the checkpoint does not have it"})
+			continue
+		}
+		delete(have, st.name)
+		if t.Rule != st.rule || t.Format != st.format || !equalShape(t.Shape, st.shape) || t.DType != st.outDType {
+			out = append(out, Failure{File: t.File, Tensor: t.Name, What: fmt.Sprintf("stored as %s %s %v by rule %d; the plan gives %s %s %v by rule %d",
+				t.Format, t.DType, t.Shape, t.Rule, st.format, st.outDType, st.shape, st.rule)})
+		}
+	}
+	for name, t := range have {
+		out = append(out, Failure{File: t.File, Tensor: name, What: "not a tensor the plan stores for this source"})
 	}
 	return out
 }
