@@ -463,3 +463,22 @@ func TestGridPerMatrix(t *testing.T) {
 		t.Errorf("grid error: %v", err)
 	}
 }
+
+func TestQuantizeMoELayerCancel(t *testing.T) {
+	cfg := MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 16}
+	l := testLayer(cfg, 3)
+	cal := activations(t, 0, 256, 64, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	_, err := QuantizeMoELayer(ctx, l, cal, Activations{}, LayerOptions{Workers: 4}, func(*ExpertResult) error {
+		n++
+		if n == 2 {
+			cancel()
+		}
+		return nil
+	})
+	if err != context.Canceled || n > 2+2*4 {
+		t.Errorf("after cancelling: error %v, %d results emitted", err, n)
+	}
+}
