@@ -3,8 +3,6 @@ package calib
 import (
 	"fmt"
 	"hash/fnv"
-
-	"github.com/ttquant/ttquant/safetensors"
 )
 
 // SynthStoreOptions configures SynthesizeStore.
@@ -130,13 +128,4 @@ func (s *Store) LoadActivations(layer int, site string, heldOutSeqs int) (calib,
 	calib = Activations{X: x[: cut*c : cut*c], Tokens: int(cut)}
 	heldOut = Activations{X: x[cut*c:], Tokens: int(si.Tokens - cut)}
 	return calib, heldOut, nil
-}
-
-// storeDType parses a store dtype name ("BF16", "F32").
-func storeDType(s string) (safetensors.DType, error) {
-	d, err := safetensors.ParseDType(s)
-	if err != nil || (d != safetensors.BF16 && d != safetensors.F32) {
-		return 0, fmt.Errorf("calib: store dtype %q not supported (want BF16 or F32)", s)
-	}
-	return d, nil
 }
