@@ -192,8 +192,28 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 	}
 }
 
-// run executes the plan on up to Workers() goroutines.
-func (pl *gemmPlan[T]) run() {
+// panelOffset returns where the packed panel (jc, pc) of op(B) starts in
+// a whole-matrix packing: panels are stored jc-major, then pc, each
+// roundUp(nc, nr)×kc.
+func panelOffset(n, k, nr, jc, pc int) int {
+	nc := min(blockN, n-jc)
+	return jc*k + roundUp(nc, nr)*pc
+}
+
+// packedSize is the length of a whole-matrix packing of a k×n op(B).
+func packedSize(n, k, nr int) int {
+	if n == 0 || k == 0 {
+		return 0
+	}
+	last := (n - 1) / blockN * blockN
+	return panelOffset(n, k, nr, last, 0) + roundUp(n-last, nr)*k
+}
+
+// run executes the plan on up to Workers() goroutines. When pre is not
+// nil it holds op(B) already packed for every panel (see packedSize).
+func (pl *gemmPlan[T]) run() { pl.runPacked(nil) }
+
+func (pl *gemmPlan[T]) runPacked(pre []T) {
 	m, n, k := pl.m, pl.n, pl.k
 	if m == 0 || n == 0 || k == 0 {
 		return
@@ -213,13 +233,23 @@ func (pl *gemmPlan[T]) run() {
 			mc = t
 		}
 	}
-	nTasks := ceilDiv(m, mc)
+	nRow := ceilDiv(m, mc)
+	// Few row blocks (a short A): split the columns too, so that every
+	// worker has something to do. Each task packs its own copy of its A
+	// block, which is small in that case.
+	nCol := 1
+	if !pl.lowerC && nRow < minTask*workers {
+		nCol = ceilDiv(minTask*workers, nRow)
+	}
 	kcMax := min(k, blockK)
 	ncMax := min(roundUp(n, nr), blockN)
-	bpBuf := getBuf[T](ncMax * kcMax)
-	defer putBuf(bpBuf)
-	bp := *bpBuf
-	apBufs := make([]*[]T, min(workers, nTasks))
+	var bp []T
+	if pre == nil {
+		bpBuf := getBuf[T](ncMax * kcMax)
+		defer putBuf(bpBuf)
+		bp = *bpBuf
+	}
+	apBufs := make([]*[]T, min(workers, nRow*nCol))
 	defer func() {
 		for _, b := range apBufs {
 			if b != nil {
@@ -230,19 +260,28 @@ func (pl *gemmPlan[T]) run() {
 	for jc := 0; jc < n; jc += blockN {
 		nc := min(blockN, n-jc)
 		nSl := ceilDiv(nc, nr)
+		nColJ := min(nCol, nSl)
+		nTasks := nRow * nColJ
 		for pc := 0; pc < k; pc += blockK {
 			kc := min(blockK, k-pc)
-			chunks := min(workers, nSl)
-			parallelFor(chunks, workers, func(t, _ int) {
-				pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
-			})
+			panel := bp
+			if pre != nil {
+				off := panelOffset(n, k, nr, jc, pc)
+				panel = pre[off : off+roundUp(nc, nr)*kc]
+			} else {
+				chunks := min(workers, nSl)
+				parallelFor(chunks, workers, func(t, _ int) {
+					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
+				})
+			}
 			parallelFor(nTasks, workers, func(t, w int) {
 				if pl.lowerC {
 					// The bottom row blocks of a triangle carry the
 					// most tiles: hand them out first.
 					t = nTasks - 1 - t
 				}
-				ic := t * mc
+				ic := (t / nColJ) * mc
+				s0, s1 := (t%nColJ)*nSl/nColJ, (t%nColJ+1)*nSl/nColJ
 				mcc := min(mc, m-ic)
 				if pl.skipTile(ic, mcc, jc, pc, kc) {
 					return
@@ -258,7 +297,8 @@ func (pl *gemmPlan[T]) run() {
 					i := ic + ir
 					mv := min(mr, m-i)
 					as := ap[(ir/mr)*mr*kc : (ir/mr+1)*mr*kc]
-					for jr := 0; jr < nc; jr += nr {
+					for sl := s0; sl < s1; sl++ {
+						jr := sl * nr
 						j := jc + jr
 						if pl.lowerC && j > i+mv-1 {
 							break // the rest of the row block is above the diagonal
@@ -267,7 +307,7 @@ func (pl *gemmPlan[T]) run() {
 						if pl.skipTile(i, mv, j, pc, kc) {
 							continue
 						}
-						pl.tile(kc, as, bp[(jr/nr)*nr*kc:(jr/nr+1)*nr*kc], i, j, mv, nv)
+						pl.tile(kc, as, panel[sl*nr*kc:(sl+1)*nr*kc], i, j, mv, nv)
 					}
 				}
 			})

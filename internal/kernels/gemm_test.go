@@ -341,3 +341,46 @@ func TestConcurrentCalls(t *testing.T) {
 		t.Fatal(e)
 	}
 }
+
+func TestSgemmPackedMatchesSgemm(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 36))
+	for _, sz := range [][3]int{{1, 1, 1}, {3, 70, 300}, {20, blockN + 20, 260}, {130, 33, 513}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		for _, tB := range []bool{false, true} {
+			for _, tA := range []bool{false, true} {
+				lda := k
+				if tA {
+					lda = m
+				}
+				ldb := n + 1
+				if tB {
+					ldb = k + 1
+				}
+				a := randMat32(r, m*k)
+				rb := k
+				if tB {
+					rb = n
+				}
+				b := randMat32(r, rb*ldb)
+				pb := PackB32(tB, k, n, b, ldb)
+				if pb.Rows() != k || pb.Cols() != n {
+					t.Fatalf("packed dims %d×%d", pb.Rows(), pb.Cols())
+				}
+				c1 := randMat32(r, m*n)
+				c2 := append([]float32(nil), c1...)
+				Sgemm(tA, tB, m, n, k, -0.5, a, lda, b, ldb, 1, c1, n)
+				for _, w := range []int{1, 3} {
+					c3 := append([]float32(nil), c2...)
+					prev := SetWorkers(w)
+					SgemmPacked(tA, m, -0.5, a, lda, pb, 1, c3, n)
+					SetWorkers(prev)
+					for i := range c1 {
+						if !bitsEqual32(c1[i], c3[i]) {
+							t.Fatalf("%v tA=%v tB=%v w=%d: element %d = %g, Sgemm %g", sz, tA, tB, w, i, c3[i], c1[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
