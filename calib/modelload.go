@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/ttquant/ttquant/safetensors"
@@ -34,7 +35,7 @@ func LoadMoEBlock(m *safetensors.Model, prefix string, c MoEConfig) (*MoELayer, 
 		if !ok {
 			return nil, fmt.Errorf("calib: %s: no tensor %q", m.Path(), name)
 		}
-		if !sameShape(ti.Shape, shape) {
+		if !slices.Equal(ti.Shape, shape) {
 			return nil, fmt.Errorf("calib: %s: tensor %s has shape %v, the config implies %v", f.Path(), name, ti.Shape, shape)
 		}
 		v, err := f.Float32s(name)
@@ -68,14 +69,14 @@ func LoadMoEBlock(m *safetensors.Model, prefix string, c MoEConfig) (*MoELayer, 
 	}
 	src := &modelExperts{m: m, prefix: prefix, c: c}
 	if f, ti, ok := m.Lookup(prefix + "experts.gate_up_proj"); ok {
-		if !sameShape(ti.Shape, []int64{e, 2 * in, h}) {
+		if !slices.Equal(ti.Shape, []int64{e, 2 * in, h}) {
 			return nil, fmt.Errorf("calib: %s: tensor %sexperts.gate_up_proj has shape %v, the config implies [%d %d %d]", f.Path(), prefix, ti.Shape, e, 2*in, h)
 		}
 		f2, ti2, ok := m.Lookup(prefix + "experts.down_proj")
 		if !ok {
 			return nil, fmt.Errorf("calib: %s: fused experts without %sexperts.down_proj", m.Path(), prefix)
 		}
-		if !sameShape(ti2.Shape, []int64{e, h, in}) {
+		if !slices.Equal(ti2.Shape, []int64{e, h, in}) {
 			return nil, fmt.Errorf("calib: %s: tensor %sexperts.down_proj has shape %v, the config implies [%d %d %d]", f2.Path(), prefix, ti2.Shape, e, h, in)
 		}
 		src.fused = true
@@ -90,7 +91,7 @@ func LoadMoEBlock(m *safetensors.Model, prefix string, c MoEConfig) (*MoELayer, 
 				if !ok {
 					return nil, fmt.Errorf("calib: %s: no tensor %q (and no fused %sexperts.gate_up_proj)", m.Path(), name, prefix)
 				}
-				if !sameShape(ti.Shape, p.shape) {
+				if !slices.Equal(ti.Shape, p.shape) {
 					return nil, fmt.Errorf("calib: %s: tensor %s has shape %v, the config implies %v", f.Path(), name, ti.Shape, p.shape)
 				}
 			}
@@ -98,18 +99,6 @@ func LoadMoEBlock(m *safetensors.Model, prefix string, c MoEConfig) (*MoELayer, 
 	}
 	l.Experts = src
 	return l, nil
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // modelExperts reads routed experts from a checkpoint on demand.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -183,7 +184,7 @@ func readDump(path, name string, shape []int64) (Dump, error) {
 	}
 	defer f.Close()
 	info, _ := f.Lookup(name)
-	if !equalShape(info.Shape, shape) {
+	if !slices.Equal(info.Shape, shape) {
 		return Dump{}, fmt.Errorf("%s: tensor %q has shape %v; the checkpoint's is %v", path, name, info.Shape, shape)
 	}
 	raw, err := f.ReadTensor(name)
@@ -207,16 +208,4 @@ func readDump(path, name string, shape []int64) (Dump, error) {
 		return Dump{}, fmt.Errorf("%s: tensor %q is %v; a dump must be BF16 or F32", path, name, info.DType)
 	}
 	return d, nil
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

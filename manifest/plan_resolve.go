@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -385,7 +386,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 			return nil, fmt.Errorf("expert %s: needs gate_proj, up_proj and down_proj; some are missing", where)
 		}
 		g, u, d := x.gate.info, x.up.info, x.down.info
-		if !sameShape(g.Shape, u.Shape) || g.DType != u.DType || g.Shape[1] != d.Shape[0] || g.Shape[0] != d.Shape[1] {
+		if !slices.Equal(g.Shape, u.Shape) || g.DType != u.DType || g.Shape[1] != d.Shape[0] || g.Shape[0] != d.Shape[1] {
 			return nil, fmt.Errorf("expert %s: gate_proj %s%v, up_proj %s%v and down_proj %v disagree (want [I, H], [I, H], [H, I])", where, g.DType, g.Shape, u.DType, u.Shape, d.Shape)
 		}
 		r.Experts = max(r.Experts, c.Expert+1)
@@ -635,18 +636,6 @@ func firstN(s []string, n int) []string {
 		return append(append([]string(nil), s[:n]...), "…")
 	}
 	return s
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // sortNatural sorts planned tensors by name, comparing all-digit dotted

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,10 +28,10 @@ func TestPRNGVectors(t *testing.T) {
 		t.Errorf("fnv1a64(\"a\") = %#x", got)
 	}
 	// SplitMix64 from state 0: the published first outputs.
-	r := &splitMix64{}
+	r := &SplitMix64{}
 	want := []uint64{0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f}
 	for i, w := range want {
-		if got := r.next(); got != w {
+		if got := r.Next(); got != w {
 			t.Errorf("splitmix64 output %d = %#x, want %#x", i, got, w)
 		}
 	}
@@ -141,7 +142,7 @@ func TestReplicaShapes(t *testing.T) {
 			t.Errorf("missing %s", name)
 			continue
 		}
-		if s.DType != w.dtype || !equalShape(s.Shape, w.shape) {
+		if s.DType != w.dtype || !slices.Equal(s.Shape, w.shape) {
 			t.Errorf("%s: %s %v, want %s %v", name, s.DType, s.Shape, w.dtype, w.shape)
 		}
 	}
@@ -150,18 +151,6 @@ func TestReplicaShapes(t *testing.T) {
 			t.Errorf("%s present: layer types wrong", bad)
 		}
 	}
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // hashDir returns the sha256 of every regular file in dir.
