@@ -14,12 +14,12 @@ import (
 
 // testLayer builds a small MoE block with deterministic weights.
 func testLayer(cfg MoEConfig, seed uint64) *MoELayer {
-	rng := splitmix{state: seed}
+	rng := splitmix{State: seed}
 	mat := func(rows, cols int) []float32 {
 		w := make([]float32, rows*cols)
 		s := 1 / sqrtApprox(float32(cols))
 		for i := range w {
-			w[i] = (2*rng.uniform() - 1) * s
+			w[i] = (2*rng.Unit() - 1) * s
 		}
 		return w
 	}

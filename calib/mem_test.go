@@ -19,12 +19,12 @@ type synthExperts struct {
 }
 
 func (s synthExperts) Expert(e int) (*ExpertWeights, error) {
-	rng := splitmix{state: s.seed + uint64(e)*0x9e3779b97f4a7c15}
+	rng := splitmix{State: s.seed + uint64(e)*0x9e3779b97f4a7c15}
 	mat := func(rows, cols int) []float32 {
 		w := make([]float32, rows*cols)
 		sc := 1 / sqrtApprox(float32(cols))
 		for i := range w {
-			w[i] = (2*rng.uniform() - 1) * sc
+			w[i] = (2*rng.Unit() - 1) * sc
 		}
 		return w
 	}

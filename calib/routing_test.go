@@ -106,10 +106,10 @@ func compareRouting(t *testing.T, x []float32, tokens int, router []float32, cfg
 }
 
 func synthRouter(experts, hidden int, seed uint64) []float32 {
-	rng := splitmix{state: seed}
+	rng := splitmix{State: seed}
 	w := make([]float32, experts*hidden)
 	for i := range w {
-		w[i] = (2*rng.uniform() - 1) / 16
+		w[i] = (2*rng.Unit() - 1) / 16
 	}
 	return w
 }

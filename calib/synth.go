@@ -1,6 +1,10 @@
 package calib
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ttquant/ttquant/internal/testmodel"
+)
 
 // SynthConfig parameterises the synthetic activation generator.
 type SynthConfig struct {
@@ -79,7 +83,7 @@ func NewSynth(cfg SynthConfig) (*Synth, error) {
 		cfg.Noise = 0.25
 	}
 	s := &Synth{cfg: cfg}
-	rng := splitmix{state: cfg.Seed ^ 0x9e3779b97f4a7c15}
+	rng := splitmix{State: cfg.Seed ^ 0x9e3779b97f4a7c15}
 	h, f := cfg.Hidden, cfg.Factors
 	s.mix = make([]float32, h*f)
 	norm := float32(1)
@@ -87,12 +91,12 @@ func NewSynth(cfg SynthConfig) (*Synth, error) {
 		norm = 1 / sqrtApprox(float32(f))
 	}
 	for i := range s.mix {
-		s.mix[i] = rng.gauss() * norm
+		s.mix[i] = gauss(&rng) * norm
 	}
 	s.chScale = make([]float32, h)
 	for i := range s.chScale {
 		// Between 1/4 and 4, skewed towards small: u⁴ spread.
-		u := rng.uniform()
+		u := rng.Unit()
 		u4 := float32(float32(u*u) * float32(u*u))
 		s.chScale[i] = 0.25 + float32(3.75*u4)
 	}
@@ -102,10 +106,10 @@ func NewSynth(cfg SynthConfig) (*Synth, error) {
 		perm[i] = i
 	}
 	for i := 0; i < cfg.Massive; i++ {
-		j := i + int(rng.next()%uint64(h-i))
+		j := i + int(rng.Next()%uint64(h-i))
 		perm[i], perm[j] = perm[j], perm[i]
-		v := 0.75 + float32(0.5*rng.uniform())
-		if rng.next()&1 == 1 {
+		v := 0.75 + float32(0.5*rng.Unit())
+		if rng.Next()&1 == 1 {
 			v = -v
 		}
 		s.massive = append(s.massive, perm[i])
@@ -128,9 +132,9 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 	rngs := make([]splitmix, n)
 	for r := 0; r < n; r++ {
 		t := uint64(first + r)
-		rng := splitmix{state: s.cfg.Seed*0xd1b54a32d192ed03 + t*0x8cb92ba72f3d8dd7 + 1}
+		rng := splitmix{State: s.cfg.Seed*0xd1b54a32d192ed03 + t*0x8cb92ba72f3d8dd7 + 1}
 		for i := 0; i < f; i++ {
-			z[r*f+i] = rng.gauss()
+			z[r*f+i] = gauss(&rng)
 		}
 		rngs[r] = rng
 	}
@@ -145,12 +149,12 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 		t := uint64(first + r)
 		rng := &rngs[r]
 		// Per-token scale between 0.4 and 2.5, most tokens near 1.
-		u := rng.uniform()
+		u := rng.Unit()
 		u4 := float32(float32(u*u) * float32(u*u))
 		scale := float32(0.4+float32(0.6*u)) + float32(1.5*u4)
 		row := dst[r*h : (r+1)*h]
 		for i, v := range row {
-			v += float32(s.cfg.Noise * rng.gauss())
+			v += float32(s.cfg.Noise * gauss(rng))
 			row[i] = float32(scale*s.chScale[i]) * v
 		}
 		amp := s.cfg.OutlierScale
@@ -158,7 +162,7 @@ func (s *Synth) Rows(dst []float32, first, n int) {
 			amp = s.cfg.MassiveScale
 		}
 		for j, c := range s.massive {
-			row[c] = float32(amp*s.massiveVal[j]) * (0.8 + float32(0.4*rng.uniform()))
+			row[c] = float32(amp*s.massiveVal[j]) * (0.8 + float32(0.4*rng.Unit()))
 		}
 	}
 }
@@ -182,27 +186,14 @@ func mixDot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// splitmix is the SplitMix64 generator.
-type splitmix struct{ state uint64 }
-
-func (s *splitmix) next() uint64 {
-	s.state += 0x9e3779b97f4a7c15
-	z := s.state
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// uniform returns a float32 in [0, 1) with 24 random bits (exact).
-func (s *splitmix) uniform() float32 {
-	return float32(s.next()>>40) * (1.0 / (1 << 24))
-}
+// splitmix is the SplitMix64 generator the test models use.
+type splitmix = testmodel.SplitMix64
 
 // gauss returns an approximately standard normal value: the centred sum of
 // four uniforms scaled to unit variance (Irwin–Hall), using no
 // transcendental functions.
-func (s *splitmix) gauss() float32 {
-	v := s.uniform() + s.uniform() + s.uniform() + s.uniform() - 2
+func gauss(s *splitmix) float32 {
+	v := s.Unit() + s.Unit() + s.Unit() + s.Unit() - 2
 	return v * 1.7320508
 }
 

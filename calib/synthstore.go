@@ -44,12 +44,12 @@ func SynthesizeStore(dir string, cfg *ModelConfig, opt SynthStoreOptions) (*Stor
 	}
 	lens := make([]int, opt.Sequences)
 	ids := make([][]int32, opt.Sequences)
-	rng := splitmix{state: opt.Seed ^ 0x5eed}
+	rng := splitmix{State: opt.Seed ^ 0x5eed}
 	for i := range lens {
 		lens[i] = opt.SeqLen
 		ids[i] = make([]int32, opt.SeqLen)
 		for j := range ids[i] {
-			ids[i][j] = int32(rng.next() % uint64(vocab))
+			ids[i][j] = int32(rng.Next() % uint64(vocab))
 		}
 	}
 	tokens := int64(opt.Sequences) * int64(opt.SeqLen)

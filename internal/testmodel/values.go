@@ -21,30 +21,34 @@ func fnv1a64(s string) uint64 {
 	return h
 }
 
-// splitMix64 is the SplitMix64 generator: a 64-bit counter advanced by the
-// golden-ratio increment and passed through a fixed integer mixer.
-type splitMix64 struct{ state uint64 }
+// SplitMix64 is the SplitMix64 generator: a 64-bit counter advanced by the
+// golden-ratio increment and passed through a fixed integer mixer. State is
+// the counter; any value is a valid seed. Its output depends on integer
+// arithmetic only, so it is identical on every platform.
+type SplitMix64 struct{ State uint64 }
 
-func newStream(kind, name string) *splitMix64 {
-	return &splitMix64{state: fnv1a64(SeedPrefix + kind + name)}
+func newStream(kind, name string) *SplitMix64 {
+	return &SplitMix64{State: fnv1a64(SeedPrefix + kind + name)}
 }
 
-func (r *splitMix64) next() uint64 {
-	r.state += 0x9e3779b97f4a7c15
-	z := r.state
+// Next advances the counter and returns the next 64-bit output.
+func (r *SplitMix64) Next() uint64 {
+	r.State += 0x9e3779b97f4a7c15
+	z := r.State
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
 }
 
-// unit returns u = (x >> 40)·2^-24, exactly representable, in [0, 1).
-func (r *splitMix64) unit() float32 {
-	return float32(r.next()>>40) * (1.0 / (1 << 24))
+// Unit returns u = (x >> 40)·2^-24 for the next output x: 24 random bits,
+// exactly representable, in [0, 1).
+func (r *SplitMix64) Unit() float32 {
+	return float32(r.Next()>>40) * (1.0 / (1 << 24))
 }
 
 // signed returns s = 2u − 1 in [-1, 1), exact in float32.
-func (r *splitMix64) signed() float32 {
-	u := r.unit()
+func (r *SplitMix64) signed() float32 {
+	u := r.Unit()
 	return float32(float32(2*u) - 1)
 }
 
@@ -97,7 +101,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		rows := r2(n, last)
 		rs := newStream("rows/", s.Name)
 		for row := int64(0); row < rows; row++ {
-			k := rowShift[rs.next()>>61]
+			k := rowShift[rs.Next()>>61]
 			rc := float32(c * pow2(k))
 			base := row * last
 			for j := int64(0); j < last; j++ {
@@ -107,7 +111,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		os := newStream("outliers/", s.Name)
 		count := 1 + n/65536
 		for i := int64(0); i < count; i++ {
-			p := int64(os.next() % uint64(n))
+			p := int64(os.Next() % uint64(n))
 			v[p] = float32(v[p] * OutlierFactor)
 		}
 	case InitNorm:
@@ -124,7 +128,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		}
 	case InitALog:
 		for i := range v {
-			v[i] = float32(2.75 * r.unit())
+			v[i] = float32(2.75 * r.Unit())
 		}
 	case InitBias:
 		for i := range v {
@@ -132,7 +136,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		}
 	case InitScaleInv:
 		for i := range v {
-			v[i] = pow2(-8 - int(r.next()>>62))
+			v[i] = pow2(-8 - int(r.Next()>>62))
 		}
 	default:
 		panic("testmodel: float32s called for init " + strconv.Itoa(int(s.Init)))
@@ -177,7 +181,7 @@ func tensorBytes(cfg Config, s TensorSpec) []byte {
 		out := make([]byte, n)
 		r := newStream("", s.Name)
 		for i := range out {
-			b := byte(r.next() >> 56)
+			b := byte(r.Next() >> 56)
 			if b&0x7f == 0x7f { // the two NaN codes of e4m3fn
 				b--
 			}
