@@ -85,6 +85,15 @@ func gptqOpts(t testing.TB, out string, workers int) BuildOptions {
 	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers, Calib: store, Layers: "experts", HeldOutSequences: 1}
 }
 
+// gptq1Opts selects the routed experts of layer 1 only: a GPTQ build that
+// exercises every code path at a quarter of the solver work, for the tests
+// that build many times.
+func gptq1Opts(t testing.TB, out string, workers int) BuildOptions {
+	o := gptqOpts(t, out, workers)
+	o.Layers = `model\.language_model\.layers\.1\.mlp\.experts\..*`
+	return o
+}
+
 // readTree returns every file under dir by relative path.
 func readTree(t testing.TB, dir string) map[string][]byte {
 	t.Helper()
@@ -162,9 +171,12 @@ func reference(t testing.TB, kind string) string {
 	src, _ := tinyFixture(t)
 	out := filepath.Join(filepath.Dir(src), "ref-"+kind)
 	var err error
-	if kind == "gptq" {
+	switch kind {
+	case "gptq":
 		_, err = GPTQ(context.Background(), gptqOpts(t, out, 4))
-	} else {
+	case "gptq1":
+		_, err = GPTQ(context.Background(), gptq1Opts(t, out, 4))
+	default:
 		_, err = Convert(context.Background(), convertOpts(t, out, 4))
 	}
 	if err != nil {
@@ -368,10 +380,10 @@ func TestSameBytesForAnyWorkerCountAndRerun(t *testing.T) {
 	sameTree(t, "convert, second run", ref, out1)
 
 	g1 := filepath.Join(t.TempDir(), "g1")
-	if _, err := GPTQ(context.Background(), gptqOpts(t, g1, 1)); err != nil {
+	if _, err := GPTQ(context.Background(), gptq1Opts(t, g1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	sameTree(t, "gptq, 1 vs 4 workers", reference(t, "gptq"), g1)
+	sameTree(t, "gptq, 1 vs 4 workers", reference(t, "gptq1"), g1)
 }
 
 // TestCorruption damages a GPTQ checkpoint in every file and checks that
@@ -512,7 +524,7 @@ func TestCorruption(t *testing.T) {
 // interruptAt runs build with a hook that cancels the run at the n-th hook
 // call (tensor written or file committed); when snapshot is set, it first
 // copies the output directory as a crash at that instant would leave it.
-func interruptAt(t *testing.T, opt BuildOptions, kind string, n int64, snapshot string) error {
+func interruptAt(t *testing.T, opt BuildOptions, kind string, n int64, snapshot string) (at string, _ error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -522,6 +534,7 @@ func interruptAt(t *testing.T, opt BuildOptions, kind string, n int64, snapshot 
 	opt.testHook = func(file, tensor string) {
 		if calls.Add(1) == n {
 			once.Do(func() {
+				at = file + ":" + tensor
 				if snapshot != "" {
 					snapErr = snapshotTree(opt.Out, snapshot)
 				}
@@ -530,15 +543,15 @@ func interruptAt(t *testing.T, opt BuildOptions, kind string, n int64, snapshot 
 		}
 	}
 	var err error
-	if kind == "gptq" {
-		_, err = GPTQ(ctx, opt)
-	} else {
+	if kind == "convert" {
 		_, err = Convert(ctx, opt)
+	} else {
+		_, err = GPTQ(ctx, opt)
 	}
 	if snapErr != nil {
 		t.Fatalf("snapshot: %v", snapErr)
 	}
-	return err
+	return at, err
 }
 
 // snapshotTree copies dir as a crash at this instant would leave it, while
@@ -586,7 +599,7 @@ func expectIncomplete(t *testing.T, what, dir string) {
 }
 
 func TestInterruptAndResume(t *testing.T) {
-	for _, kind := range []string{"convert", "gptq"} {
+	for _, kind := range []string{"convert", "gptq1"} {
 		ref := reference(t, kind)
 		c, err := OpenCheckpoint(ref)
 		if err != nil {
@@ -601,20 +614,26 @@ func TestInterruptAndResume(t *testing.T) {
 			}
 		}
 		points := []int64{1, 2, total / 3, total / 2, total - 1, total}
-		if kind == "gptq" {
-			points = []int64{total / 2}
+		if kind == "gptq1" {
+			// The GPTQ layer's two files are written last, 16 tensors and
+			// a commit each: stop in the middle of the first one and just
+			// before the last commit.
+			points = []int64{total - 20, total - 1}
 		}
 		for _, n := range points {
 			base := t.TempDir()
 			out := filepath.Join(base, "out")
 			snap := filepath.Join(base, "crash")
 			var opt BuildOptions
-			if kind == "gptq" {
-				opt = gptqOpts(t, out, 2)
+			if kind == "gptq1" {
+				opt = gptq1Opts(t, out, 2)
 			} else {
 				opt = convertOpts(t, out, 2)
 			}
-			err := interruptAt(t, opt, kind, n, snap)
+			at, err := interruptAt(t, opt, kind, n, snap)
+			if kind == "gptq1" && !strings.HasPrefix(at, "experts-l001-") {
+				t.Errorf("interruption point %d is in %s, not in the GPTQ layer's files", n, at)
+			}
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("%s interrupted at %d of %d: %v", kind, n, total, err)
 			}
@@ -625,7 +644,7 @@ func TestInterruptAndResume(t *testing.T) {
 				o := opt
 				o.Out = dir
 				o.Workers = 3
-				res, err := build(context.Background(), map[string]buildKind{"gptq": kindGPTQ, "convert": kindConvert}[kind], o)
+				res, err := build(context.Background(), map[string]buildKind{"gptq1": kindGPTQ, "convert": kindConvert}[kind], o)
 				if err != nil {
 					t.Fatalf("%s: resume: %v", what, err)
 				}
@@ -640,7 +659,7 @@ func TestInterruptAndResume(t *testing.T) {
 
 func TestResumeRefusesDifferentBuild(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	if err := interruptAt(t, convertOpts(t, out, 1), "convert", 3, ""); !errors.Is(err, context.Canceled) {
+	if _, err := interruptAt(t, convertOpts(t, out, 1), "convert", 3, ""); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	o := convertOpts(t, out, 1)

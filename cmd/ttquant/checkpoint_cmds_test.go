@@ -15,7 +15,8 @@ import (
 // rejects it once a byte is changed.
 func TestDemoThenVerify(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ckpt")
-	code, out, errs := runCLI(t, "demo", "--out", dir, "--json", "--quiet", "--workers", "2")
+	// A smaller calibration set than the default keeps the test quick.
+	code, out, errs := runCLI(t, "demo", "--out", dir, "--json", "--quiet", "--workers", "2", "--sequences", "8", "--seq-len", "64", "--held-out", "2")
 	if code != exitOK {
 		t.Fatalf("demo: status %d\n%s\n%s", code, out, errs)
 	}

@@ -24,6 +24,9 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	workers := fs.Int("workers", runtime.NumCPU(), "workers; the checkpoint does not depend on it")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	seqs := fs.Int("sequences", 16, "synthetic calibration sequences")
+	seqLen := fs.Int("seq-len", 128, "tokens per synthetic calibration sequence")
+	heldOut := fs.Int("held-out", 4, "final sequences kept out of the Hessians for the held-out error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -33,8 +36,11 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if *workers < 1 {
 		return usageErrorf("--workers must be at least 1")
 	}
+	if *seqs < 2 || *seqLen < 1 || *heldOut < 1 || *heldOut >= *seqs {
+		return usageErrorf("need --sequences ≥ 2, --seq-len ≥ 1 and 1 ≤ --held-out < --sequences")
+	}
 	setToolVersion()
-	opt := manifest.DemoOptions{Out: *out, Workers: *workers}
+	opt := manifest.DemoOptions{Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut}
 	if !*quiet {
 		opt.Progress = newProgress(e.stderr).event
 		fmt.Fprintln(e.stderr, "demo: tiny Qwen3.6-MoE model, synthetic calibration, GPTQ for the routed experts, RTN for the rest")
