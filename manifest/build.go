@@ -264,12 +264,17 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		return nil, err
 	}
 	if kind == kindGPTQ {
+		selected := 0
 		for _, st := range b.tensors {
 			if st.isBFP && st.method == MethodGPTQ && !b.selector(st) {
 				st.method = MethodRTN
 			} else if st.isBFP && st.method != MethodNone && b.selector(st) {
 				st.method = MethodGPTQ
+				selected++
 			}
+		}
+		if selected == 0 {
+			return nil, fmt.Errorf("manifest: --layers %q selects no matrix that plan %q quantizes", b.params.Layers, opt.Plan.Name)
 		}
 	} else {
 		for _, st := range b.tensors {

@@ -874,3 +874,15 @@ func TestVerifyReappliesPlan(t *testing.T) {
 		t.Fatalf("against the source: %v", rep.Failures)
 	}
 }
+
+func TestGPTQSelectionMustMatch(t *testing.T) {
+	opt := gptqOpts(t, filepath.Join(t.TempDir(), "out"), 1)
+	opt.Layers = `no\.such\.tensor`
+	if _, err := GPTQ(context.Background(), opt); err == nil || !strings.Contains(err.Error(), "selects no matrix") {
+		t.Errorf("empty selection: %v", err)
+	}
+	opt.Layers = `(`
+	if _, err := GPTQ(context.Background(), opt); err == nil || !strings.Contains(err.Error(), "regular expression") {
+		t.Errorf("bad pattern: %v", err)
+	}
+}
