@@ -86,6 +86,33 @@ func (r *BenchReport) rateFor(prefix string, n int) float64 {
 	return pts[0].rate
 }
 
+func gflopsSeconds(f, gflops float64) float64 {
+	if gflops <= 0 {
+		return math.Inf(1)
+	}
+	return f / (gflops * 1e9)
+}
+
+// HessianSeconds estimates the time to accumulate the Hessian of rows
+// activation rows of n features (SyrkLower64), from the measured rate.
+func (r *BenchReport) HessianSeconds(rows int64, n int) float64 {
+	var rate float64
+	if x, ok := r.Result("hessian"); ok {
+		rate = x.GFLOPS
+	}
+	return gflopsSeconds(float64(rows)*float64(n)*float64(n+1), rate)
+}
+
+// GPTQSolveSeconds estimates the kernel time of one GPTQ solve of a
+// rows×cols (out×in) weight with the given block size: the inverse factor
+// of the cols×cols Hessian plus the lazy block updates, from the measured
+// rates of the nearest sizes. GPTQ's per-column loop is not included.
+func (r *BenchReport) GPTQSolveSeconds(rows, cols, block int) float64 {
+	c := float64(cols)
+	return gflopsSeconds(2*c*c*c/3, r.rateFor("inverse-factor-", cols)) +
+		gflopsSeconds(GPTQUpdateFLOPs(rows, cols, block), r.rateFor("gptq-update-", cols))
+}
+
 // EstimateMoE estimates from the measured rates how long the kernels of
 // this package take for the routed experts of w: Hessian accumulation,
 // inverse-Hessian factors (one per distinct Hessian) and GPTQ lazy block
@@ -104,23 +131,11 @@ func (r *BenchReport) EstimateMoE(w MoEWorkload) MoEEstimate {
 	gu := GPTQUpdateFLOPs(w.ExpertWidth, w.Hidden, w.BlockSize)
 	dn := GPTQUpdateFLOPs(w.Hidden, w.ExpertWidth, w.BlockSize)
 	e.UpdateFLOPs = L * E * (2*gu + dn)
-	div := func(f, gflops float64) float64 {
-		if gflops <= 0 {
-			return math.Inf(1)
-		}
-		return f / (gflops * 1e9)
-	}
-	var hr float64
-	for _, x := range r.Results {
-		if x.Name == "hessian" {
-			hr = x.GFLOPS
-		}
-	}
-	e.HessianSeconds = div(e.HessianFLOPs, hr)
-	e.FactorSeconds = L * E * (div(2*h*h*h/3, r.rateFor("inverse-factor-", w.Hidden)) +
-		div(2*x*x*x/3, r.rateFor("inverse-factor-", w.ExpertWidth)))
-	e.UpdateSeconds = L * E * (div(2*gu, r.rateFor("gptq-update-", w.Hidden)) +
-		div(dn, r.rateFor("gptq-update-", w.ExpertWidth)))
+	e.HessianSeconds = L * (r.HessianSeconds(w.RoutedRowsPerLayer, w.Hidden) + r.HessianSeconds(w.RoutedRowsPerLayer, w.ExpertWidth))
+	e.FactorSeconds = L * E * (gflopsSeconds(2*h*h*h/3, r.rateFor("inverse-factor-", w.Hidden)) +
+		gflopsSeconds(2*x*x*x/3, r.rateFor("inverse-factor-", w.ExpertWidth)))
+	e.UpdateSeconds = L * E * (gflopsSeconds(2*gu, r.rateFor("gptq-update-", w.Hidden)) +
+		gflopsSeconds(dn, r.rateFor("gptq-update-", w.ExpertWidth)))
 	e.TotalSeconds = e.HessianSeconds + e.FactorSeconds + e.UpdateSeconds
 	return e
 }

@@ -65,3 +65,27 @@ func TestEstimateMoE(t *testing.T) {
 		t.Errorf("GPTQUpdateFLOPs(4, 6, 4) = %g, want 64", got)
 	}
 }
+
+func TestEstimateHelpers(t *testing.T) {
+	rep := &BenchReport{Results: []BenchResult{
+		{Name: "hessian", GFLOPS: 100},
+		{Name: "gptq-update-768x2048", GFLOPS: 50},
+		{Name: "inverse-factor-2048", GFLOPS: 40},
+	}}
+	if r, ok := rep.Result("hessian"); !ok || r.GFLOPS != 100 {
+		t.Errorf("Result(hessian) = %+v, %v", r, ok)
+	}
+	if _, ok := rep.Result("nope"); ok {
+		t.Error("Result(nope) found")
+	}
+	if got, want := rep.HessianSeconds(1000, 10), 1000*10*11/100e9; math.Abs(got-want) > 1e-15 {
+		t.Errorf("HessianSeconds = %g, want %g", got, want)
+	}
+	want := 2*2048.0*2048*2048/3/40e9 + GPTQUpdateFLOPs(768, 2048, 128)/50e9
+	if got := rep.GPTQSolveSeconds(768, 2048, 128); math.Abs(got-want) > 1e-12*want {
+		t.Errorf("GPTQSolveSeconds = %g, want %g", got, want)
+	}
+	if got := (&BenchReport{}).HessianSeconds(1, 1); !math.IsInf(got, 1) {
+		t.Errorf("no measurement: %g, want +Inf", got)
+	}
+}
