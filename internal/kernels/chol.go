@@ -45,19 +45,23 @@ func (e *SingularError) Error() string {
 // dot returns Σ x[i]·y[i] with every product rounded (no fusion, so every
 // architecture gives the same bits): eight partial sums over the first
 // len(x)&^7 elements (dot8Go), the remaining products added to the first
-// partial sum, combined as ((s0+s4)+(s1+s5))+((s2+s6)+(s3+s7)). The float64
-// form runs in assembly where available.
+// partial sum, combined as ((s0+s4)+(s1+s5))+((s2+s6)+(s3+s7)). It runs in
+// assembly where available.
 func dot[T float32 | float64](x, y []T) T {
 	y = y[:len(x)]
 	n8 := len(x) &^ 7
 	var s [8]T
-	if xs, ok := any(x).([]float64); ok {
+	switch xs := any(x).(type) {
+	case []float64:
 		s64 := dot8x64(xs, any(y).([]float64))
 		for k := range s {
 			s[k] = T(s64[k])
 		}
-	} else {
-		s = dot8Go(x[:n8], y[:n8])
+	case []float32:
+		s32 := dot8x32(xs, any(y).([]float32))
+		for k := range s {
+			s[k] = T(s32[k])
+		}
 	}
 	for i := n8; i < len(x); i++ {
 		s[0] += T(x[i] * y[i])
@@ -65,16 +69,14 @@ func dot[T float32 | float64](x, y []T) T {
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
 }
 
-// axpy computes y[i] += T(c·x[i]) for i < len(x) (assembly for float64
-// where available; elementwise, so any vector width gives the same bits).
+// axpy computes y[i] += T(c·x[i]) for i < len(x) (assembly where
+// available; elementwise, so any vector width gives the same bits).
 func axpy[T float32 | float64](c T, x, y []T) {
-	if xs, ok := any(x).([]float64); ok {
+	switch xs := any(x).(type) {
+	case []float64:
 		axpy64(float64(c), xs, any(y).([]float64))
-		return
-	}
-	y = y[:len(x)]
-	for i, v := range x {
-		y[i] += T(c * v)
+	case []float32:
+		axpy32(float32(c), xs, any(y).([]float32))
 	}
 }
 

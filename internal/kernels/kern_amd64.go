@@ -124,3 +124,38 @@ func dot8x64(x, y []float64) (s [8]float64) {
 	}
 	return dot8Go(x[:n8], y[:n8])
 }
+
+//go:noescape
+func axpy32AVX2(c float32, x, y *float32, n int)
+
+//go:noescape
+func dot32AVX2(x, y *float32, n int, s *[8]float32)
+
+// axpy32 computes y[i] += float32(c*x[i]) (no fusion) for i < len(x).
+func axpy32(c float32, x, y []float32) {
+	y = y[:len(x)]
+	n8 := len(x) &^ 7
+	if useAsm && n8 > 0 {
+		axpy32AVX2(c, unsafe.SliceData(x), unsafe.SliceData(y), n8)
+	} else {
+		n8 = 0
+	}
+	for i := n8; i < len(x); i++ {
+		y[i] += float32(c * x[i])
+	}
+}
+
+// dot8x32 returns the eight partial sums of dot8Go over the first
+// len(x)&^7 elements.
+func dot8x32(x, y []float32) (s [8]float32) {
+	n8 := len(x) &^ 7
+	if n8 == 0 {
+		return s
+	}
+	y = y[:len(x)]
+	if useAsm {
+		dot32AVX2(unsafe.SliceData(x), unsafe.SliceData(y), n8, &s)
+		return s
+	}
+	return dot8Go(x[:n8], y[:n8])
+}

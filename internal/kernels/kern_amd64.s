@@ -483,3 +483,48 @@ dotdone:
 	VMOVUPD Y1, 32(DX)
 	VZEROUPPER
 	RET
+
+// func axpy32AVX2(c float32, x, y *float32, n int)
+// y[i] += c*x[i] for i < n (n a multiple of 8): product rounded, then sum.
+TEXT ·axpy32AVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSS c+0(FP), Y0
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   ax32done
+ax32loop:
+	VMULPS (SI), Y0, Y1
+	VADDPS (DI), Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  ax32loop
+ax32done:
+	VZEROUPPER
+	RET
+
+// func dot32AVX2(x, y *float32, n int, s *[8]float32)
+// s[k] = Σ_{i ≡ k mod 8, i < n} x[i]*y[i] in increasing i (n a multiple of
+// 8), each product rounded before its addition.
+TEXT ·dot32AVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	MOVQ s+24(FP), DX
+	VXORPS Y0, Y0, Y0
+	SHRQ $3, CX
+	JZ   dot32done
+dot32loop:
+	VMOVUPS (SI), Y2
+	VMULPS (DI), Y2, Y2
+	VADDPS Y2, Y0, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  dot32loop
+dot32done:
+	VMOVUPS Y0, (DX)
+	VZEROUPPER
+	RET

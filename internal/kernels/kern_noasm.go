@@ -21,3 +21,12 @@ func axpy64(c float64, x, y []float64) {
 }
 
 func dot8x64(x, y []float64) [8]float64 { return dot8Go(x[:len(x)&^7], y[:len(x)&^7]) }
+
+func axpy32(c float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += float32(c * v)
+	}
+}
+
+func dot8x32(x, y []float32) [8]float32 { return dot8Go(x[:len(x)&^7], y[:len(x)&^7]) }

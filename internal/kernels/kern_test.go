@@ -280,6 +280,22 @@ func TestVectorTwins(t *testing.T) {
 				t.Fatalf("n=%d: dot partial %d = %g, Go twin %g", n, k, got[k], want[k])
 			}
 		}
+		x32, y32 := to32(x), to32(y)
+		g32 := dot8x32(x32, y32)
+		w32 := dot8Go(x32[:n&^7], y32[:n&^7])
+		for k := range g32 {
+			if !bitsEqual32(g32[k], w32[k]) {
+				t.Fatalf("n=%d: float32 dot partial %d = %g, Go twin %g", n, k, g32[k], w32[k])
+			}
+		}
+		c32 := float32(r.NormFloat64())
+		z32 := append([]float32(nil), y32...)
+		axpy32(c32, x32, z32)
+		for i := range y32 {
+			if w := y32[i] + float32(c32*x32[i]); !bitsEqual32(z32[i], w) {
+				t.Fatalf("n=%d: float32 axpy[%d] = %g, want %g", n, i, z32[i], w)
+			}
+		}
 		c := r.NormFloat64()
 		y1 := append([]float64(nil), y...)
 		axpy64(c, x, y1)
