@@ -371,20 +371,20 @@ func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) er
 	if err := trtri(n, u, ldu); err != nil {
 		return err
 	}
-	// Rotate by 180°: U[i][j] = M[n-1-i][n-1-j]; the lower triangle of M
-	// lands in the upper triangle of U. Then clear the strict lower part.
+	// Rotate by 180°: U[i][j] = M[n-1-i][n-1-j]. For i < j this reads the
+	// strict lower triangle of M and writes the strict upper triangle of
+	// u, which holds nothing needed; the diagonal is reversed in place;
+	// then the strict lower part is cleared.
 	for i := 0; i < n; i++ {
-		ri := n - 1 - i
-		if ri < i {
-			break
+		src := u[(n-1-i)*ldu:]
+		row := u[i*ldu : i*ldu+n]
+		for j := i + 1; j < n; j++ {
+			row[j] = src[n-1-j]
 		}
-		for j := 0; j < n; j++ {
-			if ri == i && n-1-j <= j {
-				break
-			}
-			x, y := i*ldu+j, ri*ldu+n-1-j
-			u[x], u[y] = u[y], u[x]
-		}
+	}
+	for i := 0; i < n/2; i++ {
+		x, y := i*ldu+i, (n-1-i)*ldu+n-1-i
+		u[x], u[y] = u[y], u[x]
 	}
 	for i := 1; i < n; i++ {
 		clear(u[i*ldu : i*ldu+i])
