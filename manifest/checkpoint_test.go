@@ -282,7 +282,7 @@ func TestSHA256SUMS(t *testing.T) {
 }
 
 func TestGPTQBuildVerifies(t *testing.T) {
-	src, _ := tinyFixture(t)
+	src, store := tinyFixture(t)
 	out := reference(t, "gptq")
 	rep := mustVerify(t, out, VerifyOptions{Source: src, Workers: 2})
 	if !rep.OK {
@@ -309,9 +309,9 @@ func TestGPTQBuildVerifies(t *testing.T) {
 			t.Errorf("RTN matrix %s without a fallback reason", ms.Tensor)
 		}
 	}
-	// 5 layers (4 trunk, 1 MTP) × 16 experts × 2 tensors. The MTP layer
-	// has no calibration inputs in the store and falls back to RTN, as do
-	// experts that too few calibration tokens reach.
+	// 5 layers (4 trunk, 1 MTP) × 16 experts × 2 tensors. Experts that too
+	// few calibration tokens reach fall back to RTN, as does a layer
+	// without inputs in the store.
 	if gptqCount+fallbacks != 5*16*2 || gptqCount < 100 {
 		t.Errorf("%d GPTQ matrices and %d fallbacks, want %d in all", gptqCount, fallbacks, 5*16*2)
 	}
@@ -327,8 +327,18 @@ func TestGPTQBuildVerifies(t *testing.T) {
 			}
 		}
 	}
-	if held != 4 {
-		t.Errorf("%d layers with held-out statistics, want 4", held)
+	st, err := calib.OpenStore(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withInputs := 0
+	for l := 0; l < 5; l++ {
+		if _, ok := st.Site(l, calib.SiteMoE); ok {
+			withInputs++
+		}
+	}
+	if held != withInputs || held < 4 {
+		t.Errorf("%d layers with held-out statistics, want the %d with MoE inputs in the store", held, withInputs)
 	}
 	// Editing a GPTQ error in the manifest (with a valid integrity hash)
 	// is caught only against the source.

@@ -39,8 +39,10 @@ func TestDemoThenVerify(t *testing.T) {
 	if rep.SchemaVersion != schemaVersion || len(rep.Identity) != 64 || rep.CacheKey != rep.Identity[:16] || !rep.Verify.OK {
 		t.Fatalf("demo report %+v", rep)
 	}
-	if len(rep.Layers) != 4 {
-		t.Fatalf("%d layers in the table, want 4", len(rep.Layers))
+	// The four trunk layers, and the MTP layer when the synthetic store
+	// has inputs for it.
+	if len(rep.Layers) < 4 || len(rep.Layers) > 5 {
+		t.Fatalf("%d layers in the table, want 4 or 5", len(rep.Layers))
 	}
 	better := 0
 	for _, l := range rep.Layers {
@@ -51,8 +53,8 @@ func TestDemoThenVerify(t *testing.T) {
 			better++
 		}
 	}
-	if better < 3 {
-		t.Errorf("GPTQ beats RTN on held-out tokens in only %d of 4 layers", better)
+	if better < len(rep.Layers)-1 {
+		t.Errorf("GPTQ beats RTN on held-out tokens in only %d of %d layers", better, len(rep.Layers))
 	}
 
 	code, out, _ = runCLI(t, "verify", dir)
