@@ -39,7 +39,14 @@ func (c MoEConfig) Validate() error {
 // needs.
 type ModelConfig struct {
 	ModelType string
-	Layers    int
+	// Layers is num_hidden_layers, the trunk decoder layers.
+	Layers int
+	// MTPLayers is mtp_num_hidden_layers, the multi-token-prediction
+	// layers (tensors "mtp.layers.k."), 0 when the config does not say.
+	// Calibration stores and the native manifest number MTP layer k as
+	// layer Layers+k (see NumLayers and LayerPrefix); an MTP layer has the
+	// trunk's MoE block and full attention.
+	MTPLayers int
 	MoE       MoEConfig
 	// TensorPrefix is the name prefix of the decoder layers' parent, for
 	// example "model.language_model" (Qwen3.5/3.6) or "model" (Qwen3-Next).
@@ -56,10 +63,31 @@ type ModelConfig struct {
 	AttnInner, LinearValueDim int
 }
 
-// LayerPrefix returns the tensor-name prefix of decoder layer i, ending in
-// a dot, e.g. "model.language_model.layers.3.".
+// NumLayers returns the number of layer indices: the trunk layers
+// 0..Layers-1, then the MTP layers Layers..Layers+MTPLayers-1.
+func (c *ModelConfig) NumLayers() int { return c.Layers + c.MTPLayers }
+
+// LayerPrefix returns the tensor-name prefix of layer i, ending in a dot:
+// "model.language_model.layers.3." for a trunk layer, and for i >= Layers
+// the MTP layer i-Layers, e.g. "mtp.layers.0.".
 func (c *ModelConfig) LayerPrefix(i int) string {
+	if i >= c.Layers {
+		return fmt.Sprintf("mtp.layers.%d.", i-c.Layers)
+	}
 	return fmt.Sprintf("%s.layers.%d.", c.TensorPrefix, i)
+}
+
+// LayerType returns the attention kind of layer i: its layer_types entry
+// for a trunk layer, "full_attention" for an MTP layer, "" when the config
+// does not say.
+func (c *ModelConfig) LayerType(i int) string {
+	switch {
+	case i >= c.Layers:
+		return "full_attention"
+	case i >= 0 && i < len(c.LayerTypes):
+		return c.LayerTypes[i]
+	}
+	return ""
 }
 
 type hfTextConfig struct {
@@ -77,6 +105,7 @@ type hfTextConfig struct {
 	HeadDim             *int          `json:"head_dim"`
 	LinearNumValueHeads *int          `json:"linear_num_value_heads"`
 	LinearValueHeadDim  *int          `json:"linear_value_head_dim"`
+	MTPNumHiddenLayers  *int          `json:"mtp_num_hidden_layers"`
 	TextConfig          *hfTextConfig `json:"text_config"`
 }
 
@@ -156,6 +185,10 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 	cfg.Vocab = get(tc.VocabSize)
 	if cfg.Vocab == 0 {
 		cfg.Vocab = get(top.VocabSize)
+	}
+	cfg.MTPLayers = get(tc.MTPNumHiddenLayers)
+	if cfg.MTPLayers == 0 {
+		cfg.MTPLayers = get(top.MTPNumHiddenLayers)
 	}
 	cfg.AttnInner = get(tc.NumAttentionHeads) * get(tc.HeadDim)
 	cfg.LinearValueDim = get(tc.LinearNumValueHeads) * get(tc.LinearValueHeadDim)

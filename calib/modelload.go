@@ -9,12 +9,12 @@ import (
 )
 
 // LoadMoELayer returns MoE block `layer` of model m, described by cfg (see
-// ReadModelConfig). The router, the shared expert and its gate are read
+// ReadModelConfig); layers from cfg.Layers on are the MTP layers. The router, the shared expert and its gate are read
 // now; the routed experts are read one at a time when the returned layer's
 // Experts.Expert is called, so memory holds only the experts in use.
 func LoadMoELayer(m *safetensors.Model, cfg *ModelConfig, layer int) (*MoELayer, error) {
-	if layer < 0 || layer >= cfg.Layers {
-		return nil, fmt.Errorf("calib: layer %d outside 0..%d", layer, cfg.Layers-1)
+	if layer < 0 || layer >= cfg.NumLayers() {
+		return nil, fmt.Errorf("calib: layer %d outside 0..%d", layer, cfg.NumLayers()-1)
 	}
 	return LoadMoEBlock(m, cfg.LayerPrefix(layer)+"mlp.", cfg.MoE)
 }

@@ -64,7 +64,7 @@ func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *ModelConfig, minFrac
 	if minFraction == 0 {
 		minFraction = DefaultMinTokensFraction
 	}
-	for layer := 0; layer < cfg.Layers; layer++ {
+	for layer := 0; layer < cfg.NumLayers(); layer++ {
 		si, ok := s.Site(layer, SiteMoE)
 		if !ok {
 			continue

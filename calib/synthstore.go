@@ -17,11 +17,12 @@ type SynthStoreOptions struct {
 }
 
 // SynthesizeStore writes a deterministic synthetic calibration store for a
-// model of configuration cfg into dir: for every layer the MoE input
-// (SiteMoE) and the attention input (SiteAttn), both cfg.MoE.Hidden wide,
-// and, when the config gives the widths and layer types, the input of
-// self_attn.o_proj (full-attention layers) or linear_attn.out_proj
-// (linear-attention layers). Every site of every layer has its own
+// model of configuration cfg into dir: for every layer, MTP layers
+// included (numbered from cfg.Layers, see ModelConfig.NumLayers), the MoE
+// input (SiteMoE) and the attention input (SiteAttn), both cfg.MoE.Hidden
+// wide, and, when the config gives the widths and layer types, the input of
+// self_attn.o_proj (full-attention layers, MTP layers included) or
+// linear_attn.out_proj (linear-attention layers). Every site of every layer has its own
 // generator (see Synth), seeded from opt.Seed, the layer and the site name.
 // Token ids are pseudo-random in [0, vocab) and hashed into the provenance
 // like real ones.
@@ -59,22 +60,20 @@ func SynthesizeStore(dir string, cfg *ModelConfig, opt SynthStoreOptions) (*Stor
 		return nil, err
 	}
 	const chunk = 1024
-	for layer := 0; layer < cfg.Layers; layer++ {
+	for layer := 0; layer < cfg.NumLayers(); layer++ {
 		type site struct {
 			name string
 			cols int
 		}
 		sites := []site{{SiteMoE, cfg.MoE.Hidden}, {SiteAttn, cfg.MoE.Hidden}}
-		if layer < len(cfg.LayerTypes) {
-			switch cfg.LayerTypes[layer] {
-			case "full_attention":
-				if cfg.AttnInner > 0 {
-					sites = append(sites, site{SiteOProj, cfg.AttnInner})
-				}
-			case "linear_attention":
-				if cfg.LinearValueDim > 0 {
-					sites = append(sites, site{SiteOutProj, cfg.LinearValueDim})
-				}
+		switch cfg.LayerType(layer) {
+		case "full_attention":
+			if cfg.AttnInner > 0 {
+				sites = append(sites, site{SiteOProj, cfg.AttnInner})
+			}
+		case "linear_attention":
+			if cfg.LinearValueDim > 0 {
+				sites = append(sites, site{SiteOutProj, cfg.LinearValueDim})
 			}
 		}
 		for _, s := range sites {

@@ -69,8 +69,14 @@ func TestTinyConfig(t *testing.T) {
 	tc := testmodel.Tiny()
 	want := MoEConfig{Hidden: tc.Hidden, Experts: tc.Experts, TopK: tc.TopK, ExpertInter: tc.MoEIntermediate,
 		SharedInter: tc.SharedIntermediate, NormTopK: true}
-	if cfg.MoE != want || cfg.Layers != tc.Layers || cfg.TensorPrefix != "model.language_model" {
+	if cfg.MoE != want || cfg.Layers != tc.Layers || cfg.MTPLayers != 1 || cfg.TensorPrefix != "model.language_model" {
 		t.Errorf("config %+v, want MoE %+v", cfg, want)
+	}
+	if p := cfg.LayerPrefix(tc.Layers); p != "mtp.layers.0." {
+		t.Errorf("prefix of layer %d (MTP): %q", tc.Layers, p)
+	}
+	if p := cfg.LayerPrefix(1); p != "model.language_model.layers.1." {
+		t.Errorf("prefix of layer 1: %q", p)
 	}
 	if p := st.Provenance(); p.Tokens != 16*256 || p.Sequences != 16 {
 		t.Errorf("synthetic store provenance %+v", p)
@@ -82,6 +88,16 @@ func TestTinyConfig(t *testing.T) {
 	if _, ok := st.Site(0, SiteOutProj); !ok {
 		t.Error("no out_proj site for a linear-attention layer")
 	}
+	// The MTP layer follows the trunk layers and has full attention.
+	if _, ok := st.Site(tc.Layers, SiteMoE); !ok {
+		t.Error("no MoE site for the MTP layer")
+	}
+	if _, ok := st.Site(tc.Layers, SiteOProj); !ok {
+		t.Error("no o_proj site for the MTP layer")
+	}
+	if _, ok := st.Site(tc.Layers+1, SiteMoE); ok {
+		t.Error("a MoE site beyond the MTP layer")
+	}
 	if _, err := st.TokenIDs(); err != nil {
 		t.Error(err)
 	}
@@ -92,7 +108,7 @@ func TestTinyConfig(t *testing.T) {
 // (the model's setting) and off.
 func TestTinyRoutingMatchesReference(t *testing.T) {
 	m, cfg, st := tinyModel(t, testmodel.Default)
-	for layer := 0; layer < cfg.Layers; layer++ {
+	for layer := 0; layer < cfg.NumLayers(); layer++ {
 		l, err := LoadMoELayer(m, cfg, layer)
 		if err != nil {
 			t.Fatal(err)
@@ -149,10 +165,10 @@ func TestTinyFusedAndPerExpert(t *testing.T) {
 // held-out MoE-block output MSE of RTN.
 func TestTinyGPTQBeatsRTN(t *testing.T) {
 	m, cfg, st := tinyModel(t, testmodel.Default)
-	// Layers 0 (linear attention) and 3 (full attention): the MoE blocks of
-	// all layers have the same structure; `ttquant calib quantize` reports
-	// any layer.
-	for _, layer := range []int{0, 3} {
+	// Layers 0 (linear attention), 3 (full attention) and 4 (the MTP
+	// layer, read from "mtp.layers.0."): the MoE blocks of all layers have
+	// the same structure; `ttquant calib quantize` reports any layer.
+	for _, layer := range []int{0, 3, 4} {
 		l, err := LoadMoELayer(m, cfg, layer)
 		if err != nil {
 			t.Fatal(err)
@@ -180,14 +196,19 @@ func TestTinyStoreStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plain.Sites) != 12 || plain.Routing != nil || plain.Sites[0].Bytes <= 4096*256*2 {
+	// Four trunk layers and the MTP layer (index 4, full attention), each
+	// with the MoE input, the attention input and the o_proj/out_proj input.
+	if len(plain.Sites) != 15 || plain.Routing != nil || plain.Sites[0].Bytes <= 4096*256*2 {
 		t.Fatalf("stats without model: %+v", plain)
+	}
+	if si := plain.Sites[13]; si.Layer != 4 || si.Site != SiteMoE || si.Cols != 256 {
+		t.Errorf("MTP layer MoE site: %+v", si)
 	}
 	full, err := ComputeStoreStats(st, m, cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(full.Routing) != 4 {
+	if len(full.Routing) != 5 {
 		t.Fatalf("%d routed layers", len(full.Routing))
 	}
 	for _, rs := range full.Routing {

@@ -180,7 +180,7 @@ func runCalibSynth(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	e.log.Info("writing synthetic calibration store", "out", *out, "layers", cfg.Layers, "tokens", *seqs**seqLen)
+	e.log.Info("writing synthetic calibration store", "out", *out, "layers", cfg.NumLayers(), "tokens", *seqs**seqLen)
 	st, err := calib.SynthesizeStore(*out, cfg, calib.SynthStoreOptions{Sequences: *seqs, SeqLen: *seqLen, Seed: *seed,
 		Model: *name, Store: calib.StoreOptions{DType: dt}})
 	if err != nil {
@@ -239,7 +239,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "calib quantize", "--model DIR --store STORE [--layers all|N,M,...] [flags]")
 	model := fs.String("model", "", "model checkpoint directory")
 	store := fs.String("store", "", "calibration store")
-	layers := fs.String("layers", "all", "decoder layers whose MoE blocks are quantized: all, or a comma-separated list")
+	layers := fs.String("layers", "all", "layers whose MoE blocks are quantized: all, or a comma-separated list of indices (MTP layers follow the trunk layers)")
 	format := fs.String("format", "BFP4_b", "expert format: BFP4_b, BFP8_b or BFP2_b")
 	axis := fs.String("axis", "input", "shared-exponent axis: input or output")
 	method := fs.String("method", "gptq", "gptq or rtn")
@@ -287,7 +287,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	list, err := parseLayerList(*layers, cfg.Layers)
+	list, err := parseLayerList(*layers, cfg.NumLayers())
 	if err != nil {
 		return usageErrorf("%v", err)
 	}

@@ -16,7 +16,7 @@ func TestCalibCommands(t *testing.T) {
 	}
 	store := filepath.Join(t.TempDir(), "store")
 	code, out, errs := runCLI(t, "calib", "synth", "--model", model, "--out", store, "--sequences", "8", "--seq-len", "128")
-	if code != exitOK || !strings.Contains(out, "12 sites") {
+	if code != exitOK || !strings.Contains(out, "15 sites") {
 		t.Fatalf("calib synth: status %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 	// Flags after the positional argument.
@@ -41,7 +41,7 @@ func TestCalibCommands(t *testing.T) {
 		t.Fatalf("calib stats --json: %v\n%s", err, out)
 	}
 	if doc.SchemaVersion != schemaVersion || doc.Provenance.Model != "synthetic" || doc.Provenance.Tokens != 1024 ||
-		len(doc.Sites) != 12 || len(doc.Routing) != 4 || len(doc.Routing[2].Counts) != 16 || doc.Routing[2].Starved == nil {
+		len(doc.Sites) != 15 || len(doc.Routing) != 5 || doc.Routing[4].Layer != 4 || len(doc.Routing[2].Counts) != 16 || doc.Routing[2].Starved == nil {
 		t.Errorf("calib stats --json: %+v", doc)
 	}
 	var sum int64
