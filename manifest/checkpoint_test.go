@@ -399,7 +399,7 @@ func TestSameBytesForAnyWorkerCountAndRerun(t *testing.T) {
 // TestCorruption damages a GPTQ checkpoint in every file and checks that
 // verify fails naming the file.
 func TestCorruption(t *testing.T) {
-	ref := reference(t, "gptq")
+	ref := reference(t, "gptq1")
 	dir := t.TempDir()
 	copyTree(t, ref, dir)
 	names := make([]string, 0)
@@ -626,9 +626,10 @@ func TestInterruptAndResume(t *testing.T) {
 		points := []int64{1, 2, total / 3, total / 2, total - 1, total}
 		if kind == "gptq1" {
 			// The GPTQ layer's two files are written last, 16 tensors and
-			// a commit each: stop in the middle of the first one and just
-			// before the last commit.
-			points = []int64{total - 20, total - 1}
+			// a commit each: stop in the middle of the first one, after
+			// the other files (the between-files and before-manifest
+			// cases are covered by convert).
+			points = []int64{total - 20}
 		}
 		for _, n := range points {
 			base := t.TempDir()
