@@ -897,3 +897,10 @@ func TestGPTQSelectionMustMatch(t *testing.T) {
 		t.Errorf("bad pattern: %v", err)
 	}
 }
+
+func TestVerifyForeignDirectory(t *testing.T) {
+	src, _ := tinyFixture(t)
+	if _, err := Verify(context.Background(), src, VerifyOptions{}); !errors.Is(err, ErrNotCheckpoint) {
+		t.Errorf("a Hugging Face directory: %v", err)
+	}
+}

@@ -103,6 +103,15 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		if len(onDisk) == 0 && len(partial) == 0 {
 			return nil, fmt.Errorf("%w: %s is empty", ErrNotCheckpoint, dir)
 		}
+		ours := len(partial) > 0
+		for _, n := range onDisk {
+			if n == SumsName || strings.HasPrefix(n, "experts-l") || strings.HasPrefix(n, "dense-") {
+				ours = true
+			}
+		}
+		if !ours {
+			return nil, fmt.Errorf("%w: %s has no %s and no trace of a ttquant build", ErrNotCheckpoint, dir, ManifestName)
+		}
 		rep.Incomplete = true
 		what := fmt.Sprintf("incomplete: no %s; the build that wrote this directory did not finish (%d files present", ManifestName, len(onDisk))
 		if len(partial) > 0 {
