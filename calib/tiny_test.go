@@ -165,10 +165,12 @@ func TestTinyFusedAndPerExpert(t *testing.T) {
 // held-out MoE-block output MSE of RTN.
 func TestTinyGPTQBeatsRTN(t *testing.T) {
 	m, cfg, st := tinyModel(t, testmodel.Default)
-	// Layers 0 (linear attention), 3 (full attention) and 4 (the MTP
-	// layer, read from "mtp.layers.0."): the MoE blocks of all layers have
-	// the same structure; `ttquant calib quantize` reports any layer.
-	for _, layer := range []int{0, 3, 4} {
+	// Layer 0 (a trunk layer) and layer 4 (the MTP layer, read from
+	// "mtp.layers.0."): the MoE blocks of all layers have the same
+	// structure, whatever their attention kind; `ttquant calib quantize`
+	// and the demo report every layer. Each layer costs about 25 s in a
+	// -tags purego build, so the test keeps to two.
+	for _, layer := range []int{0, 4} {
 		l, err := LoadMoELayer(m, cfg, layer)
 		if err != nil {
 			t.Fatal(err)
