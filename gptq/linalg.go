@@ -87,6 +87,26 @@ func inverseFactor(h []float64, n int) (u []float64, ok bool) {
 	return u, true
 }
 
+// inverseFactor32 is inverseFactor in float32 arithmetic
+// (kernels.CholInvUpper32).
+func inverseFactor32(h []float32, n int) (u []float32, ok bool) {
+	u = make([]float32, n*n)
+	if err := kernels.CholInvUpper32(n, h, n, u, n); err != nil {
+		return nil, false
+	}
+	for a := 0; a < n; a++ {
+		for _, v := range u[a*n+a : (a+1)*n] {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, false
+			}
+		}
+		if !(u[a*n+a] > 0) {
+			return nil, false
+		}
+	}
+	return u, true
+}
+
 // traceForm returns tr(Δ·H·Δᵀ) = ⟨H, ΔᵀΔ⟩ for the m×n matrix Δ (float32,
 // row-major) and the n×n matrix H, reading H's lower triangle. ΔᵀΔ is
 // accumulated in float64 (kernels.SyrkLower64), which costs m·n² flops —
