@@ -121,6 +121,11 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if targets != nil && len(targets) != tokens {
 		return fmt.Errorf("%s: %d targets for the %d tokens of %s", targetsFrom, len(targets), tokens, ref.Name())
 	}
+	for i, t := range targets {
+		if t >= int64(vocab) {
+			return fmt.Errorf("%s: target %d of token %d is outside the vocabulary of %d (%s)", targetsFrom, t, i, vocab, ref.Name())
+		}
+	}
 	var labels []string
 	if *corpusPath != "" {
 		if labels, err = readLabels(*corpusPath); err != nil {

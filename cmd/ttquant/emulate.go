@@ -169,6 +169,10 @@ func runEmulateMatmul(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if sh := st.Layout.Shape; len(sh) == 2 && int64(len(x)) != int64(tokens)*sh[1] {
+		return fmt.Errorf("%s: activations are [%d, %d] but %s: tensor %q is %v; --input must be [tokens, %d]",
+			*input, tokens, len(x)/tokens, *ckpt, *tensor, sh, sh[1])
+	}
 	e.log.Info("emulating matmul", "tensor", *tensor, "format", st.Format, "shape", st.Layout.Shape, "tokens", tokens, "config", cfg.String())
 	y, out, err := emulator.MatMulStored(ctx, st, x, tokens, cfg)
 	if err != nil {

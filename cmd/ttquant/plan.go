@@ -122,7 +122,10 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		if name == "" {
 			name = manifest.PresetQwen36MoE
 		}
-		plan, err = manifest.Preset(name)
+		if plan, err = manifest.Preset(name); err != nil {
+			// A misspelt flag value is a usage error.
+			return usageErrorf("--preset: %v", err)
+		}
 	}
 	if err != nil {
 		return err

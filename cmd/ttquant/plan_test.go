@@ -120,7 +120,7 @@ func TestPlanUsageErrors(t *testing.T) {
 			t.Errorf("%v: status %d, want %d", c, code, exitUsage)
 		}
 	}
-	if code, _, errs := runCLI(t, "plan", "--model", t.TempDir(), "--preset", "nope"); code != exitError || !strings.Contains(errs, "unknown preset") {
+	if code, _, errs := runCLI(t, "plan", "--model", t.TempDir(), "--preset", "nope"); code != exitUsage || !strings.Contains(errs, "unknown preset") {
 		t.Errorf("unknown preset: %d %q", code, errs)
 	}
 	code, out, _ := runCLI(t, "plan", "--list-presets")

@@ -78,7 +78,7 @@ func runTestModel(ctx context.Context, e *env, args []string) error {
 	} else {
 		v, err := testmodel.ParseVariant(*variant)
 		if err != nil {
-			return usageErrorf("%v", err)
+			return usageErrorf("--variant %q: want one of %s", *variant, strings.Join(names, ", "))
 		}
 		cfg = testmodel.Tiny()
 		cfg.VisionStubs = *vision
