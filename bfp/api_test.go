@@ -367,10 +367,6 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-func TestAccelerated(t *testing.T) {
-	t.Logf("SIMD kernels in use: %v", Accelerated())
-}
-
 func TestTileText(t *testing.T) {
 	for _, tl := range Tiles() {
 		b, err := tl.MarshalText()
