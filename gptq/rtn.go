@@ -43,6 +43,7 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 			}
 		}
 	case *BFPGrid:
+		rd := newBFPRounder(g.Format)
 		var buf [bfp.GroupSize]float32
 		if g.Axis == InputAxis {
 			for r := 0; r < rows; r++ {
@@ -52,10 +53,7 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 					for c := c0; c < c1; c++ {
 						b[c-c0] = float32(w[r*cols+c])
 					}
-					e := bfp.SharedExponent(b)
-					for c := c0; c < c1; c++ {
-						q[r*cols+c] = T(bfpNearest(g.Format, b[c-c0], e))
-					}
+					bfpRoundConst(rd, w[r*cols+c0:r*cols+c1], q[r*cols+c0:r*cols+c1], bfp.SharedExponent(b))
 				}
 			}
 		} else {
@@ -67,8 +65,14 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 						b[r-r0] = float32(w[r*cols+c])
 					}
 					e := bfp.SharedExponent(b)
-					for r := r0; r < r1; r++ {
-						q[r*cols+c] = T(bfpNearest(g.Format, b[r-r0], e))
+					if rd.fast(e) {
+						for r := r0; r < r1; r++ {
+							q[r*cols+c] = T(rd.one(b[r-r0], e))
+						}
+					} else {
+						for r := r0; r < r1; r++ {
+							q[r*cols+c] = T(bfpNearest(g.Format, b[r-r0], e))
+						}
 					}
 				}
 			}

@@ -21,7 +21,7 @@ func bind[T float](g Grid, s *solver[T]) colQuantizer[T] {
 		if g.Axis == InputAxis {
 			return newBFPInputState(g, s)
 		}
-		return &bfpOutputState[T]{f: g.Format, s: s}
+		return &bfpOutputState[T]{rd: newBFPRounder(g.Format), s: s}
 	}
 	panic("gptq: unknown grid type")
 }
@@ -140,7 +140,7 @@ func bfpNearest(f bfp.Format, x float32, e uint8) float32 {
 }
 
 type bfpOutputState[T float] struct {
-	f   bfp.Format
+	rd  *bfpRounder
 	s   *solver[T]
 	buf [bfp.GroupSize]float32
 }
@@ -158,10 +158,7 @@ func (st *bfpOutputState[T]) column(k int, w, q []T) {
 			for r := r0; r < r1; r++ {
 				g[r-r0] = float32(src[r*cols+c])
 			}
-			e := bfp.SharedExponent(g)
-			for r := r0; r < r1; r++ {
-				q[r] = T(bfpNearest(st.f, float32(w[r]), e))
-			}
+			bfpRoundConst(st.rd, w[r0:r1], q[r0:r1], bfp.SharedExponent(g))
 		}
 		return
 	}
@@ -171,26 +168,23 @@ func (st *bfpOutputState[T]) column(k int, w, q []T) {
 		for r := r0; r < r1; r++ {
 			g[r-r0] = float32(w[r])
 		}
-		e := bfp.SharedExponent(g)
-		for r := r0; r < r1; r++ {
-			q[r] = T(bfpNearest(st.f, g[r-r0], e))
-		}
+		bfpRoundConst(st.rd, w[r0:r1], q[r0:r1], bfp.SharedExponent(g))
 	}
 }
 
 type bfpInputState[T float] struct {
-	f     bfp.Format
+	rd    *bfpRounder
 	s     *solver[T]
 	ng    int     // groups per row
 	first []int   // working position at which each group's exponent is fixed
-	exp   []uint8 // rows×ng
+	exp   []uint8 // ng×rows: the exponents of group gi are exp[gi*rows:][:rows]
 	cur   []T     // scratch column
 }
 
 func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 	rows, cols := s.rows, s.cols
 	ng := (cols + bfp.GroupSize - 1) / bfp.GroupSize
-	st := &bfpInputState[T]{f: g.Format, s: s, ng: ng, first: make([]int, ng),
+	st := &bfpInputState[T]{rd: newBFPRounder(g.Format), s: s, ng: ng, first: make([]int, ng),
 		exp: make([]uint8, rows*ng), cur: make([]T, rows)}
 	for gi := range st.first {
 		st.first[gi] = math.MaxInt
@@ -207,7 +201,7 @@ func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 				for c := c0; c < c1; c++ {
 					buf[c-c0] = float32(s.w0[r*cols+c])
 				}
-				st.exp[r*ng+gi] = bfp.SharedExponent(buf[:c1-c0])
+				st.exp[gi*rows+r] = bfp.SharedExponent(buf[:c1-c0])
 			}
 		}
 		for gi := range st.first {
@@ -221,13 +215,11 @@ func (st *bfpInputState[T]) column(k int, w, q []T) {
 	s := st.s
 	c := s.perm[k]
 	gi := c / bfp.GroupSize
-	ng := st.ng
+	exp := st.exp[gi*len(w) : (gi+1)*len(w)]
 	if st.first[gi] == k {
 		// Fix the group's exponents from the current values of its columns.
 		c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, s.cols)
-		for r := range w {
-			st.exp[r*ng+gi] = 0
-		}
+		clear(exp)
 		for cc := c0; cc < c1; cc++ {
 			j := s.invperm[cc]
 			var col []T
@@ -239,11 +231,9 @@ func (st *bfpInputState[T]) column(k int, w, q []T) {
 			}
 			for r, v := range col {
 				e := uint8(math.Float32bits(float32(v)) >> 23 & 0xff)
-				st.exp[r*ng+gi] = max(st.exp[r*ng+gi], e)
+				exp[r] = max(exp[r], e)
 			}
 		}
 	}
-	for r := range w {
-		q[r] = T(bfpNearest(st.f, float32(w[r]), st.exp[r*ng+gi]))
-	}
+	bfpRoundVec(st.rd, w, q, exp)
 }

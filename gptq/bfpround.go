@@ -1,0 +1,92 @@
+package gptq
+
+import (
+	"math"
+
+	"github.com/ttquant/ttquant/bfp"
+)
+
+// bfpRounder rounds values onto a BFP grid of a given shared exponent with
+// the packer's element rule, giving exactly bfpNearest (bfp.Format.Nearest,
+// results with a zero exponent field flushed to +0) but with the format's
+// constants resolved once, so that the solver can round a whole column in
+// one tight loop. Exponents for which the fast rule does not apply (below
+// the mantissa width, or 255) fall back to bfpNearest; they only occur for
+// values near the float32 underflow or for Inf/NaN.
+//
+// The rule for a shared exponent E with w magnitude bits, for x with
+// exponent field ex: the significand with its hidden bit is shifted right
+// by E−ex (truncating; zeros and subnormals give 0), rounded half to even
+// to w bits, and saturated at 2^w−1 (also when ex > E); the value is that
+// magnitude times 2^(E−127−(w−1)), with x's sign, and +0 for a zero
+// magnitude. TestBFPRounderMatchesNearest checks it against bfpNearest for
+// every exponent pair and the mantissas around every rounding boundary.
+type bfpRounder struct {
+	f     bfp.Format
+	w     uint32 // magnitude bits
+	s     uint32 // 24 − w: bits below the kept magnitude
+	half  uint32 // 2^(s−1) − 1
+	maxq  uint32
+	scale [256]float32 // 2^(E−127−(w−1)) for the exponents of the fast rule
+}
+
+func newBFPRounder(f bfp.Format) *bfpRounder {
+	w := uint32(f.MantissaBits())
+	rd := &bfpRounder{f: f, w: w, s: 24 - w, half: 1<<(23-w) - 1, maxq: 1<<w - 1}
+	for e := w; e < 255; e++ {
+		rd.scale[e] = math.Float32frombits((e - (w - 1)) << 23)
+	}
+	return rd
+}
+
+// fast reports whether exponent e uses the fast rule.
+func (rd *bfpRounder) fast(e uint8) bool { return uint32(e) >= rd.w && e != 255 }
+
+// one rounds x onto exponent e, which must satisfy rd.fast(e).
+func (rd *bfpRounder) one(x float32, e uint8) float32 {
+	b := math.Float32bits(x)
+	E := uint32(e)
+	ex := b >> 23 & 0xff
+	var m uint32
+	if ex > E {
+		m = rd.maxq
+	} else {
+		// Zeros and subnormals (ex == 0) get a shift of at least 32, hence 0.
+		d := (E - ex) | (ex-1)>>31<<5
+		a := (b | 0x800000) & 0xffffff >> d
+		m = min((a+rd.half+(a>>rd.s&1))>>rd.s, rd.maxq)
+	}
+	v := float32(m) * rd.scale[E]
+	if b>>31 != 0 && m != 0 {
+		v = -v
+	}
+	return v
+}
+
+// bfpRoundVec sets q[i] to x[i] rounded onto exponent exps[i].
+func bfpRoundVec[T float](rd *bfpRounder, x, q []T, exps []uint8) {
+	q = q[:len(x)]
+	exps = exps[:len(x)]
+	for i, v := range x {
+		e := exps[i]
+		if rd.fast(e) {
+			q[i] = T(rd.one(float32(v), e))
+		} else {
+			q[i] = T(bfpNearest(rd.f, float32(v), e))
+		}
+	}
+}
+
+// bfpRoundConst sets q[i] to x[i] rounded onto the exponent e.
+func bfpRoundConst[T float](rd *bfpRounder, x, q []T, e uint8) {
+	q = q[:len(x)]
+	if !rd.fast(e) {
+		for i, v := range x {
+			q[i] = T(bfpNearest(rd.f, float32(v), e))
+		}
+		return
+	}
+	for i, v := range x {
+		q[i] = T(rd.one(float32(v), e))
+	}
+}
