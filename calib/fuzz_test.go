@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,13 +37,24 @@ func FuzzOpenStoreIndex(f *testing.F) {
 		}
 		s, err := OpenStore(dir)
 		if err != nil {
+			if bytes.Equal(index, raw) {
+				t.Fatalf("the valid index is rejected: %v", err)
+			}
 			return
 		}
 		for _, si := range s.Sites() {
+			for _, sh := range si.Shards {
+				if filepath.Base(sh.File) != sh.File || sh.File == ".." {
+					t.Fatalf("accepted shard file name %q outside the store directory", sh.File)
+				}
+			}
 			if si.Tokens*int64(si.Cols) > 1<<20 {
 				continue
 			}
-			s.ReadRows(si.Layer, si.Site, 0, si.Tokens)
+			x, err := s.ReadRows(si.Layer, si.Site, 0, si.Tokens)
+			if err == nil && int64(len(x)) != si.Tokens*int64(si.Cols) {
+				t.Fatalf("layer %d site %s: %d values read for %d tokens × %d cols", si.Layer, si.Site, len(x), si.Tokens, si.Cols)
+			}
 		}
 		s.TokenIDs()
 	})
