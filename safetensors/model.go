@@ -126,13 +126,9 @@ func WriteIndex(path string, x *Index) error {
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	data = append(data, '\n')
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := createTemp(path)
 	if err != nil {
-		return fmt.Errorf("safetensors: %w", err)
+		return err
 	}
 	_, err = tmp.Write(data)
 	if err == nil {

@@ -67,8 +67,9 @@ type wentry struct {
 	write func(io.Writer) error
 }
 
-// Create starts a new file that will be renamed to path on Close.
-func Create(path string) (*Writer, error) {
+// createTemp creates the temporary file that becomes path when renamed:
+// hidden, in path's directory (so that the rename stays on one file system).
+func createTemp(path string) (*os.File, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -76,6 +77,15 @@ func Create(path string) (*Writer, error) {
 	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	return tmp, nil
+}
+
+// Create starts a new file that will be renamed to path on Close.
+func Create(path string) (*Writer, error) {
+	tmp, err := createTemp(path)
+	if err != nil {
+		return nil, err
 	}
 	return &Writer{path: path, tmp: tmp, names: map[string]bool{}}, nil
 }
