@@ -388,6 +388,10 @@ func TestSameBytesForAnyWorkerCountAndRerun(t *testing.T) {
 		t.Errorf("second run: complete=%v identity %s, first %s", again.AlreadyComplete, again.Identity, res.Identity)
 	}
 	sameTree(t, "convert, second run", ref, out1)
+	if purego {
+		t.Log("GPTQ worker-count check skipped with the portable kernels (see purego_on_test.go)")
+		return
+	}
 
 	g1 := filepath.Join(t.TempDir(), "g1")
 	if _, err := GPTQ(context.Background(), gptq1Opts(t, g1, 1)); err != nil {
@@ -609,7 +613,11 @@ func expectIncomplete(t *testing.T, what, dir string) {
 }
 
 func TestInterruptAndResume(t *testing.T) {
-	for _, kind := range []string{"convert", "gptq1"} {
+	kinds := []string{"convert", "gptq1"}
+	if purego {
+		kinds = kinds[:1]
+	}
+	for _, kind := range kinds {
 		ref := reference(t, kind)
 		c, err := OpenCheckpoint(ref)
 		if err != nil {
