@@ -912,3 +912,41 @@ func TestVerifyForeignDirectory(t *testing.T) {
 		t.Errorf("a Hugging Face directory: %v", err)
 	}
 }
+
+func TestProgressEvents(t *testing.T) {
+	opt := convertOpts(t, filepath.Join(t.TempDir(), "out"), 3)
+	var mu sync.Mutex
+	var evs []ProgressEvent
+	opt.Progress = func(ev ProgressEvent) {
+		mu.Lock()
+		evs = append(evs, ev)
+		mu.Unlock()
+	}
+	res, err := Convert(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) < 2 || evs[0].Kind != "start" || evs[len(evs)-1].Kind != "done" {
+		t.Fatalf("events %+v", evs)
+	}
+	files, layers := 0, map[int]bool{}
+	var last int64
+	for _, ev := range evs {
+		switch ev.Kind {
+		case "file":
+			files++
+			if ev.BytesDone < last || ev.BytesDone > ev.BytesTotal || ev.FilesDone != files {
+				t.Errorf("event %+v after %d bytes, %d files", ev, last, files)
+			}
+			last = ev.BytesDone
+		case "layer":
+			if layers[ev.Layer] {
+				t.Errorf("layer %d reported twice", ev.Layer)
+			}
+			layers[ev.Layer] = true
+		}
+	}
+	if files != res.Work.Files || len(layers) != 5 {
+		t.Errorf("%d file events for %d files, layers %v", files, res.Work.Files, layers)
+	}
+}
