@@ -216,6 +216,9 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if opt.Plan == nil {
 		return nil, errors.New("manifest: no plan given")
 	}
+	if opt.Parent != "" && !hexRe.MatchString(opt.Parent) {
+		return nil, fmt.Errorf("manifest: parent %q is not the sha256 (64 lowercase hex digits) of a manifest", opt.Parent)
+	}
 	if opt.Workers <= 0 {
 		opt.Workers = 1
 	}
