@@ -950,3 +950,38 @@ func TestProgressEvents(t *testing.T) {
 		t.Errorf("%d file events for %d files, layers %v", files, res.Work.Files, layers)
 	}
 }
+
+// TestFusedAndPerExpertSourcesGiveSameFiles converts the tiny model in its
+// fused (Qwen3.5/3.6) and per-expert (one tensor per expert and projection)
+// layouts: every data file is byte-identical; only the manifest's source
+// records differ.
+func TestFusedAndPerExpertSourcesGiveSameFiles(t *testing.T) {
+	per := filepath.Join(t.TempDir(), "per-expert")
+	if err := testmodel.Write(per, testmodel.Tiny(), testmodel.PerExpert); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	o := convertOpts(t, out, 2)
+	o.Source = per
+	if _, err := Convert(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	ref := readTree(t, reference(t, "convert"))
+	got := readTree(t, out)
+	n := 0
+	for name, b := range ref {
+		if !strings.HasSuffix(name, ".safetensors") {
+			continue
+		}
+		n++
+		if !bytes.Equal(got[name], b) {
+			t.Errorf("%s differs between the fused and the per-expert source", name)
+		}
+	}
+	if n != 11 {
+		t.Errorf("compared %d data files, want 11", n)
+	}
+	if rep := mustVerify(t, out, VerifyOptions{Source: per}); !rep.OK {
+		t.Fatalf("%v", rep.Failures)
+	}
+}
