@@ -49,6 +49,12 @@ const (
 	RoleVision TensorRole = "vision" // model.visual.*: passed through or dropped by text plans
 )
 
+// maxNameIndex bounds the layer and expert indices read from tensor names.
+// Real models have at most a few hundred of either; a larger index is not a
+// known layout, and accepting it would let one name size the layer and
+// expert counts (and overflow NumLayers+k for MTP layers).
+const maxNameIndex = 1 << 16
+
 // MustStayLossless reports whether tensors of this role must never be
 // stored lossily: norms, the Gated DeltaNet conv1d, A_log and dt_bias, the
 // router and the shared expert's gate. Resolve refuses a plan that stores
@@ -153,7 +159,7 @@ func ClassifyTensor(name string) (SourceClass, error) {
 		return unknown()
 	}
 	layer, err := strconv.Atoi(after[:dot])
-	if err != nil || layer < 0 || strconv.Itoa(layer) != after[:dot] {
+	if err != nil || layer < 0 || layer > maxNameIndex || strconv.Itoa(layer) != after[:dot] {
 		return unknown()
 	}
 	c.Layer = layer
@@ -173,7 +179,7 @@ func ClassifyTensor(name string) (SourceClass, error) {
 		dot := strings.IndexByte(e, '.')
 		if dot > 0 {
 			idx, err := strconv.Atoi(e[:dot])
-			if err == nil && idx >= 0 && strconv.Itoa(idx) == e[:dot] {
+			if err == nil && idx >= 0 && idx <= maxNameIndex && strconv.Itoa(idx) == e[:dot] {
 				switch e[dot+1:] {
 				case "gate_proj.weight":
 					c.Role, c.Part = RoleExpertGateUp, "gate"

@@ -542,6 +542,7 @@ func TestClassifyTensor(t *testing.T) {
 		"mtp.pre_fc_norm_embedding.weight":                      {Role: RoleNorm, Layer: -1, MTP: true, Expert: -1},
 		"model.visual.blocks.0.attn.qkv.bias":                   {Role: RoleVision, Layer: -1, Expert: -1},
 		"model.layers.3.mlp.down_proj.weight":                   {Role: RoleMLPDown, Layer: 3, Expert: -1},
+		"model.layers.65536.mlp.experts.65536.gate_proj.weight": {Role: RoleExpertGateUp, Layer: 65536, Expert: 65536, Part: "gate", Block: "model.layers.65536.mlp."},
 	}
 	for name, want := range cases {
 		got, err := ClassifyTensor(name)
@@ -553,7 +554,8 @@ func TestClassifyTensor(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", name, got, want)
 		}
 	}
-	for _, bad := range []string{"", "model.layers.x.mlp.gate.weight", "model.layers.01.mlp.gate.weight", "model.layers.0.mlp.experts.03.up_proj.weight", "transformer.h.0.attn.c_attn.weight", "model.language_model.layers.0.mlp.experts.gate_proj"} {
+	for _, bad := range []string{"", "model.layers.x.mlp.gate.weight", "model.layers.01.mlp.gate.weight", "model.layers.0.mlp.experts.03.up_proj.weight", "transformer.h.0.attn.c_attn.weight", "model.language_model.layers.0.mlp.experts.gate_proj",
+		"model.layers.65537.mlp.gate.weight", "model.layers.9223372036854775807.mlp.gate.weight", "model.layers.0.mlp.experts.65537.up_proj.weight"} {
 		if _, err := ClassifyTensor(bad); err == nil || !strings.Contains(err.Error(), "unknown tensor name") {
 			t.Errorf("%q: err = %v", bad, err)
 		}
