@@ -109,6 +109,12 @@ type hfTextConfig struct {
 	TextConfig          *hfTextConfig `json:"text_config"`
 }
 
+// maxConfigValue bounds every size read from config.json (widths, layer
+// and expert counts): the largest real models are far below it, and a
+// corrupt or hostile config must be an error, not an allocation of
+// terabytes.
+const maxConfigValue = 1 << 20
+
 // ReadModelConfig reads dir/config.json (or the file itself when path names
 // a file) and extracts the MoE geometry. Nested text_config sections
 // (Qwen3.5/3.6) and flat configs (Qwen3-MoE, Qwen3-Next) are both accepted.
@@ -144,6 +150,9 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 		if *v <= 0 {
 			return 0, fmt.Errorf("calib: %s: field %s = %d must be positive", path, name, *v)
 		}
+		if *v > maxConfigValue {
+			return 0, fmt.Errorf("calib: %s: field %s = %d is implausibly large (limit %d)", path, name, *v, maxConfigValue)
+		}
 		return *v, nil
 	}
 	cfg := &ModelConfig{ModelType: tc.ModelType, TensorPrefix: prefix}
@@ -177,7 +186,7 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 		}
 	}
 	get := func(v *int) int {
-		if v == nil || *v < 0 {
+		if v == nil || *v < 0 || *v > maxConfigValue {
 			return 0
 		}
 		return *v
@@ -192,6 +201,10 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 	}
 	cfg.AttnInner = get(tc.NumAttentionHeads) * get(tc.HeadDim)
 	cfg.LinearValueDim = get(tc.LinearNumValueHeads) * get(tc.LinearValueHeadDim)
+	if cfg.AttnInner > maxConfigValue || cfg.LinearValueDim > maxConfigValue || cfg.MTPLayers+cfg.Layers > maxConfigValue {
+		return nil, fmt.Errorf("calib: %s: attention widths %d / %d or %d+%d layers are implausibly large (limit %d)",
+			path, cfg.AttnInner, cfg.LinearValueDim, cfg.Layers, cfg.MTPLayers, maxConfigValue)
+	}
 	if tc.LayerTypes != nil {
 		if len(tc.LayerTypes) != cfg.Layers {
 			return nil, fmt.Errorf("calib: %s: layer_types has %d entries for %d layers", path, len(tc.LayerTypes), cfg.Layers)

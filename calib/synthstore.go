@@ -87,7 +87,7 @@ func SynthesizeStore(dir string, cfg *ModelConfig, opt SynthStoreOptions) (*Stor
 			if err != nil {
 				return nil, err
 			}
-			buf := make([]float32, chunk*s.cols)
+			buf := make([]float32, int(min(chunk, tokens))*s.cols)
 			for t := int64(0); t < tokens; t += chunk {
 				n := int(min(chunk, tokens-t))
 				gen.Rows(buf, int(t), n)
