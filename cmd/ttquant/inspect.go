@@ -59,22 +59,15 @@ type inspectDoc struct {
 func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "inspect", "PATH [--json]")
 	asJSON := fs.Bool("json", false, "print a JSON document")
-	// Accept the flag after the path too.
-	var path string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		path, args = args[0], args[1:]
-	}
-	if err := parseFlags(fs, args); err != nil {
+	// Flags may come before or after the path.
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	if path == "" {
-		if fs.NArg() != 1 {
-			return usageErrorf("inspect takes exactly one PATH (a .safetensors file, a directory or an index .json)")
-		}
-		path = fs.Arg(0)
-	} else if fs.NArg() != 0 {
-		return usageErrorf("inspect takes exactly one PATH")
+	if len(pos) != 1 {
+		return usageErrorf("inspect takes exactly one PATH (a .safetensors file, a directory or an index .json), got %d", len(pos))
 	}
+	path := pos[0]
 
 	m, err := safetensors.OpenModel(path)
 	if err != nil {
