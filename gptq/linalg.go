@@ -41,11 +41,22 @@ func gemmSubTN[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc 
 
 // rank1Sub computes c[j][r] -= u[j]·e[r] for the m×n row-major c (row
 // stride ldc), rounding every product to T before the subtraction, like
-// axpySub on each row. A product with a single inner index is one rounded
-// multiplication in the kernels' fused chain (fma(u, e, +0)), added to C
-// with one addition, so this equals the scalar loop bit for bit (up to the
-// sign of a zero result).
+// axpySub on each row. In float32 it is axpySub32 row by row (assembly
+// where available, bit-identical to the Go loop). In float64 it is a
+// product with a single inner index: one rounded multiplication in the
+// kernels' fused chain (fma(u, e, +0)) added to C with one addition, which
+// equals the scalar loop bit for bit (up to the sign of a zero result).
+
 func rank1Sub[T float](m, n int, u, e, c []T, ldc int) {
+	if u32, ok := any(u).([]float32); ok {
+		// One vector pass per row of c: cheaper than a product call for
+		// the short rank-1 updates of the in-block loop.
+		e32, c32 := any(e).([]float32)[:n], any(c).([]float32)
+		for j, a := range u32[:m] {
+			axpySub32(a, e32, c32[j*ldc:j*ldc+n])
+		}
+		return
+	}
 	gemmSubTN(m, n, 1, u, m, e, n, c, ldc)
 }
 

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -465,35 +468,122 @@ type solver[T float] struct {
 	wt            []T   // working weights, column-major in working order
 	u             []T   // upper inverse factor, cols×cols row-major, working order
 
-	// current block [i1, i2) and sub-block [i1+s1, i1+s2)
+	// current block [i1, i2)
 	i1, i2 int
-	s1, s2 int
-	done   int // columns of the block already quantized (block-local)
 	w1     []T // block columns with in-block updates, column-major
 	e      []T // scaled errors of the block's columns, column-major
 }
 
+// rowChunk is the progress of the in-block loop over the rows [r0, r1):
+// rows are independent problems within a block (every grid fixes its
+// parameters per row, or per 16-row group on the output axis), so chunks
+// of rows run the block concurrently.
+type rowChunk[T float] struct {
+	r0, r1 int
+	s1, s2 int // current sub-block [i1+s1, i1+s2)
+	done   int // columns of the block already quantized (block-local)
+	cur    []T // scratch column of r1−r0 values
+}
+
+// chunkRows is the number of rows per chunk of the in-block loop. It
+// depends on the shape and the grid only, never on the number of CPUs, so
+// that the (elementwise) arithmetic and thus the result are the same for
+// any GOMAXPROCS: four chunks of whole 16-row groups for matrices of at
+// least 512 rows, fewer for smaller ones; one chunk for integer grids,
+// whose state is shared across rows.
+func chunkRows(rows int, g Grid) int {
+	if _, ok := g.(*IntGrid); ok {
+		return rows
+	}
+	n := min(4, max(1, rows/128))
+	c := (rows + n - 1) / n
+	return (c + 15) &^ 15
+}
+
 // current writes the current (error-updated) values of working column j,
-// which must not be quantized yet, into dst: the stored values minus the
-// updates still pending from the columns of the current block (or
-// sub-block) already quantized.
-func (s *solver[T]) current(j int, dst []T) {
-	rows := s.rows
+// which must not be quantized yet, for the rows of chunk ch into dst: the
+// stored values minus the updates still pending from the columns of the
+// current block (or sub-block) already quantized.
+func (s *solver[T]) current(j int, dst []T, ch *rowChunk[T]) {
+	rows, r0, r1 := s.rows, ch.r0, ch.r1
 	from := 0 // first block-local column whose update j has not received
 	if jl := j - s.i1; jl >= 0 && j < s.i2 {
-		copy(dst, s.w1[jl*rows:(jl+1)*rows])
-		if jl < s.s2 {
+		copy(dst, s.w1[jl*rows+r0:jl*rows+r1])
+		if jl < ch.s2 {
 			return
 		}
-		from = s.s1
+		from = ch.s1
 	} else {
-		copy(dst, s.wt[j*rows:(j+1)*rows])
+		copy(dst, s.wt[j*rows+r0:j*rows+r1])
 	}
-	for i := from; i < s.done; i++ {
+	for i := from; i < ch.done; i++ {
 		if u := s.u[(s.i1+i)*s.cols+j]; u != 0 {
-			axpySub(u, s.e[i*rows:(i+1)*rows], dst)
+			axpySub(u, s.e[i*rows+r0:i*rows+r1], dst)
 		}
 	}
+}
+
+// block runs the column loop of the current block [s.i1, s.i2) over the
+// rows of ch: quantize each column, record its error and propagate it to
+// the block's later columns.
+func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss []float64, sb int) {
+	rows, cols, i1 := s.rows, s.cols, s.i1
+	r0, r1 := ch.r0, ch.r1
+	n := r1 - r0
+	nb := s.i2 - i1
+	rl := rowLoss[r0:r1]
+	ch.done = 0
+	for j1 := 0; j1 < nb; j1 += sb {
+		j2 := min(j1+sb, nb)
+		ch.s1, ch.s2 = j1, j2
+		for i := j1; i < j2; i++ {
+			k := i1 + i
+			col := s.w1[i*rows+r0 : i*rows+r1]
+			q := qt[k*rows+r0 : k*rows+r1]
+			cq.column(k, col, q, ch)
+			d := s.u[k*cols+k]
+			d2 := d * d
+			ei := s.e[i*rows+r0 : i*rows+r1]
+			for r, wv := range col {
+				diff := wv - q[r]
+				rl[r] += float64(diff*diff/d2) / 2
+				ei[r] = diff / d
+			}
+			ch.done = i + 1
+			// W1[:, i+1:j2] -= e ⊗ U[k, i1+i+1 : i1+j2]
+			if m := j2 - i - 1; m > 0 {
+				rank1Sub(m, n, s.u[k*cols+k+1:k*cols+k+1+m], ei, s.w1[(i+1)*rows+r0:], rows)
+			}
+		}
+		if j2 < nb {
+			// The sub-block's update of the rest of the block, as one
+			// product: W1[:, j2:] -= E[:, j1:j2]·U[j1:j2, j2:nb].
+			gemmSubTN(nb-j2, n, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows+r0:], rows, s.w1[j2*rows+r0:], rows)
+		}
+	}
+}
+
+// forEach calls f(i) for i in [0, n) on up to workers goroutines (in the
+// calling goroutine when workers <= 1).
+func forEach(n, workers int, f func(i int)) {
+	if workers <= 1 || n <= 1 {
+		for i := 0; i < n; i++ {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // dampSchedule is the sequence of damping fractions tried: the requested one,
@@ -545,40 +635,20 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	}
 	s.w1 = make([]T, bs*rows)
 	s.e = make([]T, bs*rows)
+	cr := chunkRows(rows, g)
+	var chunks []rowChunk[T]
+	for r0 := 0; r0 < rows; r0 += cr {
+		r1 := min(r0+cr, rows)
+		chunks = append(chunks, rowChunk[T]{r0: r0, r1: r1, cur: make([]T, r1-r0)})
+	}
+	workers := min(len(chunks), runtime.GOMAXPROCS(0))
 	for i1 := 0; i1 < cols; i1 += bs {
 		i2 := min(i1+bs, cols)
 		nb := i2 - i1
-		s.i1, s.i2, s.done = i1, i2, 0
+		s.i1, s.i2 = i1, i2
 		copy(s.w1[:nb*rows], s.wt[i1*rows:i2*rows])
 		clear(s.e[:nb*rows])
-		for j1 := 0; j1 < nb; j1 += sb {
-			j2 := min(j1+sb, nb)
-			s.s1, s.s2 = j1, j2
-			for i := j1; i < j2; i++ {
-				k := i1 + i
-				col := s.w1[i*rows : (i+1)*rows]
-				q := qt[k*rows : (k+1)*rows]
-				cq.column(k, col, q)
-				d := s.u[k*cols+k]
-				d2 := d * d
-				ei := s.e[i*rows : (i+1)*rows]
-				for r, wv := range col {
-					diff := wv - q[r]
-					rowLoss[r] += float64(diff*diff/d2) / 2
-					ei[r] = diff / d
-				}
-				s.done = i + 1
-				// W1[:, i+1:j2] -= e ⊗ U[k, i1+i+1 : i1+j2]
-				if m := j2 - i - 1; m > 0 {
-					rank1Sub(m, rows, s.u[k*cols+k+1:k*cols+k+1+m], ei, s.w1[(i+1)*rows:], rows)
-				}
-			}
-			if j2 < nb {
-				// The sub-block's update of the rest of the block, as one
-				// product: W1[:, j2:] -= E[:, j1:j2]·U[j1:j2, j2:nb].
-				gemmSubTN(nb-j2, rows, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows:], rows, s.w1[j2*rows:], rows)
-			}
-		}
+		forEach(len(chunks), workers, func(c int) { s.block(&chunks[c], cq, qt, rowLoss, sb) })
 		if i2 < cols {
 			// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here in
 			// column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.

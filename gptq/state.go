@@ -6,10 +6,12 @@ import (
 	"github.com/ttquant/ttquant/bfp"
 )
 
-// colQuantizer is a grid bound to one solver run: it quantizes working
-// column k, whose current values are w, into q (both of length rows).
+// colQuantizer is a grid bound to one solver run: it quantizes the rows
+// [ch.r0, ch.r1) of working column k, whose current values are w, into q
+// (both of length ch.r1−ch.r0). Calls for different chunks may run
+// concurrently; calls for one chunk come in column order.
 type colQuantizer[T float] interface {
-	column(k int, w, q []T)
+	column(k int, w, q []T, ch *rowChunk[T])
 }
 
 // bind returns g's quantizer for the solver s.
@@ -92,8 +94,13 @@ func newIntState[T float](g *IntGrid, s *solver[T]) *intState[T] {
 	return st
 }
 
-func (st *intState[T]) column(k int, w, q []T) {
+// column quantizes a whole column: chunkRows gives integer grids a single
+// chunk, since the grid state below is shared by all rows.
+func (st *intState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 	s := st.s
+	if ch.r0 != 0 || len(w) != s.rows {
+		panic("gptq: integer grid column quantized in row chunks")
+	}
 	rows, cols, gs := s.rows, s.cols, st.cfg.GroupSize
 	c := s.perm[k]
 	gi := 0
@@ -140,21 +147,22 @@ func bfpNearest(f bfp.Format, x float32, e uint8) float32 {
 }
 
 type bfpOutputState[T float] struct {
-	rd  *bfpRounder
-	s   *solver[T]
-	buf [bfp.GroupSize]float32
+	rd *bfpRounder
+	s  *solver[T]
 }
 
 // column fixes the exponent of each 16-row group of the column from its
-// current values, then rounds onto it.
-func (st *bfpOutputState[T]) column(k int, w, q []T) {
+// current values, then rounds onto it. Chunks start at multiples of 16
+// rows (chunkRows), so groups never straddle them.
+func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
+	var buf [bfp.GroupSize]float32
 	if st.s.opt.StaticGroups {
 		c := st.s.perm[k]
-		src := st.s.w0
+		src := st.s.w0[ch.r0*st.s.cols:]
 		cols := st.s.cols
 		for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
 			r1 := min(r0+bfp.GroupSize, len(w))
-			g := st.buf[:r1-r0]
+			g := buf[:r1-r0]
 			for r := r0; r < r1; r++ {
 				g[r-r0] = float32(src[r*cols+c])
 			}
@@ -164,7 +172,7 @@ func (st *bfpOutputState[T]) column(k int, w, q []T) {
 	}
 	for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
 		r1 := min(r0+bfp.GroupSize, len(w))
-		g := st.buf[:r1-r0]
+		g := buf[:r1-r0]
 		for r := r0; r < r1; r++ {
 			g[r-r0] = float32(w[r])
 		}
@@ -178,14 +186,13 @@ type bfpInputState[T float] struct {
 	ng    int     // groups per row
 	first []int   // working position at which each group's exponent is fixed
 	exp   []uint8 // ng×rows: the exponents of group gi are exp[gi*rows:][:rows]
-	cur   []T     // scratch column
 }
 
 func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 	rows, cols := s.rows, s.cols
 	ng := (cols + bfp.GroupSize - 1) / bfp.GroupSize
 	st := &bfpInputState[T]{rd: newBFPRounder(g.Format), s: s, ng: ng, first: make([]int, ng),
-		exp: make([]uint8, rows*ng), cur: make([]T, rows)}
+		exp: make([]uint8, rows*ng)}
 	for gi := range st.first {
 		st.first[gi] = math.MaxInt
 	}
@@ -211,11 +218,11 @@ func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 	return st
 }
 
-func (st *bfpInputState[T]) column(k int, w, q []T) {
+func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 	s := st.s
 	c := s.perm[k]
 	gi := c / bfp.GroupSize
-	exp := st.exp[gi*len(w) : (gi+1)*len(w)]
+	exp := st.exp[gi*s.rows+ch.r0 : gi*s.rows+ch.r1]
 	if st.first[gi] == k {
 		// Fix the group's exponents from the current values of its columns.
 		c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, s.cols)
@@ -226,8 +233,9 @@ func (st *bfpInputState[T]) column(k int, w, q []T) {
 			if j == k {
 				col = w
 			} else {
-				s.current(j, st.cur)
-				col = st.cur
+				s.current(j, ch.cur, ch)
+				col = ch.cur
+
 			}
 			for r, v := range col {
 				e := uint8(math.Float32bits(float32(v)) >> 23 & 0xff)
