@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 )
@@ -197,22 +196,16 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 			return nil, err
 		}
 	}
-	// The driver quantizes every matrix of a layer in one format and axis;
-	// a plan that mixes them in one layer gets one driver run per kind.
-	type key struct {
-		f    bfp.Format
-		axis string
-	}
-	keyOf := func(st *storedTensor) key { return key{st.bfpF, st.axis} }
-	var keys []key
-	seen := map[key]bool{}
-	for e := 0; e < ml.Config.Experts; e++ {
-		for _, st := range []*storedTensor{ex[e].gu, ex[e].down} {
-			if k := keyOf(st); !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
+	// One driver run covers the whole layer: each matrix gets the grid of
+	// the tensor it is stored in, so a down projection's Hessian always
+	// comes from the gate and up projections exactly as they are stored,
+	// whatever formats the plan gives them.
+	gridOf := func(st *storedTensor) gptq.Grid {
+		axis := gptq.InputAxis
+		if st.axis == AxisOutput {
+			axis = gptq.OutputAxis
 		}
+		return gptq.NewBFPGrid(st.bfpF, axis)
 	}
 	jobOf := map[string]*job{}
 	for _, i := range pending {
@@ -222,64 +215,61 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	}
 	done := map[string]*produced{}
 	count := map[string]int{}
-	var ls *LayerStats
-	for ki, k := range keys {
-		axis := gptq.InputAxis
-		if k.axis == AxisOutput {
-			axis = gptq.OutputAxis
-		}
-		g := b.gopt
-		lo := calib.LayerOptions{Format: k.f, Axis: axis, GPTQ: &g, Workers: b.opt.Workers, SkipShared: true}
-		emit := func(r *calib.ExpertResult) error {
-			if r.Expert < 0 {
-				return nil
+	g := b.gopt
+	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true,
+		Grid: func(expert int, matrix string) (gptq.Grid, error) {
+			if expert < 0 || expert >= len(ex) {
+				return nil, fmt.Errorf("manifest: layer %d has no routed expert %d", layer, expert)
 			}
-			for _, st := range []*storedTensor{ex[r.Expert].gu, ex[r.Expert].down} {
-				if keyOf(st) != k {
-					continue
-				}
-				j := jobOf[st.name]
-				if j == nil {
-					continue // its file is kept
-				}
-				p, err := b.produceExpert(st, r)
-				if err != nil {
-					return fmt.Errorf("tensor %s: %w", st.name, err)
-				}
-				done[st.name] = p
-				count[j.file]++
-				if count[j.file] == len(j.tensors) {
-					rec, err := b.writeJobWith(ctx, j, func(_ context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error) {
-						p := done[st.name]
-						delete(done, st.name)
-						return p.data, p.te, p.ms, nil
-					})
-					if err != nil {
-						return fmt.Errorf("%s: %w", j.file, err)
-					}
-					if err := commit(pending[j.file], rec); err != nil {
-						return err
-					}
-				}
+			if matrix == "down_proj" {
+				return gridOf(ex[expert].down), nil
 			}
+			return gridOf(ex[expert].gu), nil
+		}}
+	emit := func(r *calib.ExpertResult) error {
+		if r.Expert < 0 {
 			return nil
 		}
-		rep, err := calib.QuantizeMoELayer(ctx, ml, calib.Activations{X: x, Tokens: int(ct)}, calib.Activations{X: held, Tokens: len(held) / hidden}, lo, emit)
-		if err != nil {
-			return nil, err
-		}
-		if ki == 0 {
-			ls = &LayerStats{Layer: layer, CalibTokens: int64(rep.Tokens), Starved: rep.Starved}
-			if rep.HeldOut != nil {
-				ls.HeldOutTokens = int64(rep.HeldOut.Tokens)
-				ls.HeldOutMSE = rep.HeldOut.MSE
-				ls.HeldOutRTNMSE = rep.HeldOut.RTNMSE
-				ls.RefMeanSquare = rep.HeldOut.RefMeanSquare
+		for _, st := range []*storedTensor{ex[r.Expert].gu, ex[r.Expert].down} {
+			j := jobOf[st.name]
+			if j == nil {
+				continue // its file is kept
 			}
-			if len(ls.Starved) == 0 {
-				ls.Starved = nil
+			p, err := b.produceExpert(st, r)
+			if err != nil {
+				return fmt.Errorf("tensor %s: %w", st.name, err)
+			}
+			done[st.name] = p
+			count[j.file]++
+			if count[j.file] == len(j.tensors) {
+				rec, err := b.writeJobWith(ctx, j, func(_ context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error) {
+					p := done[st.name]
+					delete(done, st.name)
+					return p.data, p.te, p.ms, nil
+				})
+				if err != nil {
+					return fmt.Errorf("%s: %w", j.file, err)
+				}
+				if err := commit(pending[j.file], rec); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
+	}
+	rep, err := calib.QuantizeMoELayer(ctx, ml, calib.Activations{X: x, Tokens: int(ct)}, calib.Activations{X: held, Tokens: len(held) / hidden}, lo, emit)
+	if err != nil {
+		return nil, err
+	}
+	ls := &LayerStats{Layer: layer, CalibTokens: int64(rep.Tokens), Starved: rep.Starved}
+	if rep.HeldOut != nil {
+		ls.HeldOutTokens = int64(rep.HeldOut.Tokens)
+		ls.HeldOutMSE = rep.HeldOut.MSE
+		ls.HeldOutRTNMSE = rep.HeldOut.RTNMSE
+		ls.RefMeanSquare = rep.HeldOut.RefMeanSquare
+	}
+	if len(ls.Starved) == 0 {
+		ls.Starved = nil
 	}
 	for f := range pending {
 		if count[f] != len(b.jobs[pending[f]].tensors) {

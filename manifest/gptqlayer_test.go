@@ -1,0 +1,54 @@
+package manifest
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGPTQMixedExpertFormats builds a checkpoint whose plan stores the
+// routed experts' gate_up in BFP8_b and their down projection in BFP4_b. Each
+// stored matrix must carry its own format and verify against the source,
+// which checks that every GPTQ value is exactly representable in the format
+// of the file it is in and that the recorded error is the true one.
+func TestGPTQMixedExpertFormats(t *testing.T) {
+	opt := gptq1Opts(t, filepath.Join(t.TempDir(), "mixed"), 2)
+	base := preset(t)
+	mixed := &Plan{Name: "mixed", Rules: append([]Rule{
+		{Pattern: "*.mlp.experts.*.gate_up_proj", Format: StoreBFP8, Method: MethodGPTQ},
+	}, base.Rules...)}
+	opt.Plan = mixed
+	if _, err := GPTQ(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	rep := mustVerify(t, opt.Out, VerifyOptions{Source: opt.Source, Workers: 2})
+	if !rep.OK {
+		t.Fatalf("%v", rep.Failures)
+	}
+	c, err := OpenCheckpoint(opt.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateUp, down := 0, 0
+	for _, te := range c.Manifest().Tensors {
+		if !strings.Contains(te.Name, ".layers.1.mlp.experts.") || te.Method != MethodGPTQ {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(te.Name, "gate_up_proj"):
+			gateUp++
+			if !strings.EqualFold(te.Format, "BFP8_b") {
+				t.Errorf("%s stored as %s, want BFP8_b", te.Name, te.Format)
+			}
+		case strings.HasSuffix(te.Name, "down_proj"):
+			down++
+			if !strings.EqualFold(te.Format, "BFP4_b") {
+				t.Errorf("%s stored as %s, want BFP4_b", te.Name, te.Format)
+			}
+		}
+	}
+	if gateUp == 0 || down == 0 {
+		t.Fatalf("layer 1: %d GPTQ gate_up and %d GPTQ down tensors", gateUp, down)
+	}
+}
