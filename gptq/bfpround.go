@@ -103,4 +103,3 @@ func bfpRoundConst[T float](rd *bfpRounder, x, q []T, e uint8) {
 	}
 
 }
-
