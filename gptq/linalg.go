@@ -9,6 +9,7 @@ package gptq
 
 import (
 	"math"
+	"sync"
 
 	"github.com/ttquant/ttquant/internal/kernels"
 )
@@ -118,12 +119,33 @@ func inverseFactor32(h []float32, n int) (u []float32, ok bool) {
 	return u, true
 }
 
+// gramPool recycles the n×n float64 buffers of traceForm: a fresh 32 MB
+// buffer per report (2048 inputs) costs more in page faults and zeroing
+// than clearing the triangle of a used one.
+var gramPool sync.Pool
+
+// getGram returns a pooled buffer of at least n·n float64 values, sliced
+// to n·n, with arbitrary contents.
+func getGram(n int) *[]float64 {
+	if p, ok := gramPool.Get().(*[]float64); ok && cap(*p) >= n*n {
+		*p = (*p)[:n*n]
+		return p
+	}
+	g := make([]float64, n*n)
+	return &g
+}
+
 // traceForm returns tr(Δ·H·Δᵀ) = ⟨H, ΔᵀΔ⟩ for the m×n matrix Δ (float32,
 // row-major) and the n×n matrix H, reading H's lower triangle. ΔᵀΔ is
 // accumulated in float64 (kernels.SyrkLower64), which costs m·n² flops —
 // half of forming Δ·H.
 func traceForm(d []float32, m, n int, h []float64) float64 {
-	g := make([]float64, n*n)
+	gp := getGram(n)
+	defer gramPool.Put(gp)
+	g := *gp
+	for i := 0; i < n; i++ {
+		clear(g[i*n : i*n+i+1]) // only the lower triangle is used
+	}
 	kernels.SyrkLower64(n, m, d, n, g, n)
 	var s float64
 	for i := 0; i < n; i++ {
