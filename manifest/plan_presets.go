@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -84,12 +85,17 @@ func PresetNames() []string {
 	return out
 }
 
+// ErrUnknownPreset is returned (wrapped, with the name and the known
+// presets) by Preset for a name that is not a built-in preset; commands
+// treat it as a usage error.
+var ErrUnknownPreset = errors.New("unknown preset")
+
 // Preset returns a fresh, validated copy of a built-in plan:
 // "qwen36-35b-a3b", "qwen3-27b-dense" or "qwen3-9b-dense".
 func Preset(name string) (*Plan, error) {
 	p, ok := presets[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown preset %q (known: %s)", name, strings.Join(PresetNames(), ", "))
+		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownPreset, name, strings.Join(PresetNames(), ", "))
 	}
 	cp := p
 	cp.Rules = append([]Rule(nil), p.Rules...)

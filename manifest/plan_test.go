@@ -189,7 +189,7 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 	if _, err := LoadPlan(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("LoadPlan of a missing file succeeded")
 	}
-	if _, err := Preset("qwen4"); err == nil || !strings.Contains(err.Error(), PresetQwen36MoE) {
+	if _, err := Preset("qwen4"); !errors.Is(err, ErrUnknownPreset) || !strings.Contains(err.Error(), PresetQwen36MoE) || !strings.Contains(err.Error(), `"qwen4"`) {
 		t.Errorf("unknown preset error %v should list the known ones", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -122,7 +123,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		if name == "" {
 			name = manifest.PresetQwen36MoE
 		}
-		if plan, err = manifest.Preset(name); err != nil {
+		if plan, err = manifest.Preset(name); errors.Is(err, manifest.ErrUnknownPreset) {
 			// A misspelt flag value is a usage error.
 			return usageErrorf("--preset: %v", err)
 		}
