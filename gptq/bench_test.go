@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 func randActivations(tokens, cols int, seed uint64) []float32 {
@@ -57,24 +58,55 @@ func benchProblem(b *testing.B, rows, cols int) ([]float32, []float64) {
 	return w, hs.Matrix()
 }
 
+// solveFLOPs counts the floating-point operations of one Quantize call on
+// a rows×cols (out×in) matrix with block size bs: the factorization of the
+// cols×cols Hessian (Cholesky and triangular inverse, (2/3)·cols³), the
+// lazy block products, the in-block rank-1 updates, and, with report, the
+// two ΔᵀΔ products of the proxy losses (rows·cols·(cols+1) each).
+func solveFLOPs(rows, cols, bs int, report bool) float64 {
+	r, c := float64(rows), float64(cols)
+	fl := 2 * c * c * c / 3
+	fl += kernels.GPTQUpdateFLOPs(rows, cols, bs)
+	for i1 := 0; i1 < cols; i1 += bs {
+		nb := float64(min(bs, cols-i1))
+		fl += r * nb * (nb - 1) // Σ 2·rows·(nb−1−i) over the block
+	}
+	if report {
+		fl += 2 * r * c * (c + 1)
+	}
+	return fl
+}
+
 // BenchmarkGPTQ quantizes out×in matrices onto BFP4 (input axis) with block
-// size 128 in float32 mode, including the report (proxy losses of GPTQ and
-// RTN).
+// size 128 in float32 mode, from the Hessian (validation, damping and
+// factorization included) to the result: "report" includes the proxy
+// losses of GPTQ and RTN (the default), "noreport" sets NoProxyLoss, as the
+// reference implementation computes no such loss. s/solve is the time per
+// call and GFLOP/s counts the work of solveFLOPs.
 func BenchmarkGPTQ(b *testing.B) {
 	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
 		rows, cols := shape[0], shape[1]
-		b.Run(fmt.Sprintf("%dx%d", rows, cols), func(b *testing.B) {
-			w, h := benchProblem(b, rows, cols)
-			g := NewBFPGrid(bfp.BFP4, InputAxis)
-			opt := DefaultOptions()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := Quantize(w, rows, cols, h, g, opt); err != nil {
-					b.Fatal(err)
-				}
+		for _, report := range []bool{true, false} {
+			name := "report"
+			if !report {
+				name = "noreport"
 			}
-			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/matrix")
-		})
+			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, name), func(b *testing.B) {
+				w, h := benchProblem(b, rows, cols)
+				g := NewBFPGrid(bfp.BFP4, InputAxis)
+				opt := DefaultOptions()
+				opt.NoProxyLoss = !report
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := Quantize(w, rows, cols, h, g, opt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(sec, "s/solve")
+				b.ReportMetric(solveFLOPs(rows, cols, opt.BlockSize, report)/sec/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 
