@@ -56,7 +56,7 @@ func TestCalibCommands(t *testing.T) {
 		t.Errorf("calib stats text: status %d\n%s", code, out)
 	}
 
-	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "1,3", "--workers", "2", "--json")
+	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "3", "--workers", "2", "--json")
 	if code != exitOK {
 		t.Fatalf("calib quantize: status %d\n%s", code, errs)
 	}
@@ -76,11 +76,13 @@ func TestCalibCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &q); err != nil {
 		t.Fatalf("calib quantize --json: %v\n%s", err, out)
 	}
-	if q.SchemaVersion != schemaVersion || len(q.Layers) != 2 {
+	// One GPTQ layer keeps the test fast in purego builds; the RTN run
+	// below takes a list, with the MTP layer (4, tensors mtp.layers.0.*).
+	if q.SchemaVersion != schemaVersion || len(q.Layers) != 1 {
 		t.Fatalf("calib quantize: %+v", q)
 	}
 	for i, l := range q.Layers {
-		if l.Layer != []int{1, 3}[i] || len(l.Experts) != 16 || l.HeldOut.Tokens != 256 || l.HeldOut.Ratio <= 0 || l.HeldOut.Ratio > 0.8 {
+		if l.Layer != []int{3}[i] || len(l.Experts) != 16 || l.HeldOut.Tokens != 256 || l.HeldOut.Ratio <= 0 || l.HeldOut.Ratio > 0.8 {
 			t.Errorf("calib quantize layer %d: %+v", l.Layer, l)
 		}
 	}
@@ -89,8 +91,8 @@ func TestCalibCommands(t *testing.T) {
 			t.Errorf("--layers %s: status %d, want %d", bad, code, exitUsage)
 		}
 	}
-	code, out, _ = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "0", "--method", "rtn")
-	if code != exitOK || !strings.Contains(out, "layer 0: BFP4_b input-axis, method rtn") || !strings.Contains(out, "ratio 1.000") {
+	code, out, _ = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "0,4", "--method", "rtn")
+	if code != exitOK || !strings.Contains(out, "layer 0: BFP4_b input-axis, method rtn") || !strings.Contains(out, "layer 4: BFP4_b input-axis, method rtn") || !strings.Contains(out, "ratio 1.000") {
 		t.Errorf("calib quantize text: status %d\n%s", code, out)
 	}
 }
