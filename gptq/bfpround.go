@@ -101,5 +101,4 @@ func bfpRoundConst[T float](rd *bfpRounder, x, q []T, e uint8) {
 		m := min((a+half+(a>>s&1))>>s, maxq) | maxq*((E-ex)>>31)
 		q[i] = T(math.Float32frombits(math.Float32bits(float32(m)*scale) | (b>>31&((m+maxq)>>w))<<31))
 	}
-
 }

@@ -177,7 +177,6 @@ func checkHessian(h []float64, n int, name string) error {
 					}
 				}
 			}
-
 		}
 	}
 	return nil
@@ -364,7 +363,12 @@ func (f *Factor) permuteLower64(hp, h, diag []float64, lam float64) {
 // is about twice as fast as float64.
 func (f *Factor) factor32(h, diag []float64, mean float64) {
 	cols := f.cols
-	hp := make([]float32, cols*cols)
+	// Only the lower triangle is written and read (CholInvUpper32 reads
+	// the lower triangle of its input), so a reused buffer needs no
+	// clearing.
+	hpBuf := getScratch32(cols * cols)
+	defer scratch32Pool.Put(hpBuf)
+	hp := *hpBuf
 	var u []float32
 	for try, p := range dampSchedule(f.opt.PercDamp) {
 		lam := float32(float32(p) * float32(mean))
@@ -678,7 +682,6 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 			}
 		}
 	}
-
 	for i, v := range res.Q {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)
