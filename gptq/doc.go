@@ -26,9 +26,15 @@
 //   - When the Cholesky factorization fails the damping is raised
 //     automatically (Result.PercDamp, Result.DampIncreases); the output never
 //     contains NaN or Inf — a numerical overflow is an error instead.
-//   - Float32 mode (the reference's arithmetic) and float64 mode.
+//   - Float32 mode (the reference's arithmetic, factorization included) and
+//     float64 mode.
 //   - Deterministic: identical inputs give bit-identical outputs, whatever
-//     the number of CPUs.
+//     the number of CPUs (GOMAXPROCS) and in both the assembly and the
+//     purego builds.
+//   - Quantize uses the machine's cores: the kernels split the products and
+//     the factorization, and within each lazy-update block fixed chunks of
+//     rows run the column loop concurrently (BFP grids; integer grids share
+//     per-row state and use one chunk).
 //   - Bad input (shapes, NaN/Inf, a Hessian that is not square, has a
 //     negative diagonal or is not symmetric, invalid grids or options) is
 //     an error wrapping ErrShape, ErrNotFinite, ErrHessian or ErrOptions,
@@ -43,5 +49,8 @@
 //
 // The dense linear algebra (Hessian SYRK, the lazy block update, the
 // factorization) runs on internal/kernels behind a few small functions in
-// linalg.go.
+// linalg.go. The per-column rank-1 updates use a small AVX routine of this
+// package (axpy_amd64.s, chosen by a CPUID check) with a Go twin that gives
+// the same bits (build tag purego, other architectures).
+
 package gptq
