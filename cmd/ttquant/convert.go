@@ -67,6 +67,9 @@ func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error
 			name = "qwen36-35b-a3b"
 		}
 		plan, err = manifest.Preset(name)
+		if errors.Is(err, manifest.ErrUnknownPreset) {
+			return opt, &statusError{status: exitUsage, err: err}
+		}
 	}
 	if err != nil {
 		return opt, err

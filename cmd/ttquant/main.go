@@ -89,7 +89,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return &statusError{status: exitUsage}
 		}
-		return &statusError{status: exitUsage, err: err}
+		// The flag package has already printed the problem and the usage.
+		return &statusError{status: exitUsage}
 	}
 	return nil
 }

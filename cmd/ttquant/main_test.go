@@ -42,7 +42,14 @@ func TestUsageErrors(t *testing.T) {
 	if code, _, errs := runCLI(t, "no-such-command"); code != exitUsage || !strings.Contains(errs, "unknown command") {
 		t.Errorf("unknown command: status %d, stderr %q", code, errs)
 	}
-	if code, _, _ := runCLI(t, "version", "--no-such-flag"); code != exitUsage {
+	code, _, errs := runCLI(t, "version", "--no-such-flag")
+	if code != exitUsage {
 		t.Errorf("bad flag: status %d, want %d", code, exitUsage)
+	}
+	if n := strings.Count(errs, "no-such-flag"); n != 1 {
+		t.Errorf("bad flag reported %d times, want once:\n%s", n, errs)
+	}
+	if code, _, errs := runCLI(t, "convert", "--preset", "no-such-preset", "--model", "m", "--out", "o"); code != exitUsage || !strings.Contains(errs, "no-such-preset") {
+		t.Errorf("unknown preset: status %d, stderr %q", code, errs)
 	}
 }
