@@ -83,16 +83,11 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 	return q
 }
 
-// proxyLosses returns ½·tr(Δ·H·Δᵀ) for Δ = w − q and for Δ = w − r.
-func proxyLosses[T float](w, q []float32, r []T, rows, cols int, h []float64) (lq, lr float64) {
+// proxyLoss returns ½·tr(Δ·H·Δᵀ) for Δ = w − q.
+func proxyLoss[T float](w []float32, q []T, rows, cols int, h []float64) float64 {
 	d := make([]float32, rows*cols)
 	for i, v := range w {
 		d[i] = float32(float64(v) - float64(q[i]))
 	}
-	lq = traceForm(d, rows, cols, h) / 2
-	for i, v := range w {
-		d[i] = float32(float64(v) - float64(r[i]))
-	}
-	lr = traceForm(d, rows, cols, h) / 2
-	return lq, lr
+	return traceForm(d, rows, cols, h) / 2
 }

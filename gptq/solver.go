@@ -214,11 +214,19 @@ func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*R
 	if err := checkGrid(g, opt.Name); err != nil {
 		return nil, err
 	}
+	// RTN's proxy loss needs neither the factorization nor the solve: it
+	// runs alongside them and fills the cores their serial parts leave
+	// idle.
+	var rl *asyncLoss
+	if !opt.NoProxyLoss && len(h) == cols*cols {
+		rl = startRTNLoss(g, w, rows, cols, h, opt.Float64)
+	}
 	f, err := NewFactor(h, cols, opt)
 	if err != nil {
+		rl.wait()
 		return nil, err
 	}
-	res, err := f.quantize(w, rows, g, f.opt)
+	res, err := f.quantize(w, rows, g, f.opt, rl)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +436,11 @@ func (f *Factor) Quantize(w []float32, rows int, g Grid, opt Options) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := f.quantize(w, rows, g, opt)
+	var rl *asyncLoss
+	if !opt.NoProxyLoss {
+		rl = startRTNLoss(g, w, rows, f.cols, f.h, f.opt.Float64)
+	}
+	res, err := f.quantize(w, rows, g, opt, rl)
 	if err != nil {
 		return nil, err
 	}
@@ -449,8 +461,9 @@ func normalizeSolveOptions(opt Options) (Options, error) {
 }
 
 // quantize runs the solver on validated input with the per-matrix options
-// opt.
-func (f *Factor) quantize(w []float32, rows int, g Grid, opt Options) (*Result, error) {
+// opt. rl, when not nil, is RTN's proxy loss being computed concurrently
+// (startRTNLoss); quantize waits for it before returning.
+func (f *Factor) quantize(w []float32, rows int, g Grid, opt Options, rl *asyncLoss) (*Result, error) {
 	var res *Result
 	var err error
 	if f.opt.Float64 {
@@ -458,8 +471,15 @@ func (f *Factor) quantize(w []float32, rows int, g Grid, opt Options) (*Result, 
 	} else {
 		res, err = run(f, f.u32, w, rows, g, opt)
 	}
+	rtnLoss := rl.wait()
 	if err != nil {
 		return nil, err
+	}
+	if !opt.NoProxyLoss {
+		if rl == nil {
+			rtnLoss = rtnProxyLoss(g, w, rows, f.cols, f.h, f.opt.Float64)
+		}
+		res.RTNProxyLoss = rtnLoss
 	}
 	res.PercDamp, res.Damp, res.DampIncreases, res.NoFeedback = f.percDamp, f.damp, f.increases, f.noFeedback
 	res.DeadCols = f.deadCols
@@ -697,10 +717,50 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	if is, ok := cq.(*intState[T]); ok {
 		res.Int = is.out
 	}
-	// Report: proxy losses of GPTQ and RTN on the undamped H.
+	// Report: GPTQ's proxy loss on the undamped H (RTN's is computed by
+	// the caller, Factor.quantize).
 	if !opt.NoProxyLoss {
-		rq := rtn(g, s.orig, rows, cols)
-		res.ProxyLoss, res.RTNProxyLoss = proxyLosses(w32, res.Q, rq, rows, cols, h)
+		res.ProxyLoss = proxyLoss(w32, res.Q, rows, cols, h)
 	}
 	return res, nil
+}
+
+// asyncLoss is a proxy loss computed in its own goroutine.
+type asyncLoss struct {
+	done chan struct{}
+	v    float64
+}
+
+// wait returns the loss once computed; a nil asyncLoss gives 0.
+func (a *asyncLoss) wait() float64 {
+	if a == nil {
+		return 0
+	}
+	<-a.done
+	return a.v
+}
+
+// startRTNLoss starts computing rtnProxyLoss in a new goroutine. The
+// arithmetic is the same as in the calling goroutine, so the value does
+// not depend on the scheduling.
+func startRTNLoss(g Grid, w []float32, rows, cols int, h []float64, f64 bool) *asyncLoss {
+	a := &asyncLoss{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.v = rtnProxyLoss(g, w, rows, cols, h, f64)
+	}()
+	return a
+}
+
+// rtnProxyLoss is ½·tr(Δ·H·Δᵀ) for Δ = W − RTN(W), RTN rounding in the
+// solver's arithmetic (float64 with f64).
+func rtnProxyLoss(g Grid, w []float32, rows, cols int, h []float64, f64 bool) float64 {
+	if f64 {
+		w64 := make([]float64, len(w))
+		for i, v := range w {
+			w64[i] = float64(v)
+		}
+		return proxyLoss(w, rtn(g, w64, rows, cols), rows, cols, h)
+	}
+	return proxyLoss(w, rtn(g, w, rows, cols), rows, cols, h)
 }
