@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"sync"
 
@@ -178,7 +179,7 @@ func (s *storeHessians) downInputs(role TensorRole, layer int) (gate, up *stored
 // weights.
 func (s *storeHessians) downHessian(ctx context.Context, role TensorRole, layer, cols int) ([]float64, int64, string, error) {
 	gt, ut := s.downInputs(role, layer)
-	if gt == nil || ut == nil || len(gt.shape) != 2 || !equalShape(gt.shape, ut.shape) || int(gt.shape[0]) != cols {
+	if gt == nil || ut == nil || len(gt.shape) != 2 || !slices.Equal(gt.shape, ut.shape) || int(gt.shape[0]) != cols {
 		return nil, 0, "the layer's gate and up projections, whose output feeds this matrix, were not found", nil
 	}
 	si, ok := s.store.Site(layer, calib.SiteMoE)

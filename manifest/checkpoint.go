@@ -92,14 +92,7 @@ func (c *Checkpoint) TensorInfo(name string) (TensorEntry, error) {
 // BFP returns the BFP format and tile of a BFP tensor entry.
 func (t TensorEntry) BFP() (bfp.Format, bfp.Tile, bool) {
 	f, ok := parseBFP(t.Format)
-	if !ok {
-		return 0, bfp.Tile{}, false
-	}
-	tile, err := bfp.ParseTile(t.Tile)
-	if err != nil {
-		return 0, bfp.Tile{}, false
-	}
-	return f, tile, true
+	return withTile(f, ok, t.Tile)
 }
 
 // ReadPacked returns a tensor's stored bytes (the packed tiles of a BFP

@@ -77,14 +77,20 @@ func (t *PlannedTensor) IsBFP() bool { return IsBFPFormat(t.Format) }
 // BFP returns the bfp format and tile of a BFP tensor.
 func (t *PlannedTensor) BFP() (bfp.Format, bfp.Tile, bool) {
 	f, ok := BFPFormat(t.Format)
+	return withTile(f, ok, t.Tile)
+}
+
+// withTile completes a format lookup with the parsed tile shape; ok is false
+// when either the format or the tile is not a BFP one.
+func withTile(f bfp.Format, ok bool, tile string) (bfp.Format, bfp.Tile, bool) {
 	if !ok {
 		return 0, bfp.Tile{}, false
 	}
-	tile, err := bfp.ParseTile(t.Tile)
+	t, err := bfp.ParseTile(tile)
 	if err != nil {
 		return 0, bfp.Tile{}, false
 	}
-	return f, tile, true
+	return f, t, true
 }
 
 // Elements is the number of logical elements.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -378,7 +379,7 @@ func checkSchema(m *Manifest) []Failure {
 				bad(t.File, t.Name, "schema: shape %v as %s %s: %v", t.Shape, t.Format, t.Tile, err)
 				continue
 			}
-			if !equalShape(padded, t.PaddedShape) {
+			if !slices.Equal(padded, t.PaddedShape) {
 				bad(t.File, t.Name, "schema: padded shape %v, the logical shape %v gives %v", t.PaddedShape, t.Shape, padded)
 			}
 			if size != t.Length {
@@ -436,18 +437,6 @@ func checkSchema(m *Manifest) []Failure {
 		}
 	}
 	return out
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // checkFile hashes one file in a single pass, hashing each tensor's range
@@ -564,7 +553,7 @@ func checkHeader(path string, fe FileEntry, ts []TensorEntry) []Failure {
 		if _, isBFP := parseBFP(t.Format); isBFP {
 			shape = []int64{t.Length}
 		}
-		if !equalShape(info.Shape, shape) {
+		if !slices.Equal(info.Shape, shape) {
 			bad(t.Name, "header shape %v, manifest %v", info.Shape, shape)
 		}
 		if sf.DataOffset()+info.Begin != t.Offset || info.End-info.Begin != t.Length {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/ttquant/ttquant/bfp"
@@ -205,7 +206,7 @@ func checkPlan(m *Manifest, model *safetensors.Model) []Failure {
 			continue
 		}
 		delete(have, st.name)
-		if t.Rule != st.rule || t.Format != st.format || !equalShape(t.Shape, st.shape) || t.DType != st.outDType {
+		if t.Rule != st.rule || t.Format != st.format || !slices.Equal(t.Shape, st.shape) || t.DType != st.outDType {
 			out = append(out, Failure{File: t.File, Tensor: t.Name, What: fmt.Sprintf("stored as %s %s %v by rule %d; the plan gives %s %s %v by rule %d",
 				t.Format, t.DType, t.Shape, t.Rule, st.format, st.outDType, st.shape, st.rule)})
 		}
