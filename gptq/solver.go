@@ -633,12 +633,19 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	s := &solver[T]{rows: rows, cols: cols, opt: opt, perm: f.perm, invperm: f.invperm, u: u}
 	res := &Result{}
 
-	s.orig = make([]T, rows*cols)
-	for i, v := range w32 {
-		s.orig[i] = T(v)
+	// orig and w0 are only read: in float32 mode without dead columns to
+	// zero they are the caller's w itself.
+	if o, ok := any(w32).([]T); ok {
+		s.orig = o
+	} else {
+		s.orig = make([]T, rows*cols)
+		for i, v := range w32 {
+			s.orig[i] = T(v)
+		}
 	}
-	s.w0 = slices.Clone(s.orig)
+	s.w0 = s.orig
 	if f.deadCols > 0 && !opt.KeepDead {
+		s.w0 = slices.Clone(s.orig)
 		for r := 0; r < rows; r++ {
 			for j, d := range f.dead {
 				if d {
@@ -648,18 +655,24 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		}
 	}
 
-	// Working weights, column-major.
+	// Working weights, column-major, transposed in 16-wide tiles (16
+	// streams on each side stay in cache), the tiles shared among the
+	// cores (plain copies, so the split cannot change the result).
+	procs := runtime.GOMAXPROCS(0)
 	s.wt = make([]T, rows*cols)
-	const tb = 16 // transpose tile: 16 streams on each side stay in cache
-	for k0 := 0; k0 < cols; k0 += tb {
-		k1 := min(k0+tb, cols)
-		for r := 0; r < rows; r++ {
-			src := s.w0[r*cols : (r+1)*cols]
-			for k := k0; k < k1; k++ {
-				s.wt[k*rows+r] = src[s.perm[k]]
+	const tb = 16
+	nkt := (cols + tb - 1) / tb
+	forEach(procs, procs, func(p int) {
+		for kt := p * nkt / procs; kt < (p+1)*nkt/procs; kt++ {
+			k0, k1 := kt*tb, min(kt*tb+tb, cols)
+			for r := 0; r < rows; r++ {
+				src := s.w0[r*cols : (r+1)*cols]
+				for k := k0; k < k1; k++ {
+					s.wt[k*rows+r] = src[s.perm[k]]
+				}
 			}
 		}
-	}
+	})
 	cq := bind(g, s)
 	qt := make([]T, rows*cols)
 	rowLoss := make([]float64, rows)
@@ -676,7 +689,7 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		r1 := min(r0+cr, rows)
 		chunks = append(chunks, rowChunk[T]{r0: r0, r1: r1, cur: make([]T, r1-r0)})
 	}
-	workers := min(len(chunks), runtime.GOMAXPROCS(0))
+	workers := min(len(chunks), procs)
 	for i1 := 0; i1 < cols; i1 += bs {
 		i2 := min(i1+bs, cols)
 		nb := i2 - i1
@@ -693,18 +706,30 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 
 	// Outputs in original column order.
 	res.Q = make([]float32, rows*cols)
-	for r0 := 0; r0 < rows; r0 += tb {
-		r1 := min(r0+tb, rows)
-		for k, c := range s.perm {
-			col := qt[k*rows+r0 : k*rows+r1]
-			for r, v := range col {
-				res.Q[(r0+r)*cols+c] = float32(v)
+	nrt := (rows + tb - 1) / tb
+	bad := make([]bool, procs)
+	forEach(procs, procs, func(p int) {
+		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
+			r0, r1 := rt*tb, min(rt*tb+tb, rows)
+			for k, c := range s.perm {
+				col := qt[k*rows+r0 : k*rows+r1]
+				for r, v := range col {
+					res.Q[(r0+r)*cols+c] = float32(v)
+				}
+			}
+			for _, v := range res.Q[r0*cols : r1*cols] {
+				// One comparison catches NaN and ±Inf.
+				if a := math.Abs(float64(v)); !(a <= math.MaxFloat32) {
+					bad[p] = true
+				}
 			}
 		}
-	}
-	for i, v := range res.Q {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)
+	})
+	if slices.Contains(bad, true) {
+		for i, v := range res.Q {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)
+			}
 		}
 	}
 	res.RowError = rowLoss
