@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
@@ -416,10 +417,25 @@ type driver struct {
 	route  *Routing
 	hroute *Routing
 
-	all allTokenHessian
+	all   allTokenHessian
+	ident identityHessian
+
+	// scratch holds *expertScratch buffers for reuse between jobs, so that
+	// a worker does not allocate its gathered tokens and intermediate
+	// activations anew for every expert.
+	scratch sync.Pool
 
 	outRef, outQ, outRTN []float32
 }
+
+func (d *driver) getScratch() *expertScratch {
+	if s, ok := d.scratch.Get().(*expertScratch); ok {
+		return s
+	}
+	return new(expertScratch)
+}
+
+func (d *driver) putScratch(s *expertScratch) { d.scratch.Put(s) }
 
 // jobResult is what a job hands to the emitter.
 type jobResult struct {

@@ -6,14 +6,59 @@ import (
 	"sync"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // allTokenHessian is the Hessian of every calibration token of the layer,
-// built once on first use and then shared read-only.
+// built once on first use and then shared read-only, with its GPTQ factor.
 type allTokenHessian struct {
 	once sync.Once
 	h    []float64
 	err  error
+	f    cachedFactor
+}
+
+// cachedFactor is a GPTQ factor of a Hessian that several jobs share (the
+// all-token or the identity Hessian), prepared once on first use. A
+// gptq.Factor is immutable, so the jobs use it concurrently.
+type cachedFactor struct {
+	once sync.Once
+	f    *gptq.Factor
+	err  error
+}
+
+// get returns the factor of the cols×cols Hessian h, computing it on the
+// first call.
+func (c *cachedFactor) get(h []float64, cols int, opt gptq.Options) (*gptq.Factor, error) {
+	c.once.Do(func() { c.f, c.err = gptq.NewFactor(h, cols, opt) })
+	return c.f, c.err
+}
+
+// identityHessian is the identity matrix over the hidden features and its
+// factor, shared by the starved experts under StarvedIdentity.
+type identityHessian struct {
+	once sync.Once
+	h    []float64
+	f    cachedFactor
+}
+
+func (d *driver) identityHidden() ([]float64, *gptq.Factor) {
+	d.ident.once.Do(func() { d.ident.h = identity(d.cfg.Hidden) })
+	f, err := d.ident.f.get(d.ident.h, d.cfg.Hidden, *d.opt.GPTQ)
+	if err != nil {
+		f = nil // quantizer.gateUpDown factors per matrix and reports the error
+	}
+	return d.ident.h, f
+}
+
+// allFactor returns the factor of the all-token Hessian h, or nil when it
+// cannot be built (the per-matrix path then reports why).
+func (d *driver) allFactor(h []float64) *gptq.Factor {
+	f, err := d.all.f.get(h, d.cfg.Hidden, *d.opt.GPTQ)
+	if err != nil {
+		return nil
+	}
+	return f
 }
 
 func (d *driver) allHessian() ([]float64, error) {
@@ -32,13 +77,19 @@ func (d *driver) allHessian() ([]float64, error) {
 // tokens passed through the quantized gate q.Gate and up q.Up, in chunks so
 // that only a chunk of intermediate activations is held.
 func (d *driver) downHessianAll(q *ExpertWeights, inter int) ([]float64, int64, error) {
-	const chunk = 1024
+	// A multiple of the kernels' inner block (256), so the sums do not
+	// depend on the chunk size.
+	const chunk = 2048
 	h := d.cfg.Hidden
 	hs := gptq.NewHessian(inter)
-	var ws expertScratch
+	ws := d.getScratch()
+	defer d.putScratch(ws)
+	// Gate and up are applied to every chunk: pack them once.
+	pg := kernels.PackB32(true, h, inter, q.Gate, h)
+	pu := kernels.PackB32(true, h, inter, q.Up, h)
 	for t := 0; t < d.calib.Tokens; t += chunk {
 		n := min(chunk, d.calib.Tokens-t)
-		a := ws.intermediate(q, d.calib.X[t*h:(t+n)*h], n, h, inter)
+		a := ws.intermediatePacked(pg, pu, d.calib.X[t*h:(t+n)*h], n, h, inter)
 		if err := hs.Add(a, n); err != nil {
 			return nil, 0, err
 		}
@@ -52,6 +103,18 @@ func (s *expertScratch) intermediate(w *ExpertWeights, x []float32, rows, hidden
 	s.u = grow(s.u, rows*inter)
 	matmulT(s.g, x, rows, hidden, w.Gate, inter)
 	matmulT(s.u, x, rows, hidden, w.Up, inter)
+	swiglu(s.g, s.g, s.u)
+	return s.g
+}
+
+// intermediatePacked is intermediate with gate and up already packed.
+func (s *expertScratch) intermediatePacked(gate, up *kernels.PackedB32, x []float32, rows, hidden, inter int) []float32 {
+	s.g = grow(s.g, rows*inter)
+	s.u = grow(s.u, rows*inter)
+	if rows > 0 {
+		kernels.SgemmPacked(false, rows, 1, x, hidden, gate, 0, s.g, inter)
+		kernels.SgemmPacked(false, rows, 1, x, hidden, up, 0, s.u, inter)
+	}
 	swiglu(s.g, s.g, s.u)
 	return s.g
 }
@@ -89,15 +152,22 @@ func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]
 
 // gptq quantizes one matrix with Hessian h (source src, tokens n); when the
 // solver fails or yields a non-finite value the matrix is rounded to nearest
-// and the reason recorded.
-func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, src string, n int64) ([]float32, MatrixStats, error) {
+// and the reason recorded. f, when not nil, is h already factored with the
+// layer's options (gptq.Factor.Quantize gives exactly gptq.Quantize's
+// result); with f nil the factorization is done here.
+func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, f *gptq.Factor, src string, n int64) ([]float32, MatrixStats, error) {
 	g, err := qz.d.gridFor(qz.expert, i)
 	if err != nil {
 		return nil, MatrixStats{}, err
 	}
 	opt := *qz.d.opt.GPTQ
 	opt.Name = qz.what + " " + matrixNames[i]
-	res, err := gptq.Quantize(w, rows, cols, h, g, opt)
+	var res *gptq.Result
+	if f != nil {
+		res, err = f.Quantize(w, rows, g, opt)
+	} else {
+		res, err = gptq.Quantize(w, rows, cols, h, g, opt)
+	}
 	if err != nil {
 		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())
 	}
@@ -121,24 +191,34 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // gateUpDown quantizes an expert in the in-block sequential order: gate and
 // up with hGU, then down with the Hessian produced by downH from the
-// quantized gate and up.
-func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, srcGU string, nGU int64,
+// quantized gate and up. Gate and up share one factorization of hGU: fGU
+// when the caller has it, else one made here. When hGU cannot be factored
+// each matrix goes through gptq.Quantize, which reports the reason in its
+// own name.
+func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *gptq.Factor, srcGU string, nGU int64,
 	downH func(q *ExpertWeights) ([]float64, string, int64, error)) (*ExpertWeights, [3]MatrixStats, error) {
 	var st [3]MatrixStats
 	h := qz.d.cfg.Hidden
 	q := &ExpertWeights{}
 	var err error
-	if q.Gate, st[0], err = qz.gptq(0, w.Gate, inter, h, hGU, srcGU, nGU); err != nil {
+	if fGU == nil {
+		opt := *qz.d.opt.GPTQ
+		opt.Name = qz.what + " gate_proj/up_proj"
+		if f, ferr := gptq.NewFactor(hGU, h, opt); ferr == nil {
+			fGU = f
+		}
+	}
+	if q.Gate, st[0], err = qz.gptq(0, w.Gate, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
-	if q.Up, st[1], err = qz.gptq(1, w.Up, inter, h, hGU, srcGU, nGU); err != nil {
+	if q.Up, st[1], err = qz.gptq(1, w.Up, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
 	hd, srcD, nD, err := downH(q)
 	if err != nil {
 		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)
 	}
-	if q.Down, st[2], err = qz.gptq(2, w.Down, h, inter, hd, srcD, nD); err != nil {
+	if q.Down, st[2], err = qz.gptq(2, w.Down, h, inter, hd, nil, srcD, nD); err != nil {
 		return nil, st, err
 	}
 	return q, st, nil
@@ -192,7 +272,8 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		case StarvedRTN:
 			q, st.Matrices, err = qz.allRTN(w, inter, "starved expert: "+st.Reason)
 		case StarvedIdentity:
-			q, st.Matrices, err = qz.gateUpDown(w, inter, identity(h), HessianIdentity, 0,
+			hi, fi := d.identityHidden()
+			q, st.Matrices, err = qz.gateUpDown(w, inter, hi, fi, HessianIdentity, 0,
 				func(*ExpertWeights) ([]float64, string, int64, error) {
 					return identity(inter), HessianIdentity, 0, nil
 				})
@@ -201,23 +282,27 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 			if herr != nil {
 				return nil, herr
 			}
-			q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, HessianAllTokens, int64(d.calib.Tokens),
+			q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, d.allFactor(hAll), HessianAllTokens, int64(d.calib.Tokens),
 				func(q *ExpertWeights) ([]float64, string, int64, error) {
 					hd, nd, err := d.downHessianAll(q, inter)
 					return hd, HessianAllTokens, nd, err
 				})
 		}
 	default:
-		xe := gatherRows(nil, d.calib.X, h, toks)
+		// All routed tokens in one gathered matrix and one Hessian update
+		// each for gate/up and for down.
+		ws := d.getScratch()
+		defer d.putScratch(ws)
+		ws.x = gatherRows(ws.x, d.calib.X, h, toks)
+		xe := ws.x
 		hs := gptq.NewHessian(h)
 		if err := hs.Add(xe, n); err != nil {
 			return nil, fmt.Errorf("calib: %s gate/up Hessian: %w", what, err)
 		}
 		hGU := hs.Matrix()
 		hs = nil
-		q, st.Matrices, err = qz.gateUpDown(w, inter, hGU, HessianRouted, int64(n),
+		q, st.Matrices, err = qz.gateUpDown(w, inter, hGU, nil, HessianRouted, int64(n),
 			func(q *ExpertWeights) ([]float64, string, int64, error) {
-				var ws expertScratch
 				a := ws.intermediate(q, xe, n, h, inter)
 				hd := gptq.NewHessian(inter)
 				if err := hd.Add(a, n); err != nil {
@@ -253,15 +338,17 @@ func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts [
 	if err != nil {
 		return nil, err
 	}
+	ws := d.getScratch()
+	defer d.putScratch(ws)
 	var x []float32
 	n := len(toks)
 	if toks == nil {
 		x = d.held.X
 		n = d.held.Tokens
 	} else {
-		x = gatherRows(nil, d.held.X, h, toks)
+		ws.x = gatherRows(ws.x, d.held.X, h, toks)
+		x = ws.x
 	}
-	var ws expertScratch
 	p := &heldOutPart{tokens: toks, weights: wts, shared: toks == nil}
 	p.ref = append([]float32(nil), ws.forward(w, x, n, h, inter)...)
 	p.q = append([]float32(nil), ws.forward(q, x, n, h, inter)...)
@@ -300,7 +387,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 		if herr != nil {
 			return nil, herr
 		}
-		q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, HessianAllTokens, int64(d.calib.Tokens),
+		q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, d.allFactor(hAll), HessianAllTokens, int64(d.calib.Tokens),
 			func(q *ExpertWeights) ([]float64, string, int64, error) {
 				hd, nd, err := d.downHessianAll(q, inter)
 				return hd, HessianAllTokens, nd, err

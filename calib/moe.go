@@ -148,9 +148,10 @@ func (l *MoELayer) addShared(out, x []float32, tokens int, s *ExpertWeights, ws 
 	return nil
 }
 
-// expertScratch keeps buffers between expert evaluations.
+// expertScratch keeps buffers between expert evaluations: x for gathered
+// token rows, g and u for the gate and up activations, y for the output.
 type expertScratch struct {
-	g, u, y []float32
+	x, g, u, y []float32
 }
 
 // forward computes rows×hidden outputs of the SwiGLU expert w on rows×hidden
