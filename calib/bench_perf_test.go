@@ -14,12 +14,14 @@ import (
 // average), so that the seconds per expert it reports are those of the
 // full layer without its minutes of run time. The shared expert is left
 // out (it is one dense job per layer, not per expert); held-out tokens are
-// scaled the same way (512 per 256 experts). Profile with
+// scaled the same way (512 per 256 experts). workers is
+// LayerOptions.Workers, the number of experts in flight. Profile with
 //
-//	go test ./calib -run '^$' -bench MoEExperts35B/experts=16 -benchtime 1x -cpuprofile cpu.out
+//	go test ./calib -run '^$' -bench 'MoEExperts35B/experts=16/workers=2' -benchtime 1x -cpuprofile cpu.out
 func BenchmarkMoEExperts35B(b *testing.B) {
-	for _, experts := range []int{16, 32} {
-		b.Run(fmt.Sprintf("experts=%d", experts), func(b *testing.B) {
+	for _, c := range []struct{ experts, workers int }{{16, 1}, {16, 2}, {32, 2}} {
+		experts := c.experts
+		b.Run(fmt.Sprintf("experts=%d/workers=%d", experts, c.workers), func(b *testing.B) {
 			cfg := MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, NormTopK: true}
 			tokens := 16384 * experts / 256
 			held := 512 * experts / 256
@@ -32,7 +34,7 @@ func BenchmarkMoEExperts35B(b *testing.B) {
 			gen.Rows(x, 0, tokens+held)
 			cal := Activations{X: x[:tokens*cfg.Hidden], Tokens: tokens}
 			ho := Activations{X: x[tokens*cfg.Hidden:], Tokens: held}
-			opt := LayerOptions{Workers: 2, MinTokens: 82} // 0.5% of 16,384, as in the full layer
+			opt := LayerOptions{Workers: c.workers, MinTokens: 82} // 0.5% of 16,384, as in the full layer
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
