@@ -244,8 +244,9 @@ type Activations struct {
 // one MoE block from its calibration inputs calib, one expert at a time:
 //
 //  1. Route the calibration tokens (router in full precision).
-//  2. For expert e with routed tokens X_e: H = Hessian(X_e) for gate_proj
-//     and up_proj (shared), quantize both; then A = silu(X_e·Gqᵀ) ⊙
+//  2. For expert e with routed tokens X_e (gathered into one matrix, one
+//     Hessian update): H = Hessian(X_e) for gate_proj and up_proj (shared,
+//     and factored once for both), quantize both; then A = silu(X_e·Gqᵀ) ⊙
 //     (X_e·Uqᵀ) with the already quantized Gq, Uq, H_down = Hessian(A),
 //     quantize down_proj. Starved experts follow opt.Starved.
 //  3. The shared expert is a dense MLP over all calibration tokens, in the
