@@ -3,6 +3,7 @@ package gptq
 import (
 	"math"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/ttquant/ttquant/bfp"
@@ -44,6 +45,35 @@ func TestSameResultAnyGOMAXPROCS(t *testing.T) {
 						res.Error, res.ProxyLoss, res.RTNProxyLoss, ref.Error, ref.ProxyLoss, ref.RTNProxyLoss)
 				}
 			}
+		}
+	}
+}
+
+// TestCheckHessianLargeFirstProblem: the Hessian checks scan row ranges
+// concurrently for large matrices; the problem reported is still the first
+// in row-major (for symmetry: tile) order.
+func TestCheckHessianLargeFirstProblem(t *testing.T) {
+	const n = 600
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 2, 4} {
+		runtime.GOMAXPROCS(procs)
+		h := make([]float64, n*n)
+		for i := 0; i < n; i++ {
+			h[i*n+i] = 1
+		}
+		if err := checkHessian(h, n, "x"); err != nil {
+			t.Fatalf("identity: %v", err)
+		}
+		h[590*n+3] = math.NaN()
+		h[400*n+7] = math.Inf(1)
+		if err := checkHessian(h, n, "x"); err == nil || !strings.Contains(err.Error(), "[400,7]") {
+			t.Errorf("GOMAXPROCS %d: non-finite: %v, want [400,7]", procs, err)
+		}
+		h[590*n+3], h[400*n+7] = 0, 0
+		h[580*n+500] = 0.5 // [500,580] stays 0
+		h[450*n+20] = -0.5 // [20,450] stays 0; tile row 14 comes first
+		if err := checkHessian(h, n, "x"); err == nil || !strings.Contains(err.Error(), "[450,20]") {
+			t.Errorf("GOMAXPROCS %d: asymmetry: %v, want [450,20]", procs, err)
 		}
 	}
 }

@@ -147,35 +147,73 @@ func checkHessian(h []float64, n int, name string) error {
 	if len(h) != n*n {
 		return fmt.Errorf("%w: Hessian%s has %d values, want a square %d×%d matrix over the %d input columns", ErrShape, label(name), len(h), n, n, n)
 	}
-	maxAbs := 0.0
-	for i, v := range h {
-		// One comparison catches NaN and ±Inf.
-		a := math.Abs(v)
-		if !(a <= math.MaxFloat64) {
-			return fmt.Errorf("%w: Hessian%s [%d,%d] of %d×%d is %v", ErrNotFinite, label(name), i/n, i%n, n, n, v)
+	// The scans run over row ranges on all cores; a range that finds a
+	// problem stops, and the problem reported is the first in row-major
+	// order whatever the split (a second, serial pass locates it).
+	procs := min(runtime.GOMAXPROCS(0), max(1, n/256))
+	maxes := make([]float64, procs)
+	bad := make([]bool, procs)
+	forEach(procs, procs, func(p int) {
+		m := 0.0
+		for _, v := range h[p*n/procs*n : (p+1)*n/procs*n] {
+			// One comparison catches NaN and ±Inf.
+			a := math.Abs(v)
+			if !(a <= math.MaxFloat64) {
+				bad[p] = true
+				return
+			}
+			if a > m {
+				m = a
+			}
 		}
-		if a > maxAbs {
-			maxAbs = a
+		maxes[p] = m
+	})
+	if slices.Contains(bad, true) {
+		for i, v := range h {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: Hessian%s [%d,%d] of %d×%d is %v", ErrNotFinite, label(name), i/n, i%n, n, n, v)
+			}
 		}
 	}
+	maxAbs := slices.Max(maxes)
 	for j := 0; j < n; j++ {
 		if h[j*n+j] < 0 {
 			return fmt.Errorf("%w: Hessian%s diagonal [%d,%d] = %g is negative", ErrHessian, label(name), j, j, h[j*n+j])
 		}
 	}
-	// Symmetry, tile by tile so that the transposed reads stay in cache.
+	// Symmetry, tile by tile so that the transposed reads stay in cache;
+	// the tile rows are dealt out so that every core gets a similar share
+	// of the triangle.
 	const tile = 32
 	tol := 1e-4 * maxAbs
-	for i0 := 0; i0 < n; i0 += tile {
+	nt := (n + tile - 1) / tile
+	asym := func(t int) (int, int, bool) {
+		i0 := t * tile
 		for j0 := 0; j0 <= i0; j0 += tile {
 			for i := i0; i < min(i0+tile, n); i++ {
 				row := h[i*n+j0 : i*n+min(j0+tile, i)]
 				for jj, v := range row {
-					j := j0 + jj
-					if math.Abs(v-h[j*n+i]) > tol {
-						return fmt.Errorf("%w: Hessian%s is not symmetric: [%d,%d] = %g, [%d,%d] = %g", ErrHessian, label(name), i, j, v, j, i, h[j*n+i])
+					if j := j0 + jj; math.Abs(v-h[j*n+i]) > tol {
+						return i, j, true
 					}
 				}
+			}
+		}
+		return 0, 0, false
+	}
+	clear(bad)
+	forEach(procs, procs, func(p int) {
+		for t := p; t < nt; t += procs {
+			if _, _, ok := asym(t); ok {
+				bad[p] = true
+				return
+			}
+		}
+	})
+	if slices.Contains(bad, true) {
+		for t := 0; t < nt; t++ {
+			if i, j, ok := asym(t); ok {
+				return fmt.Errorf("%w: Hessian%s is not symmetric: [%d,%d] = %g, [%d,%d] = %g", ErrHessian, label(name), i, j, h[i*n+j], j, i, h[j*n+i])
 			}
 		}
 	}
