@@ -3,6 +3,8 @@ package gptq
 import (
 	"fmt"
 	"math"
+
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // maxActivation bounds the magnitude of accumulated activations: products
@@ -31,7 +33,7 @@ const maxActivation = 1e15
 type Hessian struct {
 	cols int
 	n    int64
-	sum  []float64 // lower triangle of Σ x·xᵀ, cols×cols row-major
+	acc  *kernels.GramAccumulator // lower triangle of Σ x·xᵀ
 }
 
 // NewHessian returns an empty Hessian over cols input features. It panics
@@ -40,7 +42,7 @@ func NewHessian(cols int) *Hessian {
 	if cols <= 0 || cols > 1<<20 {
 		panic(fmt.Sprintf("gptq: NewHessian: invalid column count %d", cols))
 	}
-	return &Hessian{cols: cols, sum: make([]float64, cols*cols)}
+	return &Hessian{cols: cols, acc: kernels.NewGramAccumulator(cols)}
 }
 
 // Cols returns the number of input features.
@@ -57,15 +59,14 @@ func (h *Hessian) Add(x []float32, rows int) error {
 	if rows < 0 || (rows > 0 && rows > math.MaxInt/cols) || len(x) != rows*cols {
 		return fmt.Errorf("%w: Hessian input has %d values, want %d rows × %d columns", ErrShape, len(x), rows, cols)
 	}
-	for i, v := range x {
+	if i := firstOutOfRange(x); i >= 0 {
+		v := x[i]
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %v", ErrNotFinite, i/cols, i%cols, rows, cols, v)
 		}
-		if math.Abs(float64(v)) > maxActivation {
-			return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %g, beyond ±%g, where float32 products could overflow", ErrNotFinite, i/cols, i%cols, rows, cols, v, maxActivation)
-		}
+		return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %g, beyond ±%g, where float32 products could overflow", ErrNotFinite, i/cols, i%cols, rows, cols, v, maxActivation)
 	}
-	syrkAccum(h.sum, cols, x, rows)
+	h.acc.Add(x, rows, cols)
 	h.n += int64(rows)
 	return nil
 }
@@ -79,9 +80,7 @@ func (h *Hessian) Merge(o *Hessian) error {
 	if o.cols != h.cols {
 		return fmt.Errorf("%w: cannot merge a Hessian over %d columns into one over %d", ErrShape, o.cols, h.cols)
 	}
-	for i, v := range o.sum {
-		h.sum[i] += v
-	}
+	h.acc.Merge(o.acc)
 	h.n += o.n
 	return nil
 }
@@ -90,18 +89,40 @@ func (h *Hessian) Merge(o *Hessian) error {
 // matrix. With no tokens it is all zeros (every column dead, which makes
 // GPTQ reduce to round-to-nearest).
 func (h *Hessian) Matrix() []float64 {
-	n := h.cols
-	out := make([]float64, n*n)
 	if h.n == 0 {
-		return out
+		return make([]float64, h.cols*h.cols)
 	}
+	out := h.acc.Matrix()
 	f := 2 / float64(h.n)
-	for i := 0; i < n; i++ {
-		for j := 0; j <= i; j++ {
-			v := f * h.sum[i*n+j]
-			out[i*n+j] = v
-			out[j*n+i] = v
-		}
+	for i := range out {
+		out[i] *= f
 	}
 	return out
+}
+
+// maxActivationBits is the float32 bit pattern of maxActivation without
+// its sign; NaNs and infinities have larger patterns.
+var maxActivationBits = math.Float32bits(maxActivation)
+
+// firstOutOfRange returns the index of the first value of x that is NaN,
+// infinite or larger in magnitude than maxActivation, or -1 when there is
+// none. It compares bit patterns, which order non-negative float32 values
+// (and place NaN and Inf above every finite one).
+func firstOutOfRange(x []float32) int {
+	const chunk = 1024
+	for base := 0; base < len(x); base += chunk {
+		end := min(base+chunk, len(x))
+		var worst uint32
+		for _, v := range x[base:end] {
+			worst = max(worst, math.Float32bits(v)&0x7fffffff)
+		}
+		if worst > maxActivationBits {
+			for i := base; i < end; i++ {
+				if math.Float32bits(x[i])&0x7fffffff > maxActivationBits {
+					return i
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -17,15 +17,6 @@ import (
 // float is the element type of the solver: float32 mode or float64 mode.
 type float interface{ ~float32 | ~float64 }
 
-// syrkAccum adds xᵀx to the lower triangle of the n×n row-major float64
-// matrix c, where x is m×n row-major float32.
-func syrkAccum(c []float64, n int, x []float32, m int) {
-	if m == 0 {
-		return
-	}
-	kernels.SyrkLower64(n, m, x, n, c, n)
-}
-
 // gemmSubTN computes c -= aᵀ·b, where a is k×m (row stride lda), b is k×n
 // (row stride ldb) and c is m×n (row stride ldc), all row-major.
 func gemmSubTN[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
