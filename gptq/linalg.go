@@ -51,6 +51,12 @@ func rank1Sub[T float](m, n int, u, e, c []T, ldc int) {
 	gemmSubTN(m, n, 1, u, m, e, n, c, ldc)
 }
 
+// axpySub32 computes y -= a·x elementwise with every product rounded to
+// float32 before the subtraction, exactly like axpySub: adding the rounded
+// product of −a is the same operation bit for bit, and the kernels' vector
+// loop gives the same bits as a scalar one.
+func axpySub32(a float32, x, y []float32) { kernels.Axpy32(-a, x, y) }
+
 // axpySub computes y -= a·x elementwise, rounding each product to T before
 // the subtraction (never fused), as the reference's outer-product update
 // does.

@@ -1,5 +1,7 @@
 package kernels
 
+import "fmt"
+
 func tile32(c []float32, ldc int, lowerC bool) tileFunc[float32] {
 	return func(kc int, ap, bp []float32, i, j, mv, nv int) {
 		if mv == sMR && nv == sNR && (!lowerC || i >= j+sNR-1) {
@@ -184,4 +186,15 @@ func symmetrize[T float32 | float64](n int, c []T, ldc int) {
 			}
 		}
 	}
+}
+
+// Axpy32 computes y[i] += float32(c·x[i]) for i < len(x): every product is
+// rounded to float32 before its addition (never fused), so the assembly and
+// pure-Go builds give the same bits, and with c = −a it equals
+// y[i] −= float32(a·x[i]) bit for bit. y must be at least as long as x.
+func Axpy32(c float32, x, y []float32) {
+	if len(y) < len(x) {
+		panic(fmt.Sprintf("kernels: Axpy32: y has %d elements, x %d", len(y), len(x)))
+	}
+	axpy32(c, x, y)
 }
