@@ -92,12 +92,7 @@ func (h *Hessian) Matrix() []float64 {
 	if h.n == 0 {
 		return make([]float64, h.cols*h.cols)
 	}
-	out := h.acc.Matrix()
-	f := 2 / float64(h.n)
-	for i := range out {
-		out[i] *= f
-	}
-	return out
+	return h.acc.MatrixScaled(2 / float64(h.n))
 }
 
 // maxActivationBits is the float32 bit pattern of maxActivation without

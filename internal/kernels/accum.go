@@ -90,12 +90,33 @@ func (g *GramAccumulator) Merge(o *GramAccumulator) {
 
 // Matrix flushes the pending rows and returns a new n×n row-major matrix
 // holding the full symmetric sum.
-func (g *GramAccumulator) Matrix() []float64 {
+func (g *GramAccumulator) Matrix() []float64 { return g.MatrixScaled(1) }
+
+// MatrixScaled flushes the pending rows and returns a new n×n row-major
+// matrix holding f times the full symmetric sum (each element is one
+// float64 multiplication of the accumulated value, so the result does not
+// depend on the number of workers that build it).
+func (g *GramAccumulator) MatrixScaled(f float64) []float64 {
 	g.flush()
-	m := make([]float64, len(g.lower))
-	for i := 0; i < g.n; i++ {
-		copy(m[i*g.n:i*g.n+i+1], g.lower[i*g.n:i*g.n+i+1])
-	}
-	symmetrize(g.n, m, g.n)
+	n := g.n
+	m := make([]float64, n*n)
+	const bs = 64
+	blocks := (n + bs - 1) / bs
+	// Block row ib writes the lower-triangle rows ib…ib+bs and their
+	// mirror, the upper-triangle columns ib…ib+bs: block rows never write
+	// the same element.
+	parallelFor(blocks, Workers(), func(b, _ int) {
+		ib := b * bs
+		for jb := 0; jb <= ib; jb += bs {
+			for i := ib; i < min(ib+bs, n); i++ {
+				row := g.lower[i*n : i*n+i+1]
+				for j := jb; j < min(jb+bs, i+1); j++ {
+					v := f * row[j]
+					m[i*n+j] = v
+					m[j*n+i] = v
+				}
+			}
+		}
+	})
 	return m
 }

@@ -57,3 +57,35 @@ func TestGramAccumulatorBatchingIndependent(t *testing.T) {
 		t.Errorf("Rows %d N %d", a.Rows(), a.N())
 	}
 }
+
+// TestGramAccumulatorMatrixScaled checks the blocked, parallel expansion of
+// the triangle over several 64-wide blocks: every element is f times the
+// mirrored accumulated value, whatever the number of workers.
+func TestGramAccumulatorMatrixScaled(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 36))
+	n, rows := 150, 300
+	x := randMat32(r, rows*n)
+	want := make([]float64, n*n)
+	for b := 0; b < rows; b += blockK {
+		SyrkLower64(n, min(blockK, rows-b), x[b*n:], n, want, n)
+	}
+	const f = 2.0 / 300
+	for i := 0; i < n; i++ {
+		for j := 0; j <= i; j++ {
+			want[i*n+j] *= f
+			want[j*n+i] = want[i*n+j]
+		}
+	}
+	defer SetWorkers(SetWorkers(1))
+	for _, w := range []int{1, 3} {
+		SetWorkers(w)
+		g := NewGramAccumulator(n)
+		g.Add(x, rows, n)
+		got := g.MatrixScaled(f)
+		for i := range got {
+			if !bitsEqual64(got[i], want[i]) {
+				t.Fatalf("%d workers: element [%d,%d] = %g, want %g", w, i/n, i%n, got[i], want[i])
+			}
+		}
+	}
+}
