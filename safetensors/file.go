@@ -110,7 +110,12 @@ func OpenReader(r io.ReaderAt, size int64, name string) (*File, error) {
 	if err != nil {
 		return nil, withPath(err, name)
 	}
-	hdr := make([]byte, n)
+	sc := getScratch()
+	defer sc.put()
+	if uint64(cap(sc.hdr)) < n {
+		sc.hdr = make([]byte, n)
+	}
+	hdr := sc.hdr[:n]
 	if n > 0 {
 		got, err := r.ReadAt(hdr, 8)
 		if got < len(hdr) {
@@ -120,7 +125,7 @@ func OpenReader(r io.ReaderAt, size int64, name string) (*File, error) {
 			return nil, fmt.Errorf("safetensors: %s: reading header: %w", name, err)
 		}
 	}
-	h, err := parseAndValidate(hdr, size)
+	h, err := parseAndValidateWith(sc, hdr, size)
 	if err != nil {
 		return nil, withPath(err, name)
 	}

@@ -10,8 +10,10 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxHeaderSize is the largest header length, in bytes, that the format
@@ -84,12 +86,21 @@ func sniff(b []byte) string {
 // and schema, then offsets and sizes in data-offset order, then coverage of
 // the data section.
 func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
+	sc := getScratch()
+	defer sc.put()
+	return parseAndValidateWith(sc, hdr, fileLen)
+}
+
+// parseAndValidateWith is parseAndValidate using the arenas of sc, which
+// the caller returns to the pool once it no longer needs hdr either.
+func parseAndValidateWith(sc *scratch, hdr []byte, fileLen int64) (*header, error) {
 	n := uint64(len(hdr))
 	if !utf8.Valid(hdr) {
 		return nil, errf(ErrInvalidHeader, "%s", firstBadUTF8(hdr))
 	}
-	p := parser{b: hdr}
+	p := parser{b: hdr, scratch: sc}
 	raw, md, hasMeta, err := p.parseHeader()
+	sc.raw, sc.names, sc.dims = raw, p.names, p.dims
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +202,7 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 		for j, d := range shape(t) {
 			if d > math.MaxInt64 {
 				sh[j] = -1
-				ti.dims = shape(t)
+				ti.dims = slices.Clone(shape(t)) // the arena is reused
 			} else {
 				sh[j] = int64(d)
 			}
@@ -244,6 +255,8 @@ type parser struct {
 	names []byte   // arena of decoded tensor names
 	dims  []uint64 // arena of shape dimensions
 	cur   []byte   // name of the tensor entry being parsed, for errors
+
+	scratch *scratch // reusable arenas; nil allocates fresh ones
 }
 
 func (p *parser) errf(format string, args ...any) error {
@@ -304,9 +317,13 @@ func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMe
 	// half of the header.
 	// The count is capped by the size of the smallest object-form entry
 	// (49 bytes), so braces inside strings cannot inflate it.
-	tensors = make([]rawTensor, 0, min(bytes.Count(p.b, []byte{'}'}), len(p.b)/49+1))
-	p.names = make([]byte, 0, len(p.b)/2)
-	p.dims = make([]uint64, 0, len(p.b)/25+4)
+	sc := p.scratch
+	if sc == nil {
+		sc = &scratch{}
+	}
+	tensors = reuse(sc.raw, min(bytes.Count(p.b, []byte{'}'}), len(p.b)/49+1))
+	p.names = reuse(sc.names, len(p.b)/2)
+	p.dims = reuse(sc.dims, len(p.b)/25+4)
 	if p.peek() == '}' {
 		p.i++
 	} else {
@@ -1158,4 +1175,53 @@ func (p *parser) value() (any, error) {
 		return nil, nil
 	}
 	return nil, p.errf("expected a JSON value, found %s", p.describe())
+}
+
+// scratch holds the buffers that parsing a header needs only while it runs:
+// the header bytes, the raw entries and the name and dimension arenas.
+// Everything a parsed header keeps is copied out of them, so they can be
+// reused by the next Open; opening the many shards of a checkpoint (or a
+// header of 10,000 tensors) then allocates a fraction of what it would.
+type scratch struct {
+	hdr   []byte
+	raw   []rawTensor
+	names []byte
+	dims  []uint64
+}
+
+// maxPooledBytes bounds the size of a buffer kept for reuse, so that one
+// huge header does not pin its memory for the life of the process.
+const maxPooledBytes = 16 << 20
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+// put returns s to the pool, dropping buffers too large to keep.
+func (s *scratch) put() {
+	if s == nil {
+		return
+	}
+	if cap(s.hdr) > maxPooledBytes {
+		s.hdr = nil
+	}
+	if cap(s.raw)*int(unsafe.Sizeof(rawTensor{})) > maxPooledBytes {
+		s.raw = nil
+	}
+	if cap(s.names) > maxPooledBytes {
+		s.names = nil
+	}
+	if cap(s.dims)*8 > maxPooledBytes {
+		s.dims = nil
+	}
+	scratchPool.Put(s)
+}
+
+// reuse returns buf emptied when it can hold n elements, else a new slice
+// of capacity n.
+func reuse[T any](buf []T, n int) []T {
+	if cap(buf) >= n {
+		return buf[:0]
+	}
+	return make([]T, 0, n)
 }
