@@ -215,7 +215,8 @@ func sameKernels(fm Format, tl Tile, src []float32, rows, cols int) bool {
 		panic(err)
 	}
 	p2 := make([]byte, len(p1))
-	packRange(packRowGo, p2, fm, tl, src, rows, cols, 0, tileRows(tl, rows))
+	tr, _ := TileGrid(tl, rows, cols)
+	packRange(packRowGo, p2, fm, tl, src, rows, cols, 0, tr)
 	return bytes.Equal(p1, p2)
 }
 

@@ -20,7 +20,8 @@ func Pack(f Format, t Tile, src []float32, rows, cols int) ([]byte, error) {
 		return nil, err
 	}
 	dst := make([]byte, n)
-	packRange(packRow, dst, f, t, src, rows, cols, 0, tileRows(t, rows))
+	tr, _ := TileGrid(t, rows, cols)
+	packRange(packRow, dst, f, t, src, rows, cols, 0, tr)
 	return dst, nil
 }
 
@@ -46,7 +47,8 @@ func ParallelPackInto(dst []byte, f Format, t Tile, src []float32, rows, cols, w
 	if len(dst) != n {
 		return &BufferError{Op: "Pack", Buffer: "destination", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(dst), Want: n}
 	}
-	parallel(tileRows(t, rows), workers, func(r0, r1 int) {
+	tr, _ := TileGrid(t, rows, cols)
+	parallel(tr, workers, func(r0, r1 int) {
 		packRange(packRow, dst, f, t, src, rows, cols, r0, r1)
 	})
 	return nil
@@ -65,7 +67,8 @@ func Unpack(f Format, t Tile, src []byte, rows, cols int) ([]float32, error) {
 		return nil, &BufferError{Op: "Unpack", Buffer: "packed source", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(src), Want: n}
 	}
 	dst := make([]float32, rows*cols)
-	unpackRange(unpackRow, dst, f, t, src, rows, cols, 0, tileRows(t, rows))
+	tr, _ := TileGrid(t, rows, cols)
+	unpackRange(unpackRow, dst, f, t, src, rows, cols, 0, tr)
 	return dst, nil
 }
 
@@ -88,7 +91,8 @@ func ParallelUnpackInto(dst []float32, f Format, t Tile, src []byte, rows, cols,
 	if len(dst) != rows*cols {
 		return &BufferError{Op: "Unpack", Buffer: "destination", Format: f, Tile: t, Rows: rows, Cols: cols, Got: len(dst), Want: rows * cols}
 	}
-	parallel(tileRows(t, rows), workers, func(r0, r1 int) {
+	tr, _ := TileGrid(t, rows, cols)
+	parallel(tr, workers, func(r0, r1 int) {
 		unpackRange(unpackRow, dst, f, t, src, rows, cols, r0, r1)
 	})
 	return nil
@@ -113,8 +117,6 @@ func checkSrc(t Tile, n, rows, cols int) error {
 	}
 	return nil
 }
-
-func tileRows(t Tile, rows int) int { return (rows + t.H - 1) / t.H }
 
 // parallel runs fn over [0, n) split into contiguous chunks, one per worker.
 func parallel(n, workers int, fn func(lo, hi int)) {
@@ -156,7 +158,7 @@ const streamBytes = 8 << 20
 // row by row, so the source is read sequentially; each row scatters its
 // groups over the tiles of its band.
 func packRange(k packRowFunc, dst []byte, f Format, t Tile, src []float32, rows, cols, tr0, tr1 int) {
-	tcN := (cols + t.W - 1) / t.W
+	_, tcN := TileGrid(t, rows, cols)
 	tb := TileBytes(f, t)
 	fh := t.FaceH()
 	fc := t.W / FaceW
@@ -198,7 +200,7 @@ func packRange(k packRowFunc, dst []byte, f Format, t Tile, src []float32, rows,
 // unpackRange unpacks tile rows [tr0, tr1) with kernel k, row by row;
 // padding rows are skipped and padding columns dropped.
 func unpackRange(k unpackRowFunc, dst []float32, f Format, t Tile, src []byte, rows, cols, tr0, tr1 int) {
-	tcN := (cols + t.W - 1) / t.W
+	_, tcN := TileGrid(t, rows, cols)
 	tb := TileBytes(f, t)
 	fh := t.FaceH()
 	fc := t.W / FaceW
