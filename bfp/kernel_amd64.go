@@ -119,7 +119,7 @@ func unpackRowAVX2(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []flo
 			for c := range fc {
 				o := t * tb
 				if x := exp[o+c*se]; x < w || x == 255 {
-					unpackGroupGo(f, mant[o+c*sm:], uint32(x), (*[16]float32)(dst[16*(t*fc+c):]))
+					unpackGroupSlow(f, mant[o+c*sm:], uint32(x), (*[16]float32)(dst[16*(t*fc+c):]))
 				}
 			}
 		}

@@ -170,14 +170,9 @@ func unpackRowGo(f Format, exp, mant []byte, nt, fc, tb, se, sm int, dst []float
 	}
 }
 
-// unpackGroupGo decodes one group with shared exponent e into d (used by
-// the SIMD path for the groups it leaves to the exact rule).
-func unpackGroupGo(f Format, m []byte, e uint32, d *[16]float32) {
-	unpackRowGo(f, []byte{uint8(e)}, m, 1, 1, 0, 0, 0, d[:], false)
-}
-
 // unpackGroupSlow decodes a group element by element with the full rule
-// (exponents where a result may be subnormal, flushed, Inf or NaN).
+// (exponents where a result may be subnormal, flushed, Inf or NaN). Both the
+// pure-Go and the SIMD kernels leave such groups (E < W or E = 255) to it.
 func unpackGroupSlow(f Format, m []byte, e uint32, d *[16]float32) {
 	w := uint(f.MantissaBits())
 	bitsPer := w + 1
