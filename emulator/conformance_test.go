@@ -25,15 +25,6 @@ func hexU(t *testing.T, s string) uint32 {
 	return uint32(v)
 }
 
-func hexList(t *testing.T, ss []string) []uint32 {
-	t.Helper()
-	out := make([]uint32, len(ss))
-	for i, s := range ss {
-		out[i] = hexU(t, s)
-	}
-	return out
-}
-
 func loadJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -351,12 +342,7 @@ func TestConformanceTileMatmul(t *testing.T) {
 					}
 				}
 				cmpList(tag+" dst", dstBits, r.Dst)
-				pb := PackDstBF16(dst[:], dm)
-				pb32 := make([]uint32, len(pb))
-				for i, h := range pb {
-					pb32[i] = uint32(h)
-				}
-				cmpList(tag+" pack_bf16", pb32, r.PackBF16)
+				cmpList(tag+" pack_bf16", widen(PackDstBF16(dst[:], dm)), r.PackBF16)
 				cmpBFP := func(name string, want *bfpJSON, f BlockFormat, precise bool) {
 					if want == nil {
 						if dm == DstFP32 {
@@ -417,7 +403,7 @@ func TestConformanceTileMatmul(t *testing.T) {
 	}
 }
 
-func widen(b []uint8) []uint32 {
+func widen[T uint8 | uint16](b []T) []uint32 {
 	out := make([]uint32, len(b))
 	for i, v := range b {
 		out[i] = uint32(v)
