@@ -8,6 +8,7 @@ import (
 	"github.com/x448/float16"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/safetensors"
 )
 
 // floatDType reports whether a safetensors dtype name is one this package
@@ -24,45 +25,27 @@ func floatDType(dt string) bool {
 // float32. F64 values are rounded to float32 (ties to even), the others are
 // exact.
 func decodeFloats(dt string, b []byte) ([]float32, error) {
-	switch dt {
-	case "F32":
-		if len(b)%4 != 0 {
-			return nil, fmt.Errorf("%d bytes is not a whole number of F32 values", len(b))
-		}
-		out := make([]float32, len(b)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return out, nil
-	case "BF16":
-		if len(b)%2 != 0 {
-			return nil, fmt.Errorf("%d bytes is not a whole number of BF16 values", len(b))
-		}
-		out := make([]float32, len(b)/2)
-		for i := range out {
-			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
-		}
-		return out, nil
-	case "F16":
-		if len(b)%2 != 0 {
-			return nil, fmt.Errorf("%d bytes is not a whole number of F16 values", len(b))
-		}
-		out := make([]float32, len(b)/2)
+	d, err := safetensors.ParseDType(dt)
+	if err != nil || !floatDType(dt) {
+		return nil, fmt.Errorf("dtype %s has no float32 conversion", dt)
+	}
+	size := d.Bits() / 8
+	if len(b)%size != 0 {
+		return nil, fmt.Errorf("%d bytes is not a whole number of %s values", len(b), dt)
+	}
+	out := make([]float32, len(b)/size)
+	if d == safetensors.F16 {
+		// Half NaNs come out quiet, as a hardware half-to-single conversion
+		// gives them (safetensors.DecodeFloat32s keeps the payload as is).
 		for i := range out {
 			out[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
 		}
 		return out, nil
-	case "F64":
-		if len(b)%8 != 0 {
-			return nil, fmt.Errorf("%d bytes is not a whole number of F64 values", len(b))
-		}
-		out := make([]float32, len(b)/8)
-		for i := range out {
-			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
-		}
-		return out, nil
 	}
-	return nil, fmt.Errorf("dtype %s has no float32 conversion", dt)
+	if err := safetensors.DecodeFloat32s(out, b, d); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // allFinite reports whether every value is finite.
@@ -75,35 +58,21 @@ func allFinite(v []float32) bool {
 	return true
 }
 
-// encodeBF16 rounds float32 values to BF16 (nearest, ties to even; NaN stays
-// a quiet NaN with its sign) and returns the little-endian bytes.
-func encodeBF16(v []float32) []byte {
-	out := make([]byte, 2*len(v))
-	for i, x := range v {
-		b := math.Float32bits(x)
-		var h uint16
-		if x != x {
-			h = uint16(b>>16) | 0x0040
-		} else {
-			r := b + 0x7fff + (b>>16)&1
-			h = uint16(r >> 16)
-		}
-		binary.LittleEndian.PutUint16(out[2*i:], h)
-	}
-	return out
-}
-
-// encodeFloat encodes values as BF16 or F32 little-endian bytes.
+// encodeFloat encodes values as BF16 (nearest, ties to even; NaN stays a
+// quiet NaN with its sign) or F32 little-endian bytes.
 func encodeFloat(dt string, v []float32) []byte {
-	if dt == "BF16" {
-		return encodeBF16(v)
-	}
-	if dt != "F32" {
+	var d safetensors.DType
+	switch dt {
+	case "BF16":
+		d = safetensors.BF16
+	case "F32":
+		d = safetensors.F32
+	default:
 		panic("manifest: encodeFloat to " + dt)
 	}
-	out := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	out, err := safetensors.AppendFloat32s(nil, v, d)
+	if err != nil {
+		panic("manifest: " + err.Error())
 	}
 	return out
 }
