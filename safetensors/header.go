@@ -296,6 +296,25 @@ func (p *parser) enter() error {
 	return nil
 }
 
+// open enters the object or array whose opening byte is next (the caller
+// has checked it) and skips the whitespace after it. When the closing byte
+// follows at once it consumes it, leaves the container and reports empty;
+// otherwise the caller parses the elements and decrements p.depth after
+// the closing byte.
+func (p *parser) open(closing byte) (empty bool, err error) {
+	if err := p.enter(); err != nil {
+		return false, err
+	}
+	p.i++
+	p.ws()
+	if p.peek() == closing {
+		p.i++
+		p.depth--
+		return true, nil
+	}
+	return false, nil
+}
+
 // parseHeader parses the whole header. Tensor names and shapes are
 // recorded as ranges of the parser's arenas.
 func (p *parser) parseHeader() (tensors []rawTensor, md map[string]string, hasMeta bool, err error) {
@@ -413,15 +432,12 @@ func (p *parser) metadata() (map[string]string, bool, error) {
 	if p.peek() != '{' {
 		return nil, false, p.errf("__metadata__ must be an object of strings or null, found %s", p.describe())
 	}
-	if err := p.enter(); err != nil {
+	empty, err := p.open('}')
+	if err != nil {
 		return nil, false, err
 	}
-	p.i++
-	p.ws()
 	md := map[string]string{}
-	if p.peek() == '}' {
-		p.i++
-		p.depth--
+	if empty {
 		return md, true, nil
 	}
 	for {
@@ -469,15 +485,12 @@ func (p *parser) tensorEntry(name []byte) (rawTensor, error) {
 	t := rawTensor{}
 	switch p.peek() {
 	case '{':
-		if err := p.enter(); err != nil {
+		empty, err := p.open('}')
+		if err != nil {
 			return t, err
 		}
-		p.i++
-		p.ws()
 		var have [3]bool
-		if p.peek() == '}' {
-			p.i++
-		} else {
+		if !empty {
 			for {
 				if p.peek() != '"' {
 					return t, p.errf("tensor %q: expected a string key, found %s", name, p.describe())
@@ -525,8 +538,8 @@ func (p *parser) tensorEntry(name []byte) (rawTensor, error) {
 					break
 				}
 			}
+			p.depth--
 		}
-		p.depth--
 		for f, field := range [3]string{"dtype", "shape", "data_offsets"} {
 			if !have[f] {
 				return t, p.errf("tensor %q: missing field `%s`", name, field)
@@ -725,16 +738,9 @@ func (p *parser) shape(t *rawTensor) error {
 	if p.peek() != '[' {
 		return p.errf("tensor %q: shape must be an array, found %s", p.cur, p.describe())
 	}
-	if err := p.enter(); err != nil {
-		return err
-	}
-	p.i++
-	p.ws()
 	t.shapeOff, t.shapeEnd = uint32(len(p.dims)), uint32(len(p.dims))
-	if p.peek() == ']' {
-		p.i++
-		p.depth--
-		return nil
+	if empty, err := p.open(']'); err != nil || empty {
+		return err
 	}
 	for {
 		v, err := p.uint("shape")
@@ -842,15 +848,8 @@ func (p *parser) skip() error {
 		_, err := p.str()
 		return err
 	case c == '{':
-		if err := p.enter(); err != nil {
+		if empty, err := p.open('}'); err != nil || empty {
 			return err
-		}
-		p.i++
-		p.ws()
-		if p.peek() == '}' {
-			p.i++
-			p.depth--
-			return nil
 		}
 		for {
 			if p.peek() != '"' {
@@ -876,15 +875,8 @@ func (p *parser) skip() error {
 		p.depth--
 		return nil
 	case c == '[':
-		if err := p.enter(); err != nil {
+		if empty, err := p.open(']'); err != nil || empty {
 			return err
-		}
-		p.i++
-		p.ws()
-		if p.peek() == ']' {
-			p.i++
-			p.depth--
-			return nil
 		}
 		for {
 			if err := p.skip(); err != nil {
@@ -1092,15 +1084,12 @@ func (p *parser) value() (any, error) {
 		s, err := p.str()
 		return string(s), err
 	case c == '{':
-		if err := p.enter(); err != nil {
+		empty, err := p.open('}')
+		if err != nil {
 			return nil, err
 		}
-		p.i++
-		p.ws()
 		m := map[string]any{}
-		if p.peek() == '}' {
-			p.i++
-			p.depth--
+		if empty {
 			return m, nil
 		}
 		for {
@@ -1134,15 +1123,12 @@ func (p *parser) value() (any, error) {
 		p.depth--
 		return m, nil
 	case c == '[':
-		if err := p.enter(); err != nil {
+		empty, err := p.open(']')
+		if err != nil {
 			return nil, err
 		}
-		p.i++
-		p.ws()
 		a := []any{}
-		if p.peek() == ']' {
-			p.i++
-			p.depth--
+		if empty {
 			return a, nil
 		}
 		for {
