@@ -74,14 +74,6 @@ type Result struct {
 	ProxyLoss float64
 	// RTNProxyLoss is the same quantity for RTN on the same grid.
 	RTNProxyLoss float64
-	// SubBlock, when positive and smaller than BlockSize, propagates each
-	// column's error column by column only within sub-blocks of this many
-	// columns; the rest of the block receives a sub-block's update as one
-	// matrix product, like the columns after the block. In exact arithmetic
-	// this is the same algorithm; it is faster for matrices with many rows,
-	// but its float32 rounding is further from the reference's. 0 means
-	// column by column over the whole block, as the reference does.
-	SubBlock int
 	// PercDamp is the damping fraction finally used and Damp the absolute
 	// value λ added to every diagonal entry.
 	PercDamp, Damp float64
