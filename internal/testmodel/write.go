@@ -100,7 +100,7 @@ func Write(dir string, cfg Config, v Variant) error {
 	} else {
 		shards = tinyShards(cfg, specs)
 	}
-	return writeCheckpoint(dir, cfg, shards, v == FP8, false)
+	return writeCheckpoint(dir, cfg, shards, v == FP8)
 }
 
 // tinyShards splits specs into three shards: the embedding and the first
@@ -161,10 +161,10 @@ func WriteSparse(dir string, cfg Config, layout ExpertLayout) error {
 	for i, g := range groups {
 		shards[i] = shard{name: ShardName(i+1, len(groups)), specs: g, sparse: true}
 	}
-	return writeCheckpoint(dir, cfg, shards, false, true)
+	return writeCheckpoint(dir, cfg, shards, false)
 }
 
-func writeCheckpoint(dir string, cfg Config, shards []shard, fp8, sparse bool) error {
+func writeCheckpoint(dir string, cfg Config, shards []shard, fp8 bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("testmodel: %w", err)
 	}
