@@ -141,11 +141,16 @@ type Dump struct {
 // bits zero). At most limit mismatches are recorded (all when limit < 0);
 // all are counted.
 func CheckDump(name string, l Layout, want []uint16, d Dump, limit int) (CheckResult, error) {
-	w := Dump{Bits: make([]uint32, len(want)), BF16: true}
-	for i, h := range want {
-		w.Bits[i] = uint32(h)
+	return CheckDumpBits(name, l, bf16Dump(want), d, limit)
+}
+
+// bf16Dump holds BF16 patterns as a BF16 Dump.
+func bf16Dump(h []uint16) Dump {
+	d := Dump{Bits: make([]uint32, len(h)), BF16: true}
+	for i, v := range h {
+		d.Bits[i] = uint32(v)
 	}
-	return CheckDumpBits(name, l, w, d, limit)
+	return d
 }
 
 // CheckDumpBits is CheckDump with the expected values given as a Dump too:

@@ -145,10 +145,7 @@ func CheckDumpDir(ctx context.Context, dir string, lookup StoredLookup, limit in
 			if err != nil {
 				return nil, err
 			}
-			want = Dump{Bits: make([]uint32, len(w16)), BF16: true}
-			for i, h := range w16 {
-				want.Bits[i] = uint32(h)
-			}
+			want = bf16Dump(w16)
 		case "F32":
 			n := st.Layout.Elements()
 			if len(st.Data) != 4*n {
