@@ -280,14 +280,9 @@ func (s *SiteWriter) Write(rows []float32) error {
 	for len(rows) > 0 {
 		take := min(int64(len(rows)/c), perShard-s.bufRows)
 		chunk := rows[:take*int64(c)]
-		if s.w.opt.DType == safetensors.BF16 {
-			for _, v := range chunk {
-				s.buf = binary.LittleEndian.AppendUint16(s.buf, safetensors.Float32ToBF16(v))
-			}
-		} else {
-			for _, v := range chunk {
-				s.buf = binary.LittleEndian.AppendUint32(s.buf, math.Float32bits(v))
-			}
+		var err error
+		if s.buf, err = safetensors.AppendFloat32s(s.buf, chunk, s.w.opt.DType); err != nil {
+			return fmt.Errorf("calib: store: site %d/%s: %w", s.info.Layer, s.info.Site, err)
 		}
 		s.bufRows += take
 		s.written += take
