@@ -58,15 +58,20 @@ func TileMatmul(dst *[TileSize]uint32, in0 *[TileSize]uint16, in1 *[TileSize]Src
 		panic(err.Error())
 	}
 	phases := cfg.Fidelity.Phases()
-	var a, b [2][Lanes]Src
+	// SrcB rows, converted once rather than once per output column.
+	var rows [TileDim][2][Lanes]Src
+	for m := range rows {
+		for k := 0; k < TileDim; k++ {
+			rows[m][k/Lanes][k%Lanes] = SrcFromBF16(in0[m*TileDim+k])
+		}
+	}
+	var a [2][Lanes]Src
 	for n := 0; n < TileDim; n++ {
 		for k := 0; k < TileDim; k++ {
 			a[k/Lanes][k%Lanes] = in1[k*TileDim+n]
 		}
 		for m := 0; m < TileDim; m++ {
-			for k := 0; k < TileDim; k++ {
-				b[k/Lanes][k%Lanes] = SrcFromBF16(in0[m*TileDim+k])
-			}
+			b := &rows[m]
 			d := dst[m*TileDim+n]
 			for ph := 0; ph < phases; ph++ {
 				for kb := 0; kb < 2; kb++ {
