@@ -22,13 +22,7 @@ func preparedStep(dst uint32, a, b []uint32, phase int, dfmt DstFormat, arch Arc
 	var gm [2]uint64
 	shA := uint(9 + 7*(phase&1))
 	shB := uint(9 + 7*(phase>>1))
-	adj := int32(-127)
-	if phase&1 != 0 {
-		adj -= 5
-	}
-	if phase&2 != 0 {
-		adj -= 7
-	}
+	adj := phaseExpAdj(phase)
 	for g := 0; g < 2; g++ {
 		ag := a[g*8 : g*8+8 : g*8+8]
 		bg := b[g*8 : g*8+8 : g*8+8]

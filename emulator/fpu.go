@@ -175,9 +175,10 @@ func sliceB(s Src, phase int) uint32 {
 	return (s.Man() & 15) << 3
 }
 
-// laneGroup multiplies and sums one group of 8 lanes, returning the sign,
-// exponent and magnitude (1.0 at bit 23) of the group sum.
-func laneGroup(a, b []Src, phase int) (sign uint32, exp int32, mag uint64) {
+// phaseExpAdj is what a lane product's exponent adds to the sum of its
+// operands' exponent fields: minus the bias, and minus the weight of the
+// low slices (5 bits of SrcA in odd phases, 7 of SrcB in phases 2 and 3).
+func phaseExpAdj(phase int) int32 {
 	adj := int32(-127)
 	if phase&1 != 0 {
 		adj -= 5
@@ -185,6 +186,13 @@ func laneGroup(a, b []Src, phase int) (sign uint32, exp int32, mag uint64) {
 	if phase&2 != 0 {
 		adj -= 7
 	}
+	return adj
+}
+
+// laneGroup multiplies and sums one group of 8 lanes, returning the sign,
+// exponent and magnitude (1.0 at bit 23) of the group sum.
+func laneGroup(a, b []Src, phase int) (sign uint32, exp int32, mag uint64) {
+	adj := phaseExpAdj(phase)
 	var p [8]uint32
 	var e [8]int32
 	var s [8]uint32
