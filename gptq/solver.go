@@ -358,7 +358,7 @@ func (f *Factor) factor64(h, diag []float64, mean float64) {
 	var u []float64
 	for try, p := range dampSchedule(f.opt.PercDamp) {
 		lam := p * mean
-		f.permuteLower64(hp, h, diag, lam)
+		permuteLower(f, hp, h, diag, lam)
 		f.percDamp, f.damp, f.increases = p, lam, try
 		if v, ok := inverseFactor(hp, cols); ok {
 			u = v
@@ -366,19 +366,16 @@ func (f *Factor) factor64(h, diag []float64, mean float64) {
 		}
 	}
 	if u == nil {
-		// No error feedback: U = diag(H′_kk^(-1/2)) with no coupling.
 		f.noFeedback = true
-		u = make([]float64, cols*cols)
-		for k := 0; k < cols; k++ {
-			u[k*cols+k] = 1 / math.Sqrt(hp[k*cols+k])
-		}
+		u = diagonalFactor(hp, cols)
 	}
 	f.u64 = u
 }
 
-// permuteLower64 writes the lower triangle of the permuted Hessian with λ
-// added to its (dead-fixed) diagonal into hp.
-func (f *Factor) permuteLower64(hp, h, diag []float64, lam float64) {
+// permuteLower writes into hp the lower triangle of the permuted Hessian,
+// rounded to T, with λ added to its (dead-fixed) diagonal, the diagonal
+// entry rounded to T before the addition.
+func permuteLower[T float](f *Factor, hp []T, h, diag []float64, lam T) {
 	cols := f.cols
 	for a := 0; a < cols; a++ {
 		pa := f.perm[a]
@@ -386,13 +383,26 @@ func (f *Factor) permuteLower64(hp, h, diag []float64, lam float64) {
 		hr := h[pa*cols : (pa+1)*cols]
 		if f.opt.ActOrder {
 			for b := range row {
-				row[b] = hr[f.perm[b]]
+				row[b] = T(hr[f.perm[b]])
 			}
 		} else {
-			copy(row, hr)
+			for b := range row {
+				row[b] = T(hr[b])
+			}
 		}
-		hp[a*cols+a] = diag[pa] + lam
+		hp[a*cols+a] = T(diag[pa]) + lam
 	}
+}
+
+// diagonalFactor is the factor used when no damping level gave a usable
+// factorization: no error feedback, U = diag(H′_kk^(-1/2)) with no
+// coupling.
+func diagonalFactor[T float](hp []T, cols int) []T {
+	u := make([]T, cols*cols)
+	for k := 0; k < cols; k++ {
+		u[k*cols+k] = T(1 / math.Sqrt(float64(hp[k*cols+k])))
+	}
+	return u
 }
 
 // factor32 is factor64 in float32, the precision of the reference
@@ -410,21 +420,7 @@ func (f *Factor) factor32(h, diag []float64, mean float64) {
 	var u []float32
 	for try, p := range dampSchedule(f.opt.PercDamp) {
 		lam := float32(float32(p) * float32(mean))
-		for a := 0; a < cols; a++ {
-			pa := f.perm[a]
-			row := hp[a*cols : a*cols+a]
-			hr := h[pa*cols : (pa+1)*cols]
-			if f.opt.ActOrder {
-				for b := range row {
-					row[b] = float32(hr[f.perm[b]])
-				}
-			} else {
-				for b := range row {
-					row[b] = float32(hr[b])
-				}
-			}
-			hp[a*cols+a] = float32(diag[pa]) + lam
-		}
+		permuteLower(f, hp, h, diag, lam)
 		f.percDamp, f.damp, f.increases = p, float64(lam), try
 		if v, ok := inverseFactor32(hp, cols); ok {
 			u = v
@@ -433,10 +429,7 @@ func (f *Factor) factor32(h, diag []float64, mean float64) {
 	}
 	if u == nil {
 		f.noFeedback = true
-		u = make([]float32, cols*cols)
-		for k := 0; k < cols; k++ {
-			u[k*cols+k] = float32(1 / math.Sqrt(float64(hp[k*cols+k])))
-		}
+		u = diagonalFactor(hp, cols)
 	}
 	f.u32 = u
 }
