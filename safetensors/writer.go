@@ -100,14 +100,19 @@ func (w *Writer) SetMetadata(md map[string]string) {
 	w.md, w.hasMD = maps.Clone(md), true
 }
 
+// tensorErrf is tensorErrf naming the file being written.
+func (w *Writer) tensorErrf(kind error, name, format string, args ...any) *Error {
+	e := tensorErrf(kind, name, format, args...)
+	e.Path = w.path
+	return e
+}
+
 func (w *Writer) check(name string, dtype DType, shape []int64) ([]uint64, uint64, error) {
 	if w.done {
 		return nil, 0, fmt.Errorf("safetensors: %s: writer already closed", w.path)
 	}
 	fail := func(kind error, format string, args ...any) ([]uint64, uint64, error) {
-		e := tensorErrf(kind, name, format, args...)
-		e.Path = w.path
-		return nil, 0, e
+		return nil, 0, w.tensorErrf(kind, name, format, args...)
 	}
 	if name == "__metadata__" {
 		return fail(ErrInvalidHeaderDeserialization, "the name __metadata__ is reserved for the metadata map")
@@ -152,9 +157,7 @@ func (w *Writer) Add(name string, dtype DType, shape []int64, data []byte) error
 		return err
 	}
 	if uint64(len(data)) != size {
-		e := tensorErrf(ErrTensorInvalidInfo, name, "%s shape %v needs %d bytes, got %d", dtype, shape, size, len(data))
-		e.Path = w.path
-		return e
+		return w.tensorErrf(ErrTensorInvalidInfo, name, "%s shape %v needs %d bytes, got %d", dtype, shape, size, len(data))
 	}
 	w.names[name] = true
 	w.entries = append(w.entries, wentry{name: name, dtype: dtype, shape: dims, size: size, data: data})
@@ -170,9 +173,7 @@ func (w *Writer) AddFunc(name string, dtype DType, shape []int64, size int64, wr
 		return err
 	}
 	if size < 0 || uint64(size) != want {
-		e := tensorErrf(ErrTensorInvalidInfo, name, "%s shape %v needs %d bytes, size given %d", dtype, shape, want, size)
-		e.Path = w.path
-		return e
+		return w.tensorErrf(ErrTensorInvalidInfo, name, "%s shape %v needs %d bytes, size given %d", dtype, shape, want, size)
 	}
 	if write == nil {
 		panic("safetensors: AddFunc with a nil write function")
@@ -192,7 +193,7 @@ func (w *Writer) AddReader(name string, dtype DType, shape []int64, r io.Reader)
 		return err
 	}
 	if size > 1<<63-1 {
-		return &Error{Path: w.path, Tensor: name, hasT: true, Kind: ErrValidationOverflow, Detail: "size overflows int64"}
+		return w.tensorErrf(ErrValidationOverflow, name, "size overflows int64")
 	}
 	return w.AddFunc(name, dtype, shape, int64(size), func(dst io.Writer) error {
 		n, err := io.CopyN(dst, r, int64(size))
