@@ -3,6 +3,7 @@ package safetensors
 import (
 	"bufio"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -338,10 +339,7 @@ func (w *Writer) finish() error {
 	}
 	bw := bufio.NewWriterSize(w.tmp, 1<<20)
 	var prefix [8]byte
-	n := uint64(len(hdr))
-	for i := range prefix {
-		prefix[i] = byte(n >> (8 * i))
-	}
+	binary.LittleEndian.PutUint64(prefix[:], uint64(len(hdr)))
 	bw.Write(prefix[:])
 	bw.Write(hdr)
 	for _, e := range w.entries {
