@@ -86,10 +86,8 @@ func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 // parseFlags parses args, turning -h and bad flags into usage errors.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return &statusError{status: exitUsage}
-		}
-		// The flag package has already printed the problem and the usage.
+		// -h or a bad flag: the flag package has already printed the
+		// problem (if any) and the usage.
 		return &statusError{status: exitUsage}
 	}
 	return nil
