@@ -484,8 +484,8 @@ func normalizeSolveOptions(opt Options) (Options, error) {
 }
 
 // quantize runs the solver on validated input with the per-matrix options
-// opt. rl, when not nil, is RTN's proxy loss being computed concurrently
-// (startRTNLoss); quantize waits for it before returning.
+// opt. rl is RTN's proxy loss being computed concurrently (startRTNLoss),
+// nil with opt.NoProxyLoss; quantize waits for it before returning.
 func (f *Factor) quantize(w []float32, rows int, g Grid, opt Options, rl *asyncLoss) (*Result, error) {
 	var res *Result
 	var err error
@@ -498,12 +498,7 @@ func (f *Factor) quantize(w []float32, rows int, g Grid, opt Options, rl *asyncL
 	if err != nil {
 		return nil, err
 	}
-	if !opt.NoProxyLoss {
-		if rl == nil {
-			rtnLoss = rtnProxyLoss(g, w, rows, f.cols, f.h, f.opt.Float64)
-		}
-		res.RTNProxyLoss = rtnLoss
-	}
+	res.RTNProxyLoss = rtnLoss
 	res.PercDamp, res.Damp, res.DampIncreases, res.NoFeedback = f.percDamp, f.damp, f.increases, f.noFeedback
 	res.DeadCols = f.deadCols
 	if f.opt.ActOrder {
