@@ -16,8 +16,7 @@ const maxActivation = 1e15
 // in float64, together with the number of tokens n (rows of X) seen. Products
 // are formed in float32 over at most 256 tokens at a time and those partial
 // sums are added in float64, so long token streams keep the contributions of
-// late tokens.
-// Matrix returns H = (2/n)·Σ x·xᵀ, the Hessian GPTQ expects.
+// late tokens. Matrix returns H = (2/n)·Σ x·xᵀ, the Hessian GPTQ expects.
 //
 // n counts tokens. The reference implementation counts sequences (batch
 // entries) instead, which gives an H larger by the sequence length; a
@@ -31,9 +30,7 @@ const maxActivation = 1e15
 // A Hessian is not safe for concurrent use; accumulate per goroutine and
 // Merge.
 type Hessian struct {
-	cols int
-	n    int64
-	acc  *kernels.GramAccumulator // lower triangle of Σ x·xᵀ
+	acc *kernels.GramAccumulator // lower triangle of Σ x·xᵀ, token count
 }
 
 // NewHessian returns an empty Hessian over cols input features. It panics
@@ -42,20 +39,20 @@ func NewHessian(cols int) *Hessian {
 	if cols <= 0 || cols > 1<<20 {
 		panic(fmt.Sprintf("gptq: NewHessian: invalid column count %d", cols))
 	}
-	return &Hessian{cols: cols, acc: kernels.NewGramAccumulator(cols)}
+	return &Hessian{acc: kernels.NewGramAccumulator(cols)}
 }
 
 // Cols returns the number of input features.
-func (h *Hessian) Cols() int { return h.cols }
+func (h *Hessian) Cols() int { return h.acc.N() }
 
 // Tokens returns the number of rows (tokens) accumulated so far.
-func (h *Hessian) Tokens() int64 { return h.n }
+func (h *Hessian) Tokens() int64 { return h.acc.Rows() }
 
 // Add accumulates the rows×cols row-major activations x (one token per row).
 // It returns an error, and leaves h unchanged, if the length does not match
 // or x holds a NaN, an Inf or a magnitude above 1e15.
 func (h *Hessian) Add(x []float32, rows int) error {
-	cols := h.cols
+	cols := h.Cols()
 	if rows < 0 || (rows > 0 && rows > math.MaxInt/cols) || len(x) != rows*cols {
 		return fmt.Errorf("%w: Hessian input has %d values, want %d rows × %d columns", ErrShape, len(x), rows, cols)
 	}
@@ -67,7 +64,6 @@ func (h *Hessian) Add(x []float32, rows int) error {
 		return fmt.Errorf("%w: Hessian input [%d,%d] of %d×%d is %g, beyond ±%g, where float32 products could overflow", ErrNotFinite, i/cols, i%cols, rows, cols, v, maxActivation)
 	}
 	h.acc.Add(x, rows, cols)
-	h.n += int64(rows)
 	return nil
 }
 
@@ -77,11 +73,10 @@ func (h *Hessian) Merge(o *Hessian) error {
 	if o == nil {
 		return nil
 	}
-	if o.cols != h.cols {
-		return fmt.Errorf("%w: cannot merge a Hessian over %d columns into one over %d", ErrShape, o.cols, h.cols)
+	if o.Cols() != h.Cols() {
+		return fmt.Errorf("%w: cannot merge a Hessian over %d columns into one over %d", ErrShape, o.Cols(), h.Cols())
 	}
 	h.acc.Merge(o.acc)
-	h.n += o.n
 	return nil
 }
 
@@ -89,10 +84,11 @@ func (h *Hessian) Merge(o *Hessian) error {
 // matrix. With no tokens it is all zeros (every column dead, which makes
 // GPTQ reduce to round-to-nearest).
 func (h *Hessian) Matrix() []float64 {
-	if h.n == 0 {
-		return make([]float64, h.cols*h.cols)
+	n := h.Tokens()
+	if n == 0 {
+		return make([]float64, h.Cols()*h.Cols())
 	}
-	return h.acc.MatrixScaled(2 / float64(h.n))
+	return h.acc.MatrixScaled(2 / float64(n))
 }
 
 // maxActivationBits is the float32 bit pattern of maxActivation without
