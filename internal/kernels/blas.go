@@ -89,11 +89,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	if alpha == 0 {
 		return
 	}
-	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha,
-		a:  operand[float32]{data: a, ld: lda, trans: transA},
-		b:  operand[float32]{data: b, ld: ldb, trans: transB},
-		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false)}
-	pl.run()
+	sgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, c, ldc, false)
 }
 
 // Dgemm is Sgemm for float64 (math.FMA chains, float64 additions).
@@ -104,6 +100,17 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 		return
 	}
 	dgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, c, ldc, false)
+}
+
+// sgemmMasked is Sgemm without beta, with operand masks and an optional
+// lower-triangle-only C (m == n then, C square).
+func sgemmMasked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, c []float32, ldc int, lowerC bool) {
+	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha,
+		a:      operand[float32]{data: a, ld: lda, trans: transA, mask: am},
+		b:      operand[float32]{data: b, ld: ldb, trans: transB, mask: bm},
+		lowerC: lowerC,
+		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, lowerC)}
+	pl.run()
 }
 
 // dgemmMasked is Dgemm without beta, with operand masks and an optional
@@ -153,12 +160,7 @@ func SyrkLower64(n, k int, x []float32, ldx int, c []float64, ldc int) {
 func SyrkLower32(n, k int, x []float32, ldx int, c []float32, ldc int) {
 	checkMatrix("SyrkLower32", "X", k, n, ldx, len(x))
 	checkMatrix("SyrkLower32", "C", n, n, ldc, len(c))
-	pl := gemmPlan[float32]{m: n, n: n, k: k, alpha: 1,
-		a:      operand[float32]{data: x, ld: ldx, trans: true},
-		b:      operand[float32]{data: x, ld: ldx},
-		lowerC: true,
-		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, true)}
-	pl.run()
+	sgemmMasked(true, false, n, n, k, 1, x, ldx, maskNone, x, ldx, maskNone, c, ldc, true)
 }
 
 // SymmetrizeLower64 copies the strict lower triangle of the n×n matrix C

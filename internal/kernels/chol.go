@@ -95,12 +95,7 @@ func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, 
 	case []float64:
 		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, cc, ldc, lowerC)
 	case []float32:
-		pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: float32(alpha),
-			a:      operand[float32]{data: any(a).([]float32), ld: lda, trans: transA, mask: am},
-			b:      operand[float32]{data: any(b).([]float32), ld: ldb, trans: transB, mask: bm},
-			lowerC: lowerC,
-			mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(cc, ldc, lowerC)}
-		pl.run()
+		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, cc, ldc, lowerC)
 	}
 }
 
