@@ -568,11 +568,9 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, Tensor
 	te.Finite = true
 	if !st.isBFP && st.outDType == st.srcDType {
 		if floatDType(st.srcDType) {
-			v, err := decodeFloats(st.srcDType, raw)
-			if err != nil {
+			if te.Finite, err = finiteFloats(st.srcDType, raw); err != nil {
 				return nil, te, nil, err
 			}
-			te.Finite = allFinite(v)
 		}
 		return raw, te, nil, nil
 	}

@@ -21,19 +21,28 @@ func floatDType(dt string) bool {
 	return false
 }
 
+// floatDTypeOf returns the safetensors dtype of a float dtype name after
+// checking that nbytes is a whole number of its elements.
+func floatDTypeOf(dt string, nbytes int) (safetensors.DType, error) {
+	d, err := safetensors.ParseDType(dt)
+	if err != nil || !floatDType(dt) {
+		return 0, fmt.Errorf("dtype %s has no float32 conversion", dt)
+	}
+	if nbytes%(d.Bits()/8) != 0 {
+		return 0, fmt.Errorf("%d bytes is not a whole number of %s values", nbytes, dt)
+	}
+	return d, nil
+}
+
 // decodeFloats converts little-endian tensor bytes of a float dtype to
 // float32. F64 values are rounded to float32 (ties to even), the others are
 // exact.
 func decodeFloats(dt string, b []byte) ([]float32, error) {
-	d, err := safetensors.ParseDType(dt)
-	if err != nil || !floatDType(dt) {
-		return nil, fmt.Errorf("dtype %s has no float32 conversion", dt)
+	d, err := floatDTypeOf(dt, len(b))
+	if err != nil {
+		return nil, err
 	}
-	size := d.Bits() / 8
-	if len(b)%size != 0 {
-		return nil, fmt.Errorf("%d bytes is not a whole number of %s values", len(b), dt)
-	}
-	out := make([]float32, len(b)/size)
+	out := make([]float32, len(b)/(d.Bits()/8))
 	if d == safetensors.F16 {
 		// Half NaNs come out quiet, as a hardware half-to-single conversion
 		// gives them (safetensors.DecodeFloat32s keeps the payload as is).
@@ -46,6 +55,28 @@ func decodeFloats(dt string, b []byte) ([]float32, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// finiteFloats is allFinite of decodeFloats(dt, b), decoding a chunk at a
+// time so that a large tensor is never held as float32 whole.
+func finiteFloats(dt string, b []byte) (bool, error) {
+	d, err := floatDTypeOf(dt, len(b))
+	if err != nil {
+		return false, err
+	}
+	size := d.Bits() / 8
+	var buf [4096]float32
+	for len(b) > 0 {
+		n := min(len(buf), len(b)/size)
+		if err := safetensors.DecodeFloat32s(buf[:n], b[:n*size], d); err != nil {
+			return false, err
+		}
+		if !allFinite(buf[:n]) {
+			return false, nil
+		}
+		b = b[n*size:]
+	}
+	return true, nil
 }
 
 // allFinite reports whether every value is finite.

@@ -504,7 +504,7 @@ func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
 				bad(t.Name, "decodes to a non-finite value where the source was finite")
 			}
 		} else if t.Finite && floatDType(t.DType) {
-			if vals, err := decodeFloats(t.DType, b); err == nil && !allFinite(vals) {
+			if finite, err := finiteFloats(t.DType, b); err == nil && !finite {
 				bad(t.Name, "holds a non-finite value where the source was finite")
 			}
 		}
