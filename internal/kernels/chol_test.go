@@ -34,19 +34,6 @@ func randSPD(r *rand.Rand, n, ld int, cond float64) []float64 {
 	return a
 }
 
-func maxAbsDiff(n int, x []float64, ldx int, y []float64, ldy int, lowerOnly bool) float64 {
-	var d float64
-	for i := 0; i < n; i++ {
-		for j := 0; j < n; j++ {
-			if lowerOnly && j > i {
-				break
-			}
-			d = max(d, math.Abs(x[i*ldx+j]-y[i*ldy+j]))
-		}
-	}
-	return d
-}
-
 var cholSizes = []int{1, 2, 5, 95, 96, 97, 200, 301, 620}
 
 func TestDpotrf(t *testing.T) {
