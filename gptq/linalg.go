@@ -69,43 +69,33 @@ func axpySub[T float](a T, x, y []T) {
 
 // inverseFactor returns the upper triangular U with positive diagonal such
 // that Uᵀ·U = H⁻¹ for the symmetric positive definite n×n row-major matrix
-// h, reading only its lower triangle. ok is false when h is not numerically
-// positive definite or U is not finite. h is not modified.
+// h, reading only its lower triangle, in T's arithmetic (float32 through
+// kernels.CholInvUpper32, the reference's precision). ok is false when h
+// is not numerically positive definite or U is not finite. h is not
+// modified.
 //
 // The reference computes chol(H), the inverse from it, and the upper
 // Cholesky factor of that inverse. The same U follows from one
 // factorization of H in "upper-lower" form, H = R·Rᵀ with R upper
 // triangular, because then H⁻¹ = R⁻ᵀ·R⁻¹ and U = R⁻¹; R is the ordinary
 // Cholesky factor of H with rows and columns reversed (kernels.CholInvUpper).
-func inverseFactor(h []float64, n int) (u []float64, ok bool) {
-	u = make([]float64, n*n)
-	if err := kernels.CholInvUpper(n, h, n, u, n); err != nil {
+func inverseFactor[T float](h []T, n int) (u []T, ok bool) {
+	u = make([]T, n*n)
+	var err error
+	switch h := any(h).(type) {
+	case []float64:
+		err = kernels.CholInvUpper(n, h, n, any(u).([]float64), n)
+	case []float32:
+		err = kernels.CholInvUpper32(n, h, n, any(u).([]float32), n)
+	}
+	if err != nil {
 		return nil, false
 	}
 	for a := 0; a < n; a++ {
 		for _, v := range u[a*n+a : (a+1)*n] {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return nil, false
-			}
-		}
-		if !(u[a*n+a] > 0) {
-			return nil, false
-		}
-	}
-	return u, true
-}
-
-// inverseFactor32 is inverseFactor in float32 arithmetic
-// (kernels.CholInvUpper32).
-func inverseFactor32(h []float32, n int) (u []float32, ok bool) {
-	u = make([]float32, n*n)
-	if err := kernels.CholInvUpper32(n, h, n, u, n); err != nil {
-		return nil, false
-	}
-	for a := 0; a < n; a++ {
-		for _, v := range u[a*n+a : (a+1)*n] {
-			// One comparison catches NaN and ±Inf.
-			if a := math.Abs(float64(v)); !(a <= math.MaxFloat32) {
+			// One comparison catches NaN and ±Inf (float32 ones too,
+			// converted exactly).
+			if a := math.Abs(float64(v)); !(a <= math.MaxFloat64) {
 				return nil, false
 			}
 		}

@@ -422,7 +422,7 @@ func (f *Factor) factor32(h, diag []float64, mean float64) {
 		lam := float32(float32(p) * float32(mean))
 		permuteLower(f, hp, h, diag, lam)
 		f.percDamp, f.damp, f.increases = p, float64(lam), try
-		if v, ok := inverseFactor32(hp, cols); ok {
+		if v, ok := inverseFactor(hp, cols); ok {
 			u = v
 			break
 		}
