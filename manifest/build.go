@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -381,7 +382,7 @@ func layerSelector(s string) (func(*storedTensor) bool, error) {
 	case "all":
 		return func(*storedTensor) bool { return true }, nil
 	}
-	re, err := compileLayerPattern(s)
+	re, err := regexp.Compile(s)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: --layers %q is neither experts, dense, all nor a valid regular expression: %w", s, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -17,11 +16,6 @@ import (
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 )
-
-// compileLayerPattern compiles a --layers regular expression.
-func compileLayerPattern(s string) (*regexp.Regexp, error) {
-	return regexp.Compile(s)
-}
 
 // storeIdentity hashes every file of a calibration store directory: the
 // sha256 of a JSON list of (name, size, sha256) sorted by name.
@@ -119,11 +113,7 @@ func readSite(st *calib.Store, layer int, site string, first, n int64) ([]float3
 	if !ok {
 		return nil, 0, fmt.Errorf("calibration store has no site %q for layer %d", site, layer)
 	}
-	out := make([]float32, 0, n*int64(si.Cols))
-	err := st.Stream(layer, site, first, n, 4096, func(_ int64, rows []float32) error {
-		out = append(out, rows...)
-		return nil
-	})
+	out, err := st.ReadRows(layer, site, first, n)
 	return out, si.Cols, err
 }
 
