@@ -2,6 +2,25 @@ package kernels
 
 import "fmt"
 
+// addTile adds the mv×nv corner of the scratch tile t (row stride nr) to
+// C at rows [i, i+mv), columns [j, j+nv), only on or below the diagonal
+// when lowerC: the flush of a partial or diagonal micro-tile.
+func addTile[T, C float32 | float64](c []C, ldc int, lowerC bool, t []T, nr, i, j, mv, nv int) {
+	for r := 0; r < mv; r++ {
+		w := nv
+		if lowerC {
+			w = min(nv, i+r-j+1)
+		}
+		row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
+		for col := range row {
+			row[col] += C(t[r*nr+col])
+		}
+	}
+}
+
+// tile32, tile32to64 and tile64 return the micro-tile step of a product
+// into C: whole tiles off the diagonal go straight to the micro-kernel,
+// the others through a scratch tile and addTile.
 func tile32(c []float32, ldc int, lowerC bool) tileFunc[float32] {
 	return func(kc int, ap, bp []float32, i, j, mv, nv int) {
 		if mv == sMR && nv == sNR && (!lowerC || i >= j+sNR-1) {
@@ -10,16 +29,7 @@ func tile32(c []float32, ldc int, lowerC bool) tileFunc[float32] {
 		}
 		t := negZeroTile32
 		sgemmKern(kc, ap, bp, t[:], sNR)
-		for r := 0; r < mv; r++ {
-			w := nv
-			if lowerC {
-				w = min(nv, i+r-j+1)
-			}
-			row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
-			for col := range row {
-				row[col] += t[r*sNR+col]
-			}
-		}
+		addTile(c, ldc, lowerC, t[:], sNR, i, j, mv, nv)
 	}
 }
 
@@ -31,16 +41,7 @@ func tile32to64(c []float64, ldc int, lowerC bool) tileFunc[float32] {
 		}
 		t := negZeroTile32
 		sgemmKern(kc, ap, bp, t[:], sNR)
-		for r := 0; r < mv; r++ {
-			w := nv
-			if lowerC {
-				w = min(nv, i+r-j+1)
-			}
-			row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
-			for col := range row {
-				row[col] += float64(t[r*sNR+col])
-			}
-		}
+		addTile(c, ldc, lowerC, t[:], sNR, i, j, mv, nv)
 	}
 }
 
@@ -52,16 +53,7 @@ func tile64(c []float64, ldc int, lowerC bool) tileFunc[float64] {
 		}
 		t := negZeroTile64
 		dgemmKern(kc, ap, bp, t[:], dNR)
-		for r := 0; r < mv; r++ {
-			w := nv
-			if lowerC {
-				w = min(nv, i+r-j+1)
-			}
-			row := c[(i+r)*ldc+j : (i+r)*ldc+j+max(w, 0)]
-			for col := range row {
-				row[col] += t[r*dNR+col]
-			}
-		}
+		addTile(c, ldc, lowerC, t[:], dNR, i, j, mv, nv)
 	}
 }
 
