@@ -107,16 +107,6 @@ func (b *builder) calibTokens() int64 {
 	return offs[len(offs)-1-b.opt.HeldOutSequences]
 }
 
-// readSite loads rows [first, first+n) of a store site.
-func readSite(st *calib.Store, layer int, site string, first, n int64) ([]float32, int, error) {
-	si, ok := st.Site(layer, site)
-	if !ok {
-		return nil, 0, fmt.Errorf("calibration store has no site %q for layer %d", site, layer)
-	}
-	out, err := st.ReadRows(layer, site, first, n)
-	return out, si.Cols, err
-}
-
 // siteOf names the store site holding a dense matrix's inputs, or "".
 func siteOf(role string) string {
 	switch TensorRole(role) {

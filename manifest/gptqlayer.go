@@ -180,21 +180,12 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if err != nil {
 		return nil, err
 	}
-	hidden := ml.Config.Hidden
-	ct := b.calibTokens()
-	total := b.calib.Tokens
-	x, cols, err := readSite(b.store, layer, calib.SiteMoE, 0, ct)
+	cal, held, err := b.store.LoadActivations(layer, calib.SiteMoE, b.opt.HeldOutSequences)
 	if err != nil {
 		return nil, err
 	}
-	if cols != hidden {
-		return nil, fmt.Errorf("calibration site %q has %d features, the model %d", calib.SiteMoE, cols, hidden)
-	}
-	var held []float32
-	if total > ct {
-		if held, _, err = readSite(b.store, layer, calib.SiteMoE, ct, total-ct); err != nil {
-			return nil, err
-		}
+	if si, _ := b.store.Site(layer, calib.SiteMoE); si.Cols != ml.Config.Hidden {
+		return nil, fmt.Errorf("calibration site %q has %d features, the model %d", calib.SiteMoE, si.Cols, ml.Config.Hidden)
 	}
 	// One driver run covers the whole layer: each matrix gets the grid of
 	// the tensor it is stored in, so a down projection's Hessian always
@@ -257,7 +248,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 		}
 		return nil
 	}
-	rep, err := calib.QuantizeMoELayer(ctx, ml, calib.Activations{X: x, Tokens: int(ct)}, calib.Activations{X: held, Tokens: len(held) / hidden}, lo, emit)
+	rep, err := calib.QuantizeMoELayer(ctx, ml, cal, held, lo, emit)
 	if err != nil {
 		return nil, err
 	}
