@@ -42,27 +42,6 @@ func newBFPRounder(f bfp.Format) *bfpRounder {
 // fast reports whether exponent e uses the fast rule.
 func (rd *bfpRounder) fast(e uint8) bool { return uint32(e) >= rd.w && e != 255 }
 
-// one rounds x onto exponent e, which must satisfy rd.fast(e). It is
-// branch-free: the signs and magnitudes of error-updated weights are
-// unpredictable.
-func (rd *bfpRounder) one(x float32, e uint8) float32 {
-	return math.Float32frombits(bfpOneBits(math.Float32bits(x), uint32(e), rd.s, rd.half, rd.maxq, rd.w, rd.scale[e]))
-}
-
-// bfpOneBits is the rule of bfpRounder.one on bits, with the rounder's
-// constants passed in so that loops keep them in registers.
-func bfpOneBits(b, E, s, half, maxq, w uint32, scale float32) uint32 {
-	ex := b >> 23 & 0xff
-	// Zeros and subnormals (ex == 0) get a shift of at least 32, hence 0;
-	// ex > E makes E−ex wrap around, also a shift of at least 32.
-	d := (E - ex) | (ex-1)>>31<<5
-	a := (b | 0x800000) & 0xffffff >> d
-	m := min((a+half+(a>>s&1))>>s, maxq)
-	m |= maxq * ((E - ex) >> 31) // ex > E saturates
-	nz := (m + maxq) >> w        // 1 when m ≥ 1
-	return math.Float32bits(float32(m)*scale) | (b>>31&nz)<<31
-}
-
 // bfpRoundVec sets q[i] to x[i] rounded onto exponent exps[i].
 func bfpRoundVec[T float](rd *bfpRounder, x, q []T, exps []uint8) {
 	q = q[:len(x)]
@@ -71,7 +50,7 @@ func bfpRoundVec[T float](rd *bfpRounder, x, q []T, exps []uint8) {
 	for i, v := range x {
 		e := exps[i]
 		if rd.fast(e) {
-			// bfpOneBits, written out: the compiler does not inline it.
+			// The rule of bfpRoundConst.
 			b, E := math.Float32bits(float32(v)), uint32(e)
 			ex := b >> 23 & 0xff
 			a := (b | 0x800000) & 0xffffff >> ((E - ex) | (ex-1)>>31<<5)
@@ -93,8 +72,12 @@ func bfpRoundConst[T float](rd *bfpRounder, x, q []T, e uint8) {
 		return
 	}
 	s, half, maxq, w, E, scale := rd.s, rd.half, rd.maxq, rd.w, uint32(e), rd.scale[e]
+	// Branch-free: the signs and magnitudes of error-updated weights are
+	// unpredictable. Zeros and subnormals (ex == 0) get a shift of at
+	// least 32, hence 0; ex > E makes E−ex wrap around, also a shift of at
+	// least 32, and saturates m; (m+maxq)>>w is 1 when m ≥ 1, so a zero
+	// magnitude gives +0.
 	for i, v := range x {
-		// bfpOneBits, written out: the compiler does not inline it.
 		b := math.Float32bits(float32(v))
 		ex := b >> 23 & 0xff
 		a := (b | 0x800000) & 0xffffff >> ((E - ex) | (ex-1)>>31<<5)

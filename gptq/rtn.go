@@ -44,7 +44,7 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 		}
 	case *BFPGrid:
 		rd := newBFPRounder(g.Format)
-		var buf [bfp.GroupSize]float32
+		var buf, qb [bfp.GroupSize]float32
 		if g.Axis == InputAxis {
 			for r := 0; r < rows; r++ {
 				for c0 := 0; c0 < cols; c0 += bfp.GroupSize {
@@ -64,15 +64,9 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 					for r := r0; r < r1; r++ {
 						b[r-r0] = float32(w[r*cols+c])
 					}
-					e := bfp.SharedExponent(b)
-					if rd.fast(e) {
-						for r := r0; r < r1; r++ {
-							q[r*cols+c] = T(rd.one(b[r-r0], e))
-						}
-					} else {
-						for r := r0; r < r1; r++ {
-							q[r*cols+c] = T(bfpNearest(g.Format, b[r-r0], e))
-						}
+					bfpRoundConst(rd, b, qb[:r1-r0], bfp.SharedExponent(b))
+					for r := r0; r < r1; r++ {
+						q[r*cols+c] = T(qb[r-r0])
 					}
 				}
 			}
