@@ -374,7 +374,7 @@ func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts [
 // sharedJob quantizes the shared expert as a dense MLP over all calibration
 // tokens.
 func (d *driver) sharedJob() (*jobResult, error) {
-	h, inter := d.cfg.Hidden, d.cfg.SharedInter
+	inter := d.cfg.SharedInter
 	w := d.layer.Shared
 	qz := quantizer{d: d, expert: SharedExpert, what: "shared expert"}
 	st := ExpertStats{Expert: SharedExpert, Tokens: d.calib.Tokens}
@@ -398,14 +398,8 @@ func (d *driver) sharedJob() (*jobResult, error) {
 	}
 	r := &jobResult{res: &ExpertResult{Expert: SharedExpert, Quantized: q}}
 	if d.held.Tokens > 0 {
-		// Gate values exactly as MoELayer.addShared computes them.
-		g := make([]float32, d.held.Tokens)
-		for t := range g {
-			g[t] = 1
-			if d.layer.SharedGate != nil {
-				g[t] = sigmoid32(dot64(d.held.X[t*h:(t+1)*h], d.layer.SharedGate))
-			}
-		}
+		// The gates MoELayer.addShared applies.
+		g := d.layer.sharedGates(d.held.X, d.held.Tokens)
 		st.HeldOutTokens = d.held.Tokens
 		part, err := d.heldOutPart(w, q, inter, nil, g, qz, &st)
 		if err != nil {

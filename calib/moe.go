@@ -135,17 +135,27 @@ func (l *MoELayer) addShared(out, x []float32, tokens int, s *ExpertWeights, ws 
 	}
 	h := l.Config.Hidden
 	y := ws.forward(s, x, tokens, h, l.Config.SharedInter)
-	for t := 0; t < tokens; t++ {
-		g := float32(1)
-		if l.SharedGate != nil {
-			g = sigmoid32(dot64(x[t*h:(t+1)*h], l.SharedGate))
-		}
+	for t, g := range l.sharedGates(x, tokens) {
 		o := out[t*h : (t+1)*h]
 		for i, v := range y[t*h : (t+1)*h] {
 			o[i] += g * v
 		}
 	}
 	return nil
+}
+
+// sharedGates returns the shared expert's gate for each of the tokens rows
+// of x: sigmoid(x·SharedGate), or 1 when the block has no shared gate.
+func (l *MoELayer) sharedGates(x []float32, tokens int) []float32 {
+	h := l.Config.Hidden
+	g := make([]float32, tokens)
+	for t := range g {
+		g[t] = 1
+		if l.SharedGate != nil {
+			g[t] = sigmoid32(dot64(x[t*h:(t+1)*h], l.SharedGate))
+		}
+	}
+	return g
 }
 
 // expertScratch keeps buffers between expert evaluations: x for gathered
