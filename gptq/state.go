@@ -152,29 +152,21 @@ type bfpOutputState[T float] struct {
 }
 
 // column fixes the exponent of each 16-row group of the column from its
-// current values, then rounds onto it. Chunks start at multiples of 16
-// rows (chunkRows), so groups never straddle them.
+// current values (from the original column with StaticGroups), then rounds
+// onto it. Chunks start at multiples of 16 rows (chunkRows), so groups
+// never straddle them.
 func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
-	var buf [bfp.GroupSize]float32
+	src, stride := w, 1
 	if st.s.opt.StaticGroups {
-		c := st.s.perm[k]
-		src := st.s.w0[ch.r0*st.s.cols:]
 		cols := st.s.cols
-		for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
-			r1 := min(r0+bfp.GroupSize, len(w))
-			g := buf[:r1-r0]
-			for r := r0; r < r1; r++ {
-				g[r-r0] = float32(src[r*cols+c])
-			}
-			bfpRoundConst(st.rd, w[r0:r1], q[r0:r1], bfp.SharedExponent(g))
-		}
-		return
+		src, stride = st.s.w0[ch.r0*cols+st.s.perm[k]:], cols
 	}
+	var buf [bfp.GroupSize]float32
 	for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
 		r1 := min(r0+bfp.GroupSize, len(w))
 		g := buf[:r1-r0]
 		for r := r0; r < r1; r++ {
-			g[r-r0] = float32(w[r])
+			g[r-r0] = float32(src[r*stride])
 		}
 		bfpRoundConst(st.rd, w[r0:r1], q[r0:r1], bfp.SharedExponent(g))
 	}
