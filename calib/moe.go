@@ -167,13 +167,9 @@ type expertScratch struct {
 // forward computes rows×hidden outputs of the SwiGLU expert w on rows×hidden
 // inputs x. The result aliases the scratch buffer.
 func (s *expertScratch) forward(w *ExpertWeights, x []float32, rows, hidden, inter int) []float32 {
-	s.g = grow(s.g, rows*inter)
-	s.u = grow(s.u, rows*inter)
+	a := s.intermediate(w, x, rows, hidden, inter)
 	s.y = grow(s.y, rows*hidden)
-	matmulT(s.g, x, rows, hidden, w.Gate, inter)
-	matmulT(s.u, x, rows, hidden, w.Up, inter)
-	swiglu(s.g, s.g, s.u)
-	matmulT(s.y, s.g, rows, inter, w.Down, hidden)
+	matmulT(s.y, a, rows, inter, w.Down, hidden)
 	return s.y
 }
 
