@@ -6,9 +6,9 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // Options configures Quantize.
@@ -145,7 +145,7 @@ func checkHessian(h []float64, n int, name string) error {
 	procs := min(runtime.GOMAXPROCS(0), max(1, n/256))
 	maxes := make([]float64, procs)
 	bad := make([]bool, procs)
-	forEach(procs, procs, func(p int) {
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
 		m := 0.0
 		for _, v := range h[p*n/procs*n : (p+1)*n/procs*n] {
 			// One comparison catches NaN and ±Inf.
@@ -194,7 +194,7 @@ func checkHessian(h []float64, n int, name string) error {
 		return 0, 0, false
 	}
 	clear(bad)
-	forEach(procs, procs, func(p int) {
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
 		for t := p; t < nt; t += procs {
 			if _, _, ok := asym(t); ok {
 				bad[p] = true
@@ -612,29 +612,6 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 	}
 }
 
-// forEach calls f(i) for i in [0, n) on up to workers goroutines (in the
-// calling goroutine when workers <= 1).
-func forEach(n, workers int, f func(i int)) {
-	if workers <= 1 || n <= 1 {
-		for i := 0; i < n; i++ {
-			f(i)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(workers)
-	for range workers {
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
 // dampSchedule is the sequence of damping fractions tried: the requested one,
 // then increasing steps up to about 10 times the mean diagonal.
 func dampSchedule(p float64) []float64 {
@@ -680,7 +657,7 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	s.wt = make([]T, rows*cols)
 	const tb = 16
 	nkt := (cols + tb - 1) / tb
-	forEach(procs, procs, func(p int) {
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
 		for kt := p * nkt / procs; kt < (p+1)*nkt/procs; kt++ {
 			k0, k1 := kt*tb, min(kt*tb+tb, cols)
 			for r := 0; r < rows; r++ {
@@ -714,7 +691,7 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		s.i1, s.i2 = i1, i2
 		copy(s.w1[:nb*rows], s.wt[i1*rows:i2*rows])
 		clear(s.e[:nb*rows])
-		forEach(len(chunks), workers, func(c int) { s.block(&chunks[c], cq, qt, rowLoss, sb) })
+		kernels.ParallelFor(len(chunks), workers, func(c, _ int) { s.block(&chunks[c], cq, qt, rowLoss, sb) })
 		if i2 < cols {
 			// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here in
 			// column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.
@@ -726,7 +703,7 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	res.Q = make([]float32, rows*cols)
 	nrt := (rows + tb - 1) / tb
 	bad := make([]bool, procs)
-	forEach(procs, procs, func(p int) {
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
 		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
 			r0, r1 := rt*tb, min(rt*tb+tb, rows)
 			for k, c := range s.perm {

@@ -105,7 +105,7 @@ func (g *GramAccumulator) MatrixScaled(f float64) []float64 {
 	// Block row ib writes the lower-triangle rows ib…ib+bs and their
 	// mirror, the upper-triangle columns ib…ib+bs: block rows never write
 	// the same element.
-	parallelFor(blocks, Workers(), func(b, _ int) {
+	ParallelFor(blocks, Workers(), func(b, _ int) {
 		ib := b * bs
 		for jb := 0; jb <= ib; jb += bs {
 			for i := ib; i < min(ib+bs, n); i++ {

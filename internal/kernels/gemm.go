@@ -270,11 +270,11 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				panel = pre[off : off+roundUp(nc, nr)*kc]
 			} else {
 				chunks := min(workers, nSl)
-				parallelFor(chunks, workers, func(t, _ int) {
+				ParallelFor(chunks, workers, func(t, _ int) {
 					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
 				})
 			}
-			parallelFor(nTasks, workers, func(t, w int) {
+			ParallelFor(nTasks, workers, func(t, w int) {
 				if pl.lowerC {
 					// The bottom row blocks of a triangle carry the
 					// most tiles: hand them out first.

@@ -34,7 +34,7 @@ func PackB32(transB bool, k, n int, b []float32, ldb int) *PackedB32 {
 			off := panelOffset(n, k, sNR, jc, pc)
 			dst := p.data[off : off+roundUp(nc, sNR)*kc]
 			chunks := min(workers, nSl)
-			parallelFor(chunks, workers, func(t, _ int) {
+			ParallelFor(chunks, workers, func(t, _ int) {
 				pl.packB(dst, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
 			})
 		}

@@ -30,10 +30,12 @@ func Workers() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// parallelFor runs f(task, worker) for task = 0..n-1 on up to workers
-// goroutines; worker is in [0, workers) and identifies per-goroutine
-// scratch space. Tasks are handed out in increasing order.
-func parallelFor(n, workers int, f func(task, worker int)) {
+// ParallelFor runs f(task, worker) for task = 0..n-1 on up to workers
+// goroutines (on the calling goroutine when workers <= 1 or n <= 1);
+// worker is in [0, workers) and identifies per-goroutine scratch space.
+// Tasks are handed out in increasing order. It returns when every task
+// has finished.
+func ParallelFor(n, workers int, f func(task, worker int)) {
 	if workers > n {
 		workers = n
 	}
