@@ -114,10 +114,7 @@ func Demo(ctx context.Context, opt DemoOptions) (*DemoResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	dr := &DemoResult{Identity: res.Identity, CacheKey: res.CacheKey, Files: res.Files, Tensors: res.Tensors, Bytes: res.Bytes, Verify: rep}
-	if opt.Out != "" {
-		dr.Dir = opt.Out
-	}
+	dr := &DemoResult{Dir: opt.Out, Identity: res.Identity, CacheKey: res.CacheKey, Files: res.Files, Tensors: res.Tensors, Bytes: res.Bytes, Verify: rep}
 	for _, l := range res.Manifest.TTQuant.Layers {
 		if l.HeldOutTokens == 0 {
 			continue
