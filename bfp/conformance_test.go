@@ -97,7 +97,7 @@ type manifestCase struct {
 }
 
 func loadManifest(t *testing.T) (string, []manifestCase) {
-	dir := testdata.SharedDir(t, "bfp")
+	dir := testdata.Dir(t, "bfp")
 	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func at(b []byte, i int) byte {
 }
 
 func TestDecodeTables(t *testing.T) {
-	dir := testdata.SharedDir(t, "bfp")
+	dir := testdata.Dir(t, "bfp")
 	for _, f := range Formats() {
 		t.Run(f.String(), func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(dir, "decode", fmt.Sprintf("bfp%d_b.u32", f.Bits())))
@@ -303,7 +303,7 @@ func TestDecodeTables(t *testing.T) {
 }
 
 func TestElementTables(t *testing.T) {
-	dir := testdata.SharedDir(t, "bfp")
+	dir := testdata.Dir(t, "bfp")
 	for _, f := range Formats() {
 		t.Run(f.String(), func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(dir, "elements", fmt.Sprintf("bfp%d_b.enc", f.Bits())))
@@ -353,7 +353,7 @@ func TestElementTables(t *testing.T) {
 // packing bug. Only data files are checked: the prose README's listed sum
 // does not match the README as distributed, which does not affect the data.
 func TestSharedDataChecksums(t *testing.T) {
-	dir := testdata.SharedDir(t, "bfp")
+	dir := testdata.Dir(t, "bfp")
 	f, err := os.Open(filepath.Join(dir, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)

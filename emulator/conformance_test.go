@@ -12,7 +12,7 @@ import (
 	"github.com/ttquant/ttquant/internal/testdata"
 )
 
-// The shared FPU vectors (../shared/testdata/fpu, read in place) hold every
+// The shared FPU vectors (testdata/fpu) hold every
 // bit pattern as a lowercase hex string. These tests reproduce each vector
 // bit for bit and log how many were checked per file.
 
@@ -50,7 +50,7 @@ type lanesFile struct {
 }
 
 func TestConformanceMVMULLanes(t *testing.T) {
-	dir := testdata.SharedDir(t, "fpu")
+	dir := testdata.Dir(t, "fpu")
 	var f lanesFile
 	loadJSON(t, filepath.Join(dir, "mvmul_lanes.json"), &f)
 	if f.Format != "tensix-fpu-mvmul-lanes/1" {
@@ -117,7 +117,7 @@ type packUnpackFile struct {
 }
 
 func TestConformancePackUnpack(t *testing.T) {
-	dir := testdata.SharedDir(t, "fpu")
+	dir := testdata.Dir(t, "fpu")
 	var f packUnpackFile
 	loadJSON(t, filepath.Join(dir, "pack_unpack.json"), &f)
 	if f.Format != "tensix-pack-unpack/1" {
@@ -257,7 +257,7 @@ func unpackIn1(t *testing.T, f *matmulFile) (*[TileSize]Src, int) {
 }
 
 func TestConformanceTileMatmul(t *testing.T) {
-	dir := testdata.SharedDir(t, "fpu")
+	dir := testdata.Dir(t, "fpu")
 	files, err := filepath.Glob(filepath.Join(dir, "matmul_*.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -103,7 +103,7 @@ func ints(t testing.TB, f *safetensors.File, name string) []int64 {
 // loadProblems reads every problem of the shared GPTQ vectors.
 func loadProblems(t testing.TB) []*refProblem {
 	t.Helper()
-	root := testdata.SharedDir(t, "gptq")
+	root := testdata.Dir(t, "gptq")
 	dirs, err := filepath.Glob(filepath.Join(root, "p*"))
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no problems under %s (%v)", root, err)

@@ -19,7 +19,7 @@ import (
 // the corpus (about 1 MB of JSON) from memory, as the reference's timing
 // does. Target: at most 3.5 ms per header.
 func BenchmarkHeader10000(b *testing.B) {
-	dir := testdata.SharedDir(b, "safetensors")
+	dir := testdata.Dir(b, "safetensors")
 	data, err := os.ReadFile(filepath.Join(dir, "valid", "w_many_10000.safetensors"))
 	if err != nil {
 		b.Fatal(err)
@@ -146,7 +146,7 @@ func BenchmarkRead1GiB(b *testing.B) {
 // BenchmarkHeader10000 on a shared machine (the reference's own baseline
 // is a generic JSON parse of this header).
 func BenchmarkHeader10000JSONBaseline(b *testing.B) {
-	dir := testdata.SharedDir(b, "safetensors")
+	dir := testdata.Dir(b, "safetensors")
 	data, err := os.ReadFile(filepath.Join(dir, "valid", "w_many_10000.safetensors"))
 	if err != nil {
 		b.Fatal(err)

@@ -67,7 +67,7 @@ func expectLine(t TensorInfo) string {
 }
 
 func TestConformanceCorpus(t *testing.T) {
-	dir := testdata.SharedDir(t, "safetensors")
+	dir := testdata.Dir(t, "safetensors")
 	cases := readCases(t, dir)
 	if len(cases) != 402 {
 		t.Errorf("cases.tsv has %d cases, want 402", len(cases))

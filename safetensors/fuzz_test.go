@@ -18,7 +18,7 @@ import (
 // shape and dtype. The seeds are the whole conformance corpus, read in
 // place.
 func FuzzOpen(f *testing.F) {
-	dir := testdata.SharedDir(f, "safetensors")
+	dir := testdata.Dir(f, "safetensors")
 	for _, c := range readCases(f, dir) {
 		data, err := os.ReadFile(filepath.Join(dir, c.file))
 		if err != nil {

@@ -86,7 +86,7 @@ func writeSpec(t *testing.T, s writerSpec, hasMD bool, out string) error {
 }
 
 func TestWriterConformance(t *testing.T) {
-	dir := testdata.SharedDir(t, "safetensors")
+	dir := testdata.Dir(t, "safetensors")
 	specs, _ := filepath.Glob(filepath.Join(dir, "valid", "w_*.spec.json"))
 	if len(specs) == 0 {
 		t.Fatal("no writer specs found")
@@ -186,7 +186,7 @@ func equalFiles(t *testing.T, a, b *File) bool {
 
 // The reference writer's two known defects must not be reproduced.
 func TestWriterAvoidsReferenceDefects(t *testing.T) {
-	dir := testdata.SharedDir(t, "safetensors")
+	dir := testdata.Dir(t, "safetensors")
 	tmp := t.TempDir()
 
 	// No tensors and an empty metadata map: the reference writes a header

@@ -63,7 +63,7 @@ func TestInspectFileAndShards(t *testing.T) {
 }
 
 func TestInspectBadFile(t *testing.T) {
-	dir := testdata.SharedDir(t, "safetensors")
+	dir := testdata.Dir(t, "safetensors")
 	bad := filepath.Join(dir, "invalid", "e_off_gap.safetensors")
 	code, out, errs := runCLI(t, "inspect", bad)
 	if code != exitError || out != "" {

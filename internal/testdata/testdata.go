@@ -1,6 +1,7 @@
-// Package testdata locates the shared conformance data that the tests read in
-// place. The data live beside the repository, in ../shared/testdata; they are
-// never copied into the repository.
+// Package testdata locates the conformance data that the tests read. The data
+// live in the repository's top-level testdata/ folder, copied unchanged from
+// their reference sources (each subfolder's README says which); a fresh clone
+// of the repository therefore runs every conformance test.
 package testdata
 
 import (
@@ -29,26 +30,14 @@ func RepoRoot() string {
 	}
 }
 
-// SharedDir returns the shared conformance data directory
-// (<repo>/../shared/testdata) joined with elem. The environment variable
-// TTQUANT_SHARED, when set, names the shared directory instead of
-// <repo>/../shared.
-//
-// When the directory does not exist the test is skipped, except under CI
-// (CI set to a non-empty value), where a missing directory fails the test so
-// that conformance can never pass vacuously.
-func SharedDir(tb testing.TB, elem ...string) string {
+// Dir returns <repo>/testdata joined with elem. The conformance data are part
+// of the repository, so a missing directory fails the test: conformance can
+// never pass vacuously.
+func Dir(tb testing.TB, elem ...string) string {
 	tb.Helper()
-	base := os.Getenv("TTQUANT_SHARED")
-	if base == "" {
-		base = filepath.Join(RepoRoot(), "..", "shared")
-	}
-	dir := filepath.Join(append([]string{base, "testdata"}, elem...)...)
+	dir := filepath.Join(append([]string{RepoRoot(), "testdata"}, elem...)...)
 	if _, err := os.Stat(dir); err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("shared conformance data missing: %v", err)
-		}
-		tb.Skipf("shared conformance data not present: %v", err)
+		tb.Fatalf("conformance data missing: %v", err)
 	}
 	return dir
 }
