@@ -3,6 +3,7 @@ package calib
 import (
 	"context"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"testing"
 	"time"
 )
@@ -22,7 +23,7 @@ func BenchmarkMoEExperts35B(b *testing.B) {
 	for _, c := range []struct{ experts, workers int }{{16, 1}, {16, 2}, {32, 2}} {
 		experts := c.experts
 		b.Run(fmt.Sprintf("experts=%d/workers=%d", experts, c.workers), func(b *testing.B) {
-			cfg := MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, NormTopK: true}
+			cfg := model.MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, NormTopK: true}
 			tokens := 16384 * experts / 256
 			held := 512 * experts / 256
 			l := synthMoELayer(cfg)

@@ -11,8 +11,8 @@
 // sequences, tokens, token-id hash) in an index and in every shard. Shards
 // are checked against the index before use; Store.Stream reads any row range
 // in bounded chunks. Layers are numbered as the native manifest numbers them:
-// the trunk layers 0..L-1, then MTP layer k as L+k (ModelConfig.NumLayers,
-// ModelConfig.LayerPrefix). docs/calibration.md describes the format.
+// the trunk layers 0..L-1, then MTP layer k as L+k (model.Config.NumLayers,
+// model.Config.LayerPrefix). docs/calibration.md describes the format.
 //
 // # Routing and the MoE block
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"strings"
 	"sync"
@@ -410,7 +411,7 @@ func expertName(e int) string {
 // the emitting goroutine).
 type driver struct {
 	layer  *MoELayer
-	cfg    MoEConfig
+	cfg    model.MoEConfig
 	opt    LayerOptions
 	grid   gptq.Grid
 	calib  Activations

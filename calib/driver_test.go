@@ -3,6 +3,7 @@ package calib
 import (
 	"context"
 	"encoding/json"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"reflect"
 	"strings"
@@ -13,7 +14,7 @@ import (
 )
 
 // testLayer builds a small MoE block with deterministic weights.
-func testLayer(cfg MoEConfig, seed uint64) *MoELayer {
+func testLayer(cfg model.MoEConfig, seed uint64) *MoELayer {
 	rng := splitmix{State: seed}
 	mat := func(rows, cols int) []float32 {
 		w := make([]float32, rows*cols)
@@ -82,7 +83,7 @@ func quantizedLayer(l *MoELayer, res []*ExpertResult) *MoELayer {
 }
 
 func TestQuantizeMoELayerHeldOut(t *testing.T) {
-	cfg := MoEConfig{Hidden: 128, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 48, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 128, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 48, NormTopK: true}
 	l := testLayer(cfg, 1)
 	cal := activations(t, 0, 2048, cfg.Hidden, 100)
 	held := activations(t, 2048, 512, cfg.Hidden, 100)
@@ -158,7 +159,7 @@ func (r *LayerReport) formatValue(t *testing.T) bfpFormat {
 // elsewhere; the router rows of experts 6 and 7 read only those channels,
 // and no other row reads them.
 func starvedLayer(t *testing.T) (*MoELayer, Activations, Activations) {
-	cfg := MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 32, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 32, NormTopK: true}
 	l := testLayer(cfg, 7)
 	cal := activations(t, 0, 2048, cfg.Hidden, 300)
 	held := activations(t, 2048, 256, cfg.Hidden, 300)
@@ -283,7 +284,7 @@ func TestWorkersIdentical(t *testing.T) {
 }
 
 func TestQuantizeMoELayerRTNMethod(t *testing.T) {
-	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
 	l := testLayer(cfg, 3)
 	rep, res := collect(t, l, activations(t, 0, 256, 64, 1), activations(t, 256, 64, 64, 1), LayerOptions{Method: MethodRTN})
 	if len(res) != 4 || rep.Shared != nil {
@@ -295,7 +296,7 @@ func TestQuantizeMoELayerRTNMethod(t *testing.T) {
 }
 
 func TestQuantizeMoELayerErrors(t *testing.T) {
-	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
 	l := testLayer(cfg, 3)
 	cal := activations(t, 0, 64, 64, 1)
 	ctx := context.Background()
@@ -343,7 +344,7 @@ func parseBFP(s string) (bfp.Format, error) { return bfp.ParseFormat(s) }
 // up for the down Hessian must give a different down_proj (so the test can
 // tell the orders apart).
 func TestExpertOrder(t *testing.T) {
-	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 32, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 32, NormTopK: true}
 	l := testLayer(cfg, 21)
 	cal := activations(t, 0, 512, 64, 8)
 	_, res := collect(t, l, cal, Activations{}, LayerOptions{})
@@ -409,7 +410,7 @@ func TestExpertOrder(t *testing.T) {
 }
 
 func TestSkipShared(t *testing.T) {
-	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 24, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 24, NormTopK: true}
 	l := testLayer(cfg, 5)
 	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
 	rep, res := collect(t, l, cal, held, LayerOptions{SkipShared: true})
@@ -424,7 +425,7 @@ func TestSkipShared(t *testing.T) {
 }
 
 func TestGridPerMatrix(t *testing.T) {
-	cfg := MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 16, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 16, NormTopK: true}
 	l := testLayer(cfg, 9)
 	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
 	grid := func(expert int, matrix string) (gptq.Grid, error) {
@@ -465,7 +466,7 @@ func TestGridPerMatrix(t *testing.T) {
 }
 
 func TestQuantizeMoELayerCancel(t *testing.T) {
-	cfg := MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 16}
+	cfg := model.MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 16}
 	l := testLayer(cfg, 3)
 	cal := activations(t, 0, 256, 64, 1)
 	ctx, cancel := context.WithCancel(context.Background())

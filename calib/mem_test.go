@@ -3,6 +3,7 @@ package calib
 import (
 	"context"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -32,7 +33,7 @@ func (s synthExperts) Expert(e int) (*ExpertWeights, error) {
 }
 
 // synthMoELayer builds a layer of the given shape with generated weights.
-func synthMoELayer(cfg MoEConfig) *MoELayer {
+func synthMoELayer(cfg model.MoEConfig) *MoELayer {
 	l := &MoELayer{Config: cfg, Experts: synthExperts{hidden: cfg.Hidden, inter: cfg.ExpertInter, seed: 77}}
 	l.Router = synthRouter(cfg.Experts, cfg.Hidden, 3)
 	for i := range l.Router {
@@ -80,7 +81,7 @@ func peakHeap(interval time.Duration, f func() error) (uint64, error) {
 }
 
 // layerPeak quantizes a generated layer and returns the peak heap in use.
-func layerPeak(tb testing.TB, cfg MoEConfig, tokens, heldOut, workers int, interval time.Duration) (uint64, *LayerReport) {
+func layerPeak(tb testing.TB, cfg model.MoEConfig, tokens, heldOut, workers int, interval time.Duration) (uint64, *LayerReport) {
 	tb.Helper()
 	l := synthMoELayer(cfg)
 	gen, err := NewSynth(SynthConfig{Hidden: cfg.Hidden, Seed: 5})
@@ -114,7 +115,7 @@ func TestMemoryIndependentOfExperts(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(20))
 	var peaks []uint64
 	for _, experts := range []int{16, 96} {
-		cfg := MoEConfig{Hidden: 128, Experts: experts, TopK: 4, ExpertInter: 64, SharedInter: 64, NormTopK: true}
+		cfg := model.MoEConfig{Hidden: 128, Experts: experts, TopK: 4, ExpertInter: 64, SharedInter: 64, NormTopK: true}
 		p, rep := layerPeak(t, cfg, 1024, 64, 2, time.Millisecond)
 		t.Logf("%d experts: peak heap in use %.1f MiB, starved %d", experts, float64(p)/(1<<20), len(rep.Starved))
 		peaks = append(peaks, p)
@@ -137,7 +138,7 @@ func TestMemoryIndependentOfExperts(t *testing.T) {
 func BenchmarkMoELayer35B(b *testing.B) {
 	for _, experts := range []int{32, 256} {
 		b.Run(fmt.Sprintf("experts=%d", experts), func(b *testing.B) {
-			cfg := MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, SharedInter: 512, NormTopK: true}
+			cfg := model.MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, SharedInter: 512, NormTopK: true}
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
 				p, rep := layerPeak(b, cfg, 16384, 512, 2, 20*time.Millisecond)

@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"slices"
 	"strconv"
 
@@ -9,10 +10,10 @@ import (
 )
 
 // LoadMoELayer returns MoE block `layer` of model m, described by cfg (see
-// ReadModelConfig); layers from cfg.Layers on are the MTP layers. The router, the shared expert and its gate are read
+// model.ReadConfig); layers from cfg.Layers on are the MTP layers. The router, the shared expert and its gate are read
 // now; the routed experts are read one at a time when the returned layer's
 // Experts.Expert is called, so memory holds only the experts in use.
-func LoadMoELayer(m *safetensors.Model, cfg *ModelConfig, layer int) (*MoELayer, error) {
+func LoadMoELayer(m *safetensors.Model, cfg *model.Config, layer int) (*MoELayer, error) {
 	if layer < 0 || layer >= cfg.NumLayers() {
 		return nil, fmt.Errorf("calib: layer %d outside 0..%d", layer, cfg.NumLayers()-1)
 	}
@@ -25,7 +26,7 @@ func LoadMoELayer(m *safetensors.Model, cfg *ModelConfig, layer int) (*MoELayer,
 // stored fused (experts.gate_up_proj [E, 2I, H] with per expert the gate
 // rows first, experts.down_proj [E, H, I]) or per expert
 // (experts.{e}.{gate,up,down}_proj.weight).
-func LoadMoEBlock(m *safetensors.Model, prefix string, c MoEConfig) (*MoELayer, error) {
+func LoadMoEBlock(m *safetensors.Model, prefix string, c model.MoEConfig) (*MoELayer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func LoadMoEBlock(m *safetensors.Model, prefix string, c MoEConfig) (*MoELayer, 
 type modelExperts struct {
 	m      *safetensors.Model
 	prefix string
-	c      MoEConfig
+	c      model.MoEConfig
 	fused  bool
 }
 

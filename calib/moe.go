@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 )
 
@@ -53,7 +54,7 @@ func (l ExpertList) Expert(e int) (*ExpertWeights, error) {
 // Qwen3.5/3.6). The router and the shared-expert gate are always used in
 // full precision.
 type MoELayer struct {
-	Config     MoEConfig
+	Config     model.MoEConfig
 	Router     []float32 // [experts, hidden]
 	Experts    ExpertSource
 	Shared     *ExpertWeights // nil when Config.SharedInter == 0

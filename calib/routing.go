@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"runtime"
 	"sync"
@@ -34,7 +35,7 @@ type Routing struct {
 //	         cfg.NormTopK is set
 //
 // The router matrix is used as given (never quantized).
-func Route(x []float32, tokens int, router []float32, cfg MoEConfig) (*Routing, error) {
+func Route(x []float32, tokens int, router []float32, cfg model.MoEConfig) (*Routing, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ func Route(x []float32, tokens int, router []float32, cfg MoEConfig) (*Routing, 
 
 // routeToken routes token t with activations xt (router and xt widened to
 // float64, which is exact).
-func routeToken(r *Routing, t int, xt, router []float64, cfg MoEConfig, logits, probs []float32) {
+func routeToken(r *Routing, t int, xt, router []float64, cfg model.MoEConfig, logits, probs []float32) {
 	h, ne, k := cfg.Hidden, cfg.Experts, cfg.TopK
 	e := 0
 	for ; e+4 <= ne; e += 4 {

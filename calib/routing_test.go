@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"sort"
 	"testing"
@@ -10,7 +11,7 @@ import (
 // logits by float64 dot products rounded to float32, float32 softmax, a full
 // stable sort of the experts by probability, the first k taken, optional
 // renormalisation. It returns per token the chosen experts and weights.
-func refRoute(x []float32, tokens int, router []float32, cfg MoEConfig) ([][]int, [][]float32) {
+func refRoute(x []float32, tokens int, router []float32, cfg model.MoEConfig) ([][]int, [][]float32) {
 	h := cfg.Hidden
 	choice := make([][]int, tokens)
 	weight := make([][]float32, tokens)
@@ -64,7 +65,7 @@ func refRoute(x []float32, tokens int, router []float32, cfg MoEConfig) ([][]int
 // compareRouting checks that Route and refRoute agree exactly: per token the
 // same experts in the same order with bit-identical weights, and per expert
 // the same token set.
-func compareRouting(t *testing.T, x []float32, tokens int, router []float32, cfg MoEConfig) *Routing {
+func compareRouting(t *testing.T, x []float32, tokens int, router []float32, cfg model.MoEConfig) *Routing {
 	t.Helper()
 	r, err := Route(x, tokens, router, cfg)
 	if err != nil {
@@ -126,7 +127,7 @@ func synthX(t testing.TB, tokens, hidden int, seed uint64) []float32 {
 
 func TestRouteMatchesReference(t *testing.T) {
 	for _, norm := range []bool{false, true} {
-		cfg := MoEConfig{Hidden: 64, Experts: 16, TopK: 4, ExpertInter: 8, NormTopK: norm}
+		cfg := model.MoEConfig{Hidden: 64, Experts: 16, TopK: 4, ExpertInter: 8, NormTopK: norm}
 		x := synthX(t, 300, cfg.Hidden, 11)
 		router := synthRouter(cfg.Experts, cfg.Hidden, 5)
 		r := compareRouting(t, x, 300, router, cfg)
@@ -144,7 +145,7 @@ func TestRouteMatchesReference(t *testing.T) {
 }
 
 func TestRouteTies(t *testing.T) {
-	cfg := MoEConfig{Hidden: 32, Experts: 8, TopK: 3, ExpertInter: 8, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 32, Experts: 8, TopK: 3, ExpertInter: 8, NormTopK: true}
 	router := synthRouter(cfg.Experts, cfg.Hidden, 9)
 	x := synthX(t, 200, cfg.Hidden, 3)
 	// Give the two experts most often ranked first a twin: an identical
@@ -216,7 +217,7 @@ func TestRouteTies(t *testing.T) {
 }
 
 func TestRouteErrors(t *testing.T) {
-	cfg := MoEConfig{Hidden: 4, Experts: 3, TopK: 2, ExpertInter: 2}
+	cfg := model.MoEConfig{Hidden: 4, Experts: 3, TopK: 2, ExpertInter: 2}
 	if _, err := Route(make([]float32, 7), 2, make([]float32, 12), cfg); err == nil {
 		t.Error("short activations accepted")
 	}
@@ -232,7 +233,7 @@ func TestRouteErrors(t *testing.T) {
 // BenchmarkRoute35B routes tokens through a router of the Qwen3.6-35B-A3B
 // shape (256 experts, hidden 2048, top-8).
 func BenchmarkRoute35B(b *testing.B) {
-	cfg := MoEConfig{Hidden: 2048, Experts: 256, TopK: 8, ExpertInter: 512, NormTopK: true}
+	cfg := model.MoEConfig{Hidden: 2048, Experts: 256, TopK: 8, ExpertInter: 512, NormTopK: true}
 	const tokens = 2048
 	x := synthX(b, tokens, cfg.Hidden, 1)
 	router := synthRouter(cfg.Experts, cfg.Hidden, 2)

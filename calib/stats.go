@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"os"
 	"path/filepath"
@@ -45,7 +46,7 @@ type StoreStats struct {
 // layer's router in chunks, and the tokens per expert are counted; experts
 // below ceil(minFraction × tokens) (DefaultMinTokensFraction when
 // minFraction is 0) are listed as starved.
-func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *ModelConfig, minFraction float64) (*StoreStats, error) {
+func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *model.Config, minFraction float64) (*StoreStats, error) {
 	out := &StoreStats{Provenance: s.Provenance(), Sites: []SiteStats{}}
 	for _, si := range s.Sites() {
 		ss := SiteStats{Layer: si.Layer, Site: si.Site, Cols: si.Cols, Tokens: si.Tokens, DType: si.DType, Shards: len(si.Shards)}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"os"
 	"path/filepath"
@@ -32,15 +33,15 @@ const (
 	// SiteMoE is the input of the sparse MoE block ("mlp"): the normalised
 	// hidden state fed to the router, the routed experts and the shared
 	// expert.
-	SiteMoE = "mlp"
+	SiteMoE = model.SiteMoE
 	// SiteAttn is the normalised input of the attention block, fed to
 	// q/k/v_proj (full attention) or in_proj_* (linear attention).
-	SiteAttn = "attn"
+	SiteAttn = model.SiteAttn
 	// SiteOProj is the input of self_attn.o_proj (full-attention layers).
-	SiteOProj = "self_attn.o_proj"
+	SiteOProj = model.SiteOProj
 	// SiteOutProj is the input of linear_attn.out_proj (linear-attention
 	// layers).
-	SiteOutProj = "linear_attn.out_proj"
+	SiteOutProj = model.SiteOutProj
 )
 
 // Provenance records where calibration activations come from.

@@ -3,7 +3,7 @@ package calib
 import (
 	"fmt"
 
-	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/internal/rng"
 )
 
 // SynthConfig parameterises the synthetic activation generator.
@@ -187,7 +187,7 @@ func mixDot(a, b []float32) float32 {
 }
 
 // splitmix is the SplitMix64 generator the test models use.
-type splitmix = testmodel.SplitMix64
+type splitmix = rng.SplitMix64
 
 // gauss returns an approximately standard normal value: the centred sum of
 // four uniforms scaled to unit variance (Irwin–Hall), using no

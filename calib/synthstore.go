@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"hash/fnv"
 )
 
@@ -18,7 +19,7 @@ type SynthStoreOptions struct {
 
 // SynthesizeStore writes a deterministic synthetic calibration store for a
 // model of configuration cfg into dir: for every layer, MTP layers
-// included (numbered from cfg.Layers, see ModelConfig.NumLayers), the MoE
+// included (numbered from cfg.Layers, see model.Config.NumLayers), the MoE
 // input (SiteMoE) and the attention input (SiteAttn), both cfg.MoE.Hidden
 // wide, and, when the config gives the widths and layer types, the input of
 // self_attn.o_proj (full-attention layers, MTP layers included) or
@@ -26,7 +27,7 @@ type SynthStoreOptions struct {
 // generator (see Synth), seeded from opt.Seed, the layer and the site name.
 // Token ids are pseudo-random in [0, vocab) and hashed into the provenance
 // like real ones.
-func SynthesizeStore(dir string, cfg *ModelConfig, opt SynthStoreOptions) (*Store, error) {
+func SynthesizeStore(dir string, cfg *model.Config, opt SynthStoreOptions) (*Store, error) {
 	if opt.Sequences == 0 {
 		opt.Sequences = 16
 	}

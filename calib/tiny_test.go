@@ -2,6 +2,7 @@ package calib
 
 import (
 	"context"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,7 +17,7 @@ import (
 type tinyFixture struct {
 	once  sync.Once
 	dir   string
-	cfg   *ModelConfig
+	cfg   *model.Config
 	model *safetensors.Model
 	store *Store
 	err   error
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 
 // tinyModel returns the tiny model in variant v and its synthetic store
 // (shared by all tests: do not modify).
-func tinyModel(t testing.TB, v testmodel.Variant) (*safetensors.Model, *ModelConfig, *Store) {
+func tinyModel(t testing.TB, v testmodel.Variant) (*safetensors.Model, *model.Config, *Store) {
 	t.Helper()
 	f := &tinyFixtures[v]
 	f.once.Do(func() {
@@ -50,7 +51,7 @@ func tinyModel(t testing.TB, v testmodel.Variant) (*safetensors.Model, *ModelCon
 		if f.err = testmodel.Write(mdir, testmodel.Tiny(), v); f.err != nil {
 			return
 		}
-		if f.cfg, f.err = ReadModelConfig(mdir); f.err != nil {
+		if f.cfg, f.err = model.ReadConfig(mdir); f.err != nil {
 			return
 		}
 		if f.model, f.err = safetensors.OpenModel(mdir); f.err != nil {
@@ -67,7 +68,7 @@ func tinyModel(t testing.TB, v testmodel.Variant) (*safetensors.Model, *ModelCon
 func TestTinyConfig(t *testing.T) {
 	_, cfg, st := tinyModel(t, testmodel.Default)
 	tc := testmodel.Tiny()
-	want := MoEConfig{Hidden: tc.Hidden, Experts: tc.Experts, TopK: tc.TopK, ExpertInter: tc.MoEIntermediate,
+	want := model.MoEConfig{Hidden: tc.Hidden, Experts: tc.Experts, TopK: tc.TopK, ExpertInter: tc.MoEIntermediate,
 		SharedInter: tc.SharedIntermediate, NormTopK: true}
 	if cfg.MoE != want || cfg.Layers != tc.Layers || cfg.MTPLayers != 1 || cfg.TensorPrefix != "model.language_model" {
 		t.Errorf("config %+v, want MoE %+v", cfg, want)

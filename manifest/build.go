@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"io"
 	"os"
 	"path/filepath"
@@ -185,7 +186,7 @@ type builder struct {
 	// calibration driver.
 	gptqLayers map[int]bool
 	store      *calib.Store
-	modelCfg   *calib.ModelConfig
+	modelCfg   *model.Config
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.
@@ -351,7 +352,7 @@ func (b *builder) summary() *WorkSummary {
 	}
 	experts := map[int]map[int]bool{}
 	for _, st := range b.tensors {
-		if st.method != MethodGPTQ || !st.isExpertMatrix() || TensorRole(st.role) != RoleExpertGateUp || len(st.shape) != 2 {
+		if st.method != MethodGPTQ || !st.isExpertMatrix() || model.Role(st.role) != model.RoleExpertGateUp || len(st.shape) != 2 {
 			continue
 		}
 		if experts[st.layer] == nil {

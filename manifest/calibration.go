@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"io/fs"
 	"math"
 	"os"
@@ -82,7 +83,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 		if fi, err := os.Stat(cfgPath); err == nil && !fi.IsDir() {
 			cfgPath = filepath.Dir(cfgPath)
 		}
-		if b.modelCfg, err = calib.ReadModelConfig(cfgPath); err != nil {
+		if b.modelCfg, err = model.ReadConfig(cfgPath); err != nil {
 			return fmt.Errorf("manifest: GPTQ of routed experts needs the model's config.json: %w", err)
 		}
 	}
@@ -107,21 +108,6 @@ func (b *builder) calibTokens() int64 {
 	return offs[len(offs)-1-b.opt.HeldOutSequences]
 }
 
-// siteOf names the store site holding a dense matrix's inputs, or "".
-func siteOf(role string) string {
-	switch TensorRole(role) {
-	case RoleSharedGate, RoleSharedUp, RoleMLPGate, RoleMLPUp, RoleExpertGateUp, RoleExpertDown:
-		return calib.SiteMoE
-	case RoleAttnQ, RoleAttnK, RoleAttnV, RoleGDNInQKV, RoleGDNInZ, RoleGDNInQKVZ:
-		return calib.SiteAttn
-	case RoleAttnO:
-		return calib.SiteOProj
-	case RoleGDNOut:
-		return calib.SiteOutProj
-	}
-	return ""
-}
-
 // storeHessians computes the Hessians of dense matrices from the store's
 // sites, once per (layer, site).
 type storeHessians struct {
@@ -135,16 +121,16 @@ type storeHessians struct {
 
 // downInputs returns, for a down projection (shared expert or dense MLP),
 // its layer's gate and up projections, whose SwiGLU output is its input.
-func (s *storeHessians) downInputs(role TensorRole, layer int) (gate, up *storedTensor) {
-	g, u := RoleSharedGate, RoleSharedUp
-	if role == RoleMLPDown {
-		g, u = RoleMLPGate, RoleMLPUp
+func (s *storeHessians) downInputs(role model.Role, layer int) (gate, up *storedTensor) {
+	g, u := model.RoleSharedGate, model.RoleSharedUp
+	if role == model.RoleMLPDown {
+		g, u = model.RoleMLPGate, model.RoleMLPUp
 	}
 	for _, t := range s.tensors {
 		if t.layer != layer {
 			continue
 		}
-		switch TensorRole(t.role) {
+		switch model.Role(t.role) {
 		case g:
 			gate = t
 		case u:
@@ -157,7 +143,7 @@ func (s *storeHessians) downInputs(role TensorRole, layer int) (gate, up *stored
 // downHessian accumulates the Hessian of silu(x·Gᵀ) ⊙ (x·Uᵀ) over the
 // calibration tokens of the layer's MoE input, with the source gate and up
 // weights.
-func (s *storeHessians) downHessian(ctx context.Context, role TensorRole, layer, cols int) ([]float64, int64, string, error) {
+func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer, cols int) ([]float64, int64, string, error) {
 	gt, ut := s.downInputs(role, layer)
 	if gt == nil || ut == nil || len(gt.shape) != 2 || !slices.Equal(gt.shape, ut.shape) || int(gt.shape[0]) != cols {
 		return nil, 0, "the layer's gate and up projections, whose output feeds this matrix, were not found", nil
@@ -224,12 +210,12 @@ type hessEntry struct {
 }
 
 func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, expert int, cols int) ([]float64, int64, string, error) {
-	if r := TensorRole(s.roles[tensor]); (r == RoleSharedDown || r == RoleMLPDown) && layer >= 0 {
+	if r := model.Role(s.roles[tensor]); (r == model.RoleSharedDown || r == model.RoleMLPDown) && layer >= 0 {
 		return s.cached(fmt.Sprintf("%d/down/%s", layer, r), cols, func() ([]float64, int64, string, error) {
 			return s.downHessian(ctx, r, layer, cols)
 		})
 	}
-	site := siteOf(s.roles[tensor])
+	site := model.Site(model.Role(s.roles[tensor]))
 	if site == "" || layer < 0 {
 		return nil, 0, "no calibration inputs are defined for this matrix", nil
 	}

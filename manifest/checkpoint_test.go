@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"io/fs"
 	"math/rand"
 	"os"
@@ -52,7 +53,7 @@ func tinyFixture(t testing.TB) (src, store string) {
 		if fixture.err = testmodel.Write(fixture.src, testmodel.Tiny(), testmodel.Default); fixture.err != nil {
 			return
 		}
-		mc, err := calib.ReadModelConfig(fixture.src)
+		mc, err := model.ReadConfig(fixture.src)
 		if err != nil {
 			fixture.err = err
 			return

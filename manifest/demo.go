@@ -3,6 +3,7 @@ package manifest
 import (
 	"context"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 
@@ -85,7 +86,7 @@ func Demo(ctx context.Context, opt DemoOptions) (*DemoResult, error) {
 	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
 		return nil, fmt.Errorf("writing the tiny model: %w", err)
 	}
-	mc, err := calib.ReadModelConfig(src)
+	mc, err := model.ReadConfig(src)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"sort"
@@ -103,27 +104,27 @@ func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, err
 			continue
 		}
 		var err error
-		switch TensorRole(st.role) {
-		case RoleRouter:
+		switch model.Role(st.role) {
+		case model.RoleRouter:
 			l.Router, err = sourceFloats(st)
-		case RoleSharedExpertGate:
+		case model.RoleSharedExpertGate:
 			l.SharedGate, err = sourceFloats(st)
-		case RoleSharedGate:
+		case model.RoleSharedGate:
 			shared.Gate, err = sourceFloats(st)
 			haveShared++
-		case RoleSharedUp:
+		case model.RoleSharedUp:
 			shared.Up, err = sourceFloats(st)
 			haveShared++
-		case RoleSharedDown:
+		case model.RoleSharedDown:
 			shared.Down, err = sourceFloats(st)
 			haveShared++
-		case RoleExpertGateUp, RoleExpertDown:
+		case model.RoleExpertGateUp, model.RoleExpertDown:
 			p := ex[st.expert]
 			if p == nil {
 				p = &expertPair{}
 				ex[st.expert] = p
 			}
-			if TensorRole(st.role) == RoleExpertGateUp {
+			if model.Role(st.role) == model.RoleExpertGateUp {
 				p.gu = st
 			} else {
 				p.down = st
@@ -287,7 +288,7 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 	}
 	var q []float32
 	var mats []calib.MatrixStats
-	if TensorRole(st.role) == RoleExpertGateUp {
+	if model.Role(st.role) == model.RoleExpertGateUp {
 		q = append(append(make([]float32, 0, len(w)), r.Quantized.Gate...), r.Quantized.Up...)
 		for _, m := range r.Stats.Matrices {
 			if m.Name != "down_proj" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,7 +37,7 @@ type SourceSlice struct {
 // source name and is its own single source.
 type PlannedTensor struct {
 	Name string     `json:"name"`
-	Role TensorRole `json:"role"`
+	Role model.Role `json:"role"`
 	// Source is the first source tensor; Sources lists every slice, whose
 	// bytes concatenated (in the source dtype) give the logical tensor.
 	Source  string        `json:"source"`
@@ -229,7 +230,7 @@ func (p *Plan) Resolve(m *safetensors.Model) (*Resolved, error) {
 // rawSource is one classified source tensor.
 type rawSource struct {
 	info  safetensors.TensorInfo
-	class SourceClass
+	class model.SourceClass
 }
 
 // ResolveWith applies the plan to the model: it classifies every source
@@ -270,7 +271,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	var firstFile string
 	for _, n := range names {
 		f, info, _ := m.Lookup(n)
-		c, err := ClassifyTensor(n)
+		c, err := model.ClassifyTensor(n)
 		if err != nil {
 			if len(unknown) == 0 {
 				firstFile = f.Path()
@@ -299,7 +300,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", firstFile, unknown[0], ErrUnknownTensor, more)
 	}
 
-	layerOfClass := func(c SourceClass) int {
+	layerOfClass := func(c model.SourceClass) int {
 		if c.MTP && c.Layer >= 0 {
 			return r.NumLayers + c.Layer
 		}
@@ -309,7 +310,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	// Per-expert sources, gathered by (block, expert).
 	type pe struct {
 		gate, up, down *rawSource
-		class          SourceClass
+		class          model.SourceClass
 	}
 	perExpert := map[string]*pe{}
 	var peKeys []string
@@ -323,7 +324,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 			E, rows, cols := dims[0], dims[1], dims[2]
 			per := s.info.Size() / max(E, 1)
 			kind := "down"
-			if c.Role == RoleExpertGateUp {
+			if c.Role == model.RoleExpertGateUp {
 				kind = "gate_up"
 				if rows%2 != 0 {
 					return nil, fmt.Errorf("tensor %s: fused gate_up_proj %v has an odd row count %d (want gate rows then up rows)", s.info.Name, dims, rows)
@@ -398,7 +399,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		r.Experts = max(r.Experts, c.Expert+1)
 		planned = append(planned,
 			PlannedTensor{
-				Name: where + ".gate_up_proj", Role: RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
+				Name: where + ".gate_up_proj", Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
 				Sources: []SourceSlice{
 					{Tensor: g.Name, Expert: -1, Offset: 0, Bytes: g.Size()},
 					{Tensor: u.Name, Expert: -1, Offset: 0, Bytes: u.Size()},
@@ -407,7 +408,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 				Shape: []int64{2 * g.Shape[0], g.Shape[1]}, SourceBytes: g.Size() + u.Size(),
 			},
 			PlannedTensor{
-				Name: where + ".down_proj", Role: RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
+				Name: where + ".down_proj", Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
 				Sources: []SourceSlice{{Tensor: d.Name, Expert: -1, Offset: 0, Bytes: d.Size()}},
 				Layer:   layerOfClass(c), MTP: c.MTP, SourceDType: d.DType.String(),
 				Shape: append([]int64(nil), d.Shape...), SourceBytes: d.Size(),
@@ -538,21 +539,21 @@ func sizeTensor(t *PlannedTensor) error {
 }
 
 // checkSourceShape checks the rank of a classified source tensor.
-func checkSourceShape(c SourceClass, info safetensors.TensorInfo) error {
+func checkSourceShape(c model.SourceClass, info safetensors.TensorInfo) error {
 	rank := len(info.Shape)
 	want := ""
 	switch c.Role {
-	case RoleVision:
+	case model.RoleVision:
 		return nil
-	case RoleNorm, RoleGDNNorm, RoleDTBias, RoleALog:
+	case model.RoleNorm, model.RoleGDNNorm, model.RoleDTBias, model.RoleALog:
 		if rank != 1 {
 			want = "1-D"
 		}
-	case RoleConv1D:
+	case model.RoleConv1D:
 		if rank != 2 && rank != 3 {
 			want = "2-D or 3-D"
 		}
-	case RoleExpertGateUp, RoleExpertDown:
+	case model.RoleExpertGateUp, model.RoleExpertDown:
 		if c.Fused && rank != 3 {
 			want = "3-D [experts, rows, cols]"
 		} else if !c.Fused && rank != 2 {
@@ -583,7 +584,7 @@ func checkNotQuantized(m *safetensors.Model, names []string) error {
 		_, info, _ := m.Lookup(n)
 		dt := info.DType.String()
 		switch {
-		case quantizedCompanion(n):
+		case model.QuantizedCompanion(n):
 			companions = append(companions, n)
 		case strings.HasPrefix(dt, "F8_") || strings.HasPrefix(dt, "F6_") || dt == "F4" || dt == "I8" || dt == "U8" || dt == "I4" || dt == "U4":
 			lowPrec = append(lowPrec, fmt.Sprintf("%s is %s", n, dt))

@@ -3,6 +3,7 @@ package manifest
 import (
 	"bytes"
 	"errors"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -271,10 +272,10 @@ func TestPresetsOnReplica(t *testing.T) {
 			}
 			for _, pt := range r.Tensors {
 				lossless := IsLosslessFormat(pt.Format, pt.SourceDType)
-				if (pt.Role.MustStayLossless() || pt.Role == RoleEmbedding) && !lossless {
+				if (pt.Role.MustStayLossless() || pt.Role == model.RoleEmbedding) && !lossless {
 					t.Errorf("%s (role %s) stored lossily as %s", pt.Name, pt.Role, pt.Format)
 				}
-				if pt.Role == RoleALog || pt.Role == RoleGDNNorm {
+				if pt.Role == model.RoleALog || pt.Role == model.RoleGDNNorm {
 					if pt.StoredDType != "F32" {
 						t.Errorf("%s stored as %s, want F32", pt.Name, pt.StoredDType)
 					}
@@ -302,18 +303,18 @@ func TestQwen36PresetFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[TensorRole][2]string{
-		RoleExpertGateUp: {StoreBFP4, MethodGPTQ}, RoleExpertDown: {StoreBFP4, MethodGPTQ},
-		RoleSharedGate: {StoreBFP4, MethodGPTQ}, RoleSharedUp: {StoreBFP4, MethodGPTQ}, RoleSharedDown: {StoreBFP4, MethodGPTQ},
-		RoleGDNInQKV: {StoreBFP8, MethodRTN}, RoleGDNInZ: {StoreBFP8, MethodRTN}, RoleGDNOut: {StoreBFP8, MethodRTN},
-		RoleAttnQ: {StoreBFP8, MethodRTN}, RoleAttnK: {StoreBFP8, MethodRTN}, RoleAttnV: {StoreBFP8, MethodRTN}, RoleAttnO: {StoreBFP8, MethodRTN},
-		RoleLMHead: {StoreBFP8, MethodRTN}, RoleMTPFC: {StoreBFP8, MethodRTN},
-		RoleRouter: {StoreAsIs, MethodNone}, RoleSharedExpertGate: {StoreAsIs, MethodNone}, RoleNorm: {StoreAsIs, MethodNone},
-		RoleGDNNorm: {StoreAsIs, MethodNone}, RoleConv1D: {StoreAsIs, MethodNone}, RoleALog: {StoreAsIs, MethodNone},
-		RoleDTBias: {StoreAsIs, MethodNone}, RoleEmbedding: {StoreAsIs, MethodNone},
-		RoleGDNInA: {StoreAsIs, MethodNone}, RoleGDNInB: {StoreAsIs, MethodNone},
+	want := map[model.Role][2]string{
+		model.RoleExpertGateUp: {StoreBFP4, MethodGPTQ}, model.RoleExpertDown: {StoreBFP4, MethodGPTQ},
+		model.RoleSharedGate: {StoreBFP4, MethodGPTQ}, model.RoleSharedUp: {StoreBFP4, MethodGPTQ}, model.RoleSharedDown: {StoreBFP4, MethodGPTQ},
+		model.RoleGDNInQKV: {StoreBFP8, MethodRTN}, model.RoleGDNInZ: {StoreBFP8, MethodRTN}, model.RoleGDNOut: {StoreBFP8, MethodRTN},
+		model.RoleAttnQ: {StoreBFP8, MethodRTN}, model.RoleAttnK: {StoreBFP8, MethodRTN}, model.RoleAttnV: {StoreBFP8, MethodRTN}, model.RoleAttnO: {StoreBFP8, MethodRTN},
+		model.RoleLMHead: {StoreBFP8, MethodRTN}, model.RoleMTPFC: {StoreBFP8, MethodRTN},
+		model.RoleRouter: {StoreAsIs, MethodNone}, model.RoleSharedExpertGate: {StoreAsIs, MethodNone}, model.RoleNorm: {StoreAsIs, MethodNone},
+		model.RoleGDNNorm: {StoreAsIs, MethodNone}, model.RoleConv1D: {StoreAsIs, MethodNone}, model.RoleALog: {StoreAsIs, MethodNone},
+		model.RoleDTBias: {StoreAsIs, MethodNone}, model.RoleEmbedding: {StoreAsIs, MethodNone},
+		model.RoleGDNInA: {StoreAsIs, MethodNone}, model.RoleGDNInB: {StoreAsIs, MethodNone},
 	}
-	seen := map[TensorRole]int{}
+	seen := map[model.Role]int{}
 	for _, pt := range r.Tensors {
 		w, ok := want[pt.Role]
 		if !ok {
@@ -534,18 +535,18 @@ func TestLosslessRolesEnforced(t *testing.T) {
 }
 
 func TestClassifyTensor(t *testing.T) {
-	cases := map[string]SourceClass{
-		"model.language_model.layers.7.self_attn.q_proj.weight": {Role: RoleAttnQ, Layer: 7, Expert: -1},
-		"model.layers.12.linear_attn.in_proj_qkvz.weight":       {Role: RoleGDNInQKVZ, Layer: 12, Expert: -1},
-		"mtp.layers.0.mlp.experts.9.up_proj.weight":             {Role: RoleExpertGateUp, Layer: 0, MTP: true, Expert: 9, Part: "up", Block: "mtp.layers.0.mlp."},
-		"model.language_model.layers.0.mlp.experts.down_proj":   {Role: RoleExpertDown, Layer: 0, Fused: true, Expert: -1, Block: "model.language_model.layers.0.mlp."},
-		"mtp.pre_fc_norm_embedding.weight":                      {Role: RoleNorm, Layer: -1, MTP: true, Expert: -1},
-		"model.visual.blocks.0.attn.qkv.bias":                   {Role: RoleVision, Layer: -1, Expert: -1},
-		"model.layers.3.mlp.down_proj.weight":                   {Role: RoleMLPDown, Layer: 3, Expert: -1},
-		"model.layers.65536.mlp.experts.65536.gate_proj.weight": {Role: RoleExpertGateUp, Layer: 65536, Expert: 65536, Part: "gate", Block: "model.layers.65536.mlp."},
+	cases := map[string]model.SourceClass{
+		"model.language_model.layers.7.self_attn.q_proj.weight": {Role: model.RoleAttnQ, Layer: 7, Expert: -1},
+		"model.layers.12.linear_attn.in_proj_qkvz.weight":       {Role: model.RoleGDNInQKVZ, Layer: 12, Expert: -1},
+		"mtp.layers.0.mlp.experts.9.up_proj.weight":             {Role: model.RoleExpertGateUp, Layer: 0, MTP: true, Expert: 9, Part: "up", Block: "mtp.layers.0.mlp."},
+		"model.language_model.layers.0.mlp.experts.down_proj":   {Role: model.RoleExpertDown, Layer: 0, Fused: true, Expert: -1, Block: "model.language_model.layers.0.mlp."},
+		"mtp.pre_fc_norm_embedding.weight":                      {Role: model.RoleNorm, Layer: -1, MTP: true, Expert: -1},
+		"model.visual.blocks.0.attn.qkv.bias":                   {Role: model.RoleVision, Layer: -1, Expert: -1},
+		"model.layers.3.mlp.down_proj.weight":                   {Role: model.RoleMLPDown, Layer: 3, Expert: -1},
+		"model.layers.65536.mlp.experts.65536.gate_proj.weight": {Role: model.RoleExpertGateUp, Layer: 65536, Expert: 65536, Part: "gate", Block: "model.layers.65536.mlp."},
 	}
 	for name, want := range cases {
-		got, err := ClassifyTensor(name)
+		got, err := model.ClassifyTensor(name)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -556,7 +557,7 @@ func TestClassifyTensor(t *testing.T) {
 	}
 	for _, bad := range []string{"", "model.layers.x.mlp.gate.weight", "model.layers.01.mlp.gate.weight", "model.layers.0.mlp.experts.03.up_proj.weight", "transformer.h.0.attn.c_attn.weight", "model.language_model.layers.0.mlp.experts.gate_proj",
 		"model.layers.65537.mlp.gate.weight", "model.layers.9223372036854775807.mlp.gate.weight", "model.layers.0.mlp.experts.65537.up_proj.weight"} {
-		if _, err := ClassifyTensor(bad); err == nil || !strings.Contains(err.Error(), "unknown tensor name") {
+		if _, err := model.ClassifyTensor(bad); err == nil || !strings.Contains(err.Error(), "unknown tensor name") {
 			t.Errorf("%q: err = %v", bad, err)
 		}
 	}
@@ -622,7 +623,7 @@ func TestVisionPassThroughAndMicro(t *testing.T) {
 		}
 		vision := 0
 		for _, pt := range r.Tensors {
-			if pt.Role == RoleVision {
+			if pt.Role == model.RoleVision {
 				vision++
 				if pt.Format != StoreAsIs || pt.StoredBytes != pt.SourceBytes {
 					t.Errorf("%s: vision tensor %s stored as %s", name, pt.Name, pt.Format)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"sort"
 	"strings"
 
@@ -45,8 +46,8 @@ func runCalib(ctx context.Context, e *env, args []string) error {
 }
 
 // openCalibModel opens a checkpoint directory and reads its config.json.
-func openCalibModel(dir string) (*safetensors.Model, *calib.ModelConfig, error) {
-	cfg, err := calib.ReadModelConfig(dir)
+func openCalibModel(dir string) (*safetensors.Model, *model.Config, error) {
+	cfg, err := model.ReadConfig(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,7 +67,7 @@ type calibStatsDoc struct {
 
 func runCalibStats(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "calib stats", "STORE [--model DIR] [--json]")
-	model := fs.String("model", "", "model checkpoint directory: also report tokens routed to each expert")
+	modelDir := fs.String("model", "", "model checkpoint directory: also report tokens routed to each expert")
 	minFrac := fs.Float64("min-fraction", calib.DefaultMinTokensFraction, "starved-expert threshold as a fraction of the layer's tokens")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseInterleaved(fs, args)
@@ -84,9 +85,9 @@ func runCalibStats(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	var m *safetensors.Model
-	var cfg *calib.ModelConfig
-	if *model != "" {
-		if m, cfg, err = openCalibModel(*model); err != nil {
+	var cfg *model.Config
+	if *modelDir != "" {
+		if m, cfg, err = openCalibModel(*modelDir); err != nil {
 			return err
 		}
 		defer m.Close()
@@ -151,7 +152,7 @@ func calibHistogram(counts []int64) string {
 
 func runCalibSynth(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "calib synth", "--model DIR --out STORE [flags]")
-	model := fs.String("model", "", "model checkpoint directory (its config.json decides layers and widths)")
+	modelDir := fs.String("model", "", "model checkpoint directory (its config.json decides layers and widths)")
 	out := fs.String("out", "", "store directory to create")
 	seqs := fs.Int("sequences", 16, "number of sequences")
 	seqLen := fs.Int("seq-len", 256, "tokens per sequence")
@@ -166,7 +167,7 @@ func runCalibSynth(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 0 {
 		return usageErrorf("unexpected argument %q", pos[0])
 	}
-	if *model == "" || *out == "" {
+	if *modelDir == "" || *out == "" {
 		return usageErrorf("--model and --out are required")
 	}
 	if *seqs <= 0 || *seqLen <= 0 {
@@ -176,7 +177,7 @@ func runCalibSynth(ctx context.Context, e *env, args []string) error {
 	if err != nil || (dt != safetensors.BF16 && dt != safetensors.F32) {
 		return usageErrorf("--dtype %q: want BF16 or F32", *dtype)
 	}
-	cfg, err := calib.ReadModelConfig(*model)
+	cfg, err := model.ReadConfig(*modelDir)
 	if err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func parseLayerList(s string, n int) ([]int, error) {
 
 func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "calib quantize", "--model DIR --store STORE [--layers all|N,M,...] [flags]")
-	model := fs.String("model", "", "model checkpoint directory")
+	modelDir := fs.String("model", "", "model checkpoint directory")
 	store := fs.String("store", "", "calibration store")
 	layers := fs.String("layers", "all", "layers whose MoE blocks are quantized: all, or a comma-separated list of indices (MTP layers follow the trunk layers)")
 	format := fs.String("format", "BFP4_b", "expert format: BFP4_b, BFP8_b or BFP2_b")
@@ -256,7 +257,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 0 {
 		return usageErrorf("unexpected argument %q", pos[0])
 	}
-	if *model == "" || *store == "" {
+	if *modelDir == "" || *store == "" {
 		return usageErrorf("--model and --store are required")
 	}
 	opt := calib.LayerOptions{MinTokens: *minTokens, Workers: *workers}
@@ -278,7 +279,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	g := gptq.DefaultOptions()
 	g.PercDamp = *percDamp
 	opt.GPTQ = &g
-	m, cfg, err := openCalibModel(*model)
+	m, cfg, err := openCalibModel(*modelDir)
 	if err != nil {
 		return err
 	}

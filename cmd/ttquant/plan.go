@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -42,7 +43,7 @@ type planDoc struct {
 // a slice of its source or a concatenation of several.
 type planTensorDoc struct {
 	Name        string                 `json:"name"`
-	Role        manifest.TensorRole    `json:"role"`
+	Role        model.Role             `json:"role"`
 	Rule        int                    `json:"rule"`
 	Format      string                 `json:"format"`
 	Method      string                 `json:"method"`

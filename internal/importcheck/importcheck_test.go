@@ -29,10 +29,12 @@ var allowed = map[string][]string{
 	"safetensors":          {},
 	"internal/testdata":    {},
 	"internal/kernels":     {},
-	"internal/testmodel":   {"safetensors"},
+	"internal/rng":         {},
+	"internal/model":       {"safetensors"},
+	"internal/testmodel":   {"safetensors", "internal/rng"},
 	"gptq":                 {"bfp", "internal/kernels"},
-	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
-	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
+	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng"},
+	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/model", "internal/testmodel"},
 	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
 	"internal/importcheck": {"internal/testdata"},
 	"cmd":                  {"*"},
@@ -40,7 +42,7 @@ var allowed = map[string][]string{
 
 // allowedInTests are extra module packages that test files may import.
 var allowedInTests = map[string][]string{
-	"*":                  {"internal/testdata"},
+	"*":                  {"internal/testdata", "internal/testmodel"},
 	"gptq":               {"safetensors"},
 	"manifest":           {"emulator"},
 	"internal/testmodel": {},

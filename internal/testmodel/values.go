@@ -3,6 +3,7 @@ package testmodel
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/rng"
 	"math"
 	"strconv"
 )
@@ -21,35 +22,11 @@ func fnv1a64(s string) uint64 {
 	return h
 }
 
-// SplitMix64 is the SplitMix64 generator: a 64-bit counter advanced by the
-// golden-ratio increment and passed through a fixed integer mixer. State is
-// the counter; any value is a valid seed. Its output depends on integer
-// arithmetic only, so it is identical on every platform.
-type SplitMix64 struct{ State uint64 }
+// SplitMix64 is the generator every stream draws from.
+type SplitMix64 = rng.SplitMix64
 
 func newStream(kind, name string) *SplitMix64 {
 	return &SplitMix64{State: fnv1a64(SeedPrefix + kind + name)}
-}
-
-// Next advances the counter and returns the next 64-bit output.
-func (r *SplitMix64) Next() uint64 {
-	r.State += 0x9e3779b97f4a7c15
-	z := r.State
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// Unit returns u = (x >> 40)·2^-24 for the next output x: 24 random bits,
-// exactly representable, in [0, 1).
-func (r *SplitMix64) Unit() float32 {
-	return float32(r.Next()>>40) * (1.0 / (1 << 24))
-}
-
-// signed returns s = 2u − 1 in [-1, 1), exact in float32.
-func (r *SplitMix64) signed() float32 {
-	u := r.Unit()
-	return float32(float32(2*u) - 1)
 }
 
 // pow2 returns 2^k as a float32 for small |k| (exact).
@@ -105,7 +82,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 			rc := float32(c * pow2(k))
 			base := row * last
 			for j := int64(0); j < last; j++ {
-				v[base+j] = float32(r.signed() * rc)
+				v[base+j] = float32(r.Signed() * rc)
 			}
 		}
 		os := newStream("outliers/", s.Name)
@@ -116,15 +93,15 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		}
 	case InitNorm:
 		for i := range v {
-			v[i] = float32(r.signed() * (1.0 / 16))
+			v[i] = float32(r.Signed() * (1.0 / 16))
 		}
 	case InitGatedNorm:
 		for i := range v {
-			v[i] = float32(1 + float32(r.signed()*(1.0/16)))
+			v[i] = float32(1 + float32(r.Signed()*(1.0/16)))
 		}
 	case InitDTBias:
 		for i := range v {
-			v[i] = float32(1 + float32(r.signed()*(1.0/8)))
+			v[i] = float32(1 + float32(r.Signed()*(1.0/8)))
 		}
 	case InitALog:
 		for i := range v {
@@ -132,7 +109,7 @@ func float32s(cfg Config, s TensorSpec) []float32 {
 		}
 	case InitBias:
 		for i := range v {
-			v[i] = float32(r.signed() * (1.0 / 16))
+			v[i] = float32(r.Signed() * (1.0 / 16))
 		}
 	case InitScaleInv:
 		for i := range v {

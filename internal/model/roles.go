@@ -1,4 +1,4 @@
-package manifest
+package model
 
 import (
 	"fmt"
@@ -6,47 +6,47 @@ import (
 	"strings"
 )
 
-// TensorRole says what a checkpoint tensor is, independently of any plan.
+// Role says what a checkpoint tensor is, independently of any plan.
 // Roles are derived from tensor names of the Qwen3 / Qwen3-Next /
 // Qwen3.5 / Qwen3.6 families (dense and MoE, with or without MTP).
-type TensorRole string
+type Role string
 
 // Tensor roles.
 const (
-	RoleEmbedding TensorRole = "embedding" // embed_tokens
-	RoleLMHead    TensorRole = "lm_head"
-	RoleNorm      TensorRole = "norm"     // an RMSNorm weight (layer, final, q/k, MTP norms)
-	RoleGDNNorm   TensorRole = "gdn_norm" // linear_attn.norm (gated RMSNorm, plain scale)
+	RoleEmbedding Role = "embedding" // embed_tokens
+	RoleLMHead    Role = "lm_head"
+	RoleNorm      Role = "norm"     // an RMSNorm weight (layer, final, q/k, MTP norms)
+	RoleGDNNorm   Role = "gdn_norm" // linear_attn.norm (gated RMSNorm, plain scale)
 
-	RoleAttnQ TensorRole = "attn_q"
-	RoleAttnK TensorRole = "attn_k"
-	RoleAttnV TensorRole = "attn_v"
-	RoleAttnO TensorRole = "attn_o"
+	RoleAttnQ Role = "attn_q"
+	RoleAttnK Role = "attn_k"
+	RoleAttnV Role = "attn_v"
+	RoleAttnO Role = "attn_o"
 
-	RoleGDNInQKV  TensorRole = "gdn_in_qkv"  // linear_attn.in_proj_qkv
-	RoleGDNInZ    TensorRole = "gdn_in_z"    // linear_attn.in_proj_z
-	RoleGDNInA    TensorRole = "gdn_in_a"    // linear_attn.in_proj_a (decay input, one row per value head)
-	RoleGDNInB    TensorRole = "gdn_in_b"    // linear_attn.in_proj_b (beta, one row per value head)
-	RoleGDNInQKVZ TensorRole = "gdn_in_qkvz" // Qwen3-Next fused in_proj_qkvz
-	RoleGDNInBA   TensorRole = "gdn_in_ba"   // Qwen3-Next fused in_proj_ba
-	RoleGDNOut    TensorRole = "gdn_out"     // linear_attn.out_proj
-	RoleConv1D    TensorRole = "gdn_conv1d"
-	RoleDTBias    TensorRole = "gdn_dt_bias"
-	RoleALog      TensorRole = "gdn_a_log"
+	RoleGDNInQKV  Role = "gdn_in_qkv"  // linear_attn.in_proj_qkv
+	RoleGDNInZ    Role = "gdn_in_z"    // linear_attn.in_proj_z
+	RoleGDNInA    Role = "gdn_in_a"    // linear_attn.in_proj_a (decay input, one row per value head)
+	RoleGDNInB    Role = "gdn_in_b"    // linear_attn.in_proj_b (beta, one row per value head)
+	RoleGDNInQKVZ Role = "gdn_in_qkvz" // Qwen3-Next fused in_proj_qkvz
+	RoleGDNInBA   Role = "gdn_in_ba"   // Qwen3-Next fused in_proj_ba
+	RoleGDNOut    Role = "gdn_out"     // linear_attn.out_proj
+	RoleConv1D    Role = "gdn_conv1d"
+	RoleDTBias    Role = "gdn_dt_bias"
+	RoleALog      Role = "gdn_a_log"
 
-	RoleRouter           TensorRole = "router"         // mlp.gate
-	RoleExpertGateUp     TensorRole = "expert_gate_up" // routed expert gate+up ([2I, H] per expert)
-	RoleExpertDown       TensorRole = "expert_down"    // routed expert down ([H, I] per expert)
-	RoleSharedGate       TensorRole = "shared_gate"    // mlp.shared_expert.gate_proj
-	RoleSharedUp         TensorRole = "shared_up"
-	RoleSharedDown       TensorRole = "shared_down"
-	RoleSharedExpertGate TensorRole = "shared_expert_gate" // the shared expert's sigmoid gate [1, H]
-	RoleMLPGate          TensorRole = "mlp_gate"           // dense MLP gate_proj
-	RoleMLPUp            TensorRole = "mlp_up"
-	RoleMLPDown          TensorRole = "mlp_down"
+	RoleRouter           Role = "router"         // mlp.gate
+	RoleExpertGateUp     Role = "expert_gate_up" // routed expert gate+up ([2I, H] per expert)
+	RoleExpertDown       Role = "expert_down"    // routed expert down ([H, I] per expert)
+	RoleSharedGate       Role = "shared_gate"    // mlp.shared_expert.gate_proj
+	RoleSharedUp         Role = "shared_up"
+	RoleSharedDown       Role = "shared_down"
+	RoleSharedExpertGate Role = "shared_expert_gate" // the shared expert's sigmoid gate [1, H]
+	RoleMLPGate          Role = "mlp_gate"           // dense MLP gate_proj
+	RoleMLPUp            Role = "mlp_up"
+	RoleMLPDown          Role = "mlp_down"
 
-	RoleMTPFC  TensorRole = "mtp_fc" // mtp.fc: projection of concat(embedding, hidden)
-	RoleVision TensorRole = "vision" // model.visual.*: passed through or dropped by text plans
+	RoleMTPFC  Role = "mtp_fc" // mtp.fc: projection of concat(embedding, hidden)
+	RoleVision Role = "vision" // model.visual.*: passed through or dropped by text plans
 )
 
 // maxNameIndex bounds the layer and expert indices read from tensor names.
@@ -59,7 +59,7 @@ const maxNameIndex = 1 << 16
 // stored lossily: norms, the Gated DeltaNet conv1d, A_log and dt_bias, the
 // router and the shared expert's gate. Resolve refuses a plan that stores
 // one of them in a BFP format or rounds an F32 one to BF16.
-func (r TensorRole) MustStayLossless() bool {
+func (r Role) MustStayLossless() bool {
 	switch r {
 	case RoleNorm, RoleGDNNorm, RoleConv1D, RoleDTBias, RoleALog, RoleRouter, RoleSharedExpertGate:
 		return true
@@ -68,11 +68,11 @@ func (r TensorRole) MustStayLossless() bool {
 }
 
 // IsExpert reports whether the role is a routed expert matrix.
-func (r TensorRole) IsExpert() bool { return r == RoleExpertGateUp || r == RoleExpertDown }
+func (r Role) IsExpert() bool { return r == RoleExpertGateUp || r == RoleExpertDown }
 
 // SourceClass is the classification of one source tensor name.
 type SourceClass struct {
-	Role TensorRole
+	Role Role
 	// Layer is the decoder (or MTP) layer index, -1 outside layers.
 	Layer int
 	MTP   bool
@@ -94,9 +94,9 @@ var quantizedSuffixes = []string{
 	"weight_packed", "weight_shape", "weight_zero_point",
 }
 
-// quantizedCompanion reports whether name looks like the scale or packing
+// QuantizedCompanion reports whether name looks like the scale or packing
 // companion of an already-quantized weight.
-func quantizedCompanion(name string) bool {
+func QuantizedCompanion(name string) bool {
 	for _, s := range quantizedSuffixes {
 		if strings.HasSuffix(name, s) {
 			return true
@@ -200,7 +200,7 @@ func ClassifyTensor(name string) (SourceClass, error) {
 }
 
 // layerRoles maps the part of a name after "layers.N." to its role.
-var layerRoles = map[string]TensorRole{
+var layerRoles = map[string]Role{
 	"input_layernorm.weight":          RoleNorm,
 	"post_attention_layernorm.weight": RoleNorm,
 

@@ -1,4 +1,4 @@
-package calib
+package model
 
 import (
 	"os"
@@ -23,7 +23,7 @@ const flatConfig = `"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_l
 // (text_config) config and checks the fields calibration uses, MTP layers
 // included.
 func TestReadModelConfigFields(t *testing.T) {
-	c, err := ReadModelConfig(writeConfig(t, `{`+flatConfig+`, "mtp_num_hidden_layers": 1}`))
+	c, err := ReadConfig(writeConfig(t, `{`+flatConfig+`, "mtp_num_hidden_layers": 1}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestReadModelConfigFields(t *testing.T) {
 	if p, lt := c.LayerPrefix(1), c.LayerType(1); p != "model.layers.1." || lt != "" {
 		t.Errorf("layer 1: prefix %q, type %q (no layer_types given)", p, lt)
 	}
-	c, err = ReadModelConfig(writeConfig(t, `{"model_type": "qwen3_moe", "text_config": {`+flatConfig+`}}`))
+	c, err = ReadConfig(writeConfig(t, `{"model_type": "qwen3_moe", "text_config": {`+flatConfig+`}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +59,12 @@ func TestReadModelConfigErrors(t *testing.T) {
 	}
 	for body, want := range cases {
 		p := writeConfig(t, body)
-		_, err := ReadModelConfig(p)
+		_, err := ReadConfig(p)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s: err = %v, want one naming %s and saying %q", body, err, p, want)
 		}
 	}
-	if _, err := ReadModelConfig(filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, err := ReadConfig(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("missing config accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package calib
+package model
 
 import (
 	"encoding/json"
@@ -22,22 +22,22 @@ type MoEConfig struct {
 func (c MoEConfig) Validate() error {
 	switch {
 	case c.Hidden <= 0:
-		return fmt.Errorf("calib: MoE config: hidden size %d must be positive", c.Hidden)
+		return fmt.Errorf("model: MoE config: hidden size %d must be positive", c.Hidden)
 	case c.Experts <= 0:
-		return fmt.Errorf("calib: MoE config: %d experts; need at least one", c.Experts)
+		return fmt.Errorf("model: MoE config: %d experts; need at least one", c.Experts)
 	case c.TopK <= 0 || c.TopK > c.Experts:
-		return fmt.Errorf("calib: MoE config: top-k %d outside 1..%d experts", c.TopK, c.Experts)
+		return fmt.Errorf("model: MoE config: top-k %d outside 1..%d experts", c.TopK, c.Experts)
 	case c.ExpertInter <= 0:
-		return fmt.Errorf("calib: MoE config: expert width %d must be positive", c.ExpertInter)
+		return fmt.Errorf("model: MoE config: expert width %d must be positive", c.ExpertInter)
 	case c.SharedInter < 0:
-		return fmt.Errorf("calib: MoE config: shared expert width %d is negative", c.SharedInter)
+		return fmt.Errorf("model: MoE config: shared expert width %d is negative", c.SharedInter)
 	}
 	return nil
 }
 
-// ModelConfig is the part of a Hugging Face config.json that calibration
+// Config is the part of a Hugging Face config.json that calibration
 // needs.
-type ModelConfig struct {
+type Config struct {
 	ModelType string
 	// Layers is num_hidden_layers, the trunk decoder layers.
 	Layers int
@@ -65,12 +65,12 @@ type ModelConfig struct {
 
 // NumLayers returns the number of layer indices: the trunk layers
 // 0..Layers-1, then the MTP layers Layers..Layers+MTPLayers-1.
-func (c *ModelConfig) NumLayers() int { return c.Layers + c.MTPLayers }
+func (c *Config) NumLayers() int { return c.Layers + c.MTPLayers }
 
 // LayerPrefix returns the tensor-name prefix of layer i, ending in a dot:
 // "model.language_model.layers.3." for a trunk layer, and for i >= Layers
 // the MTP layer i-Layers, e.g. "mtp.layers.0.".
-func (c *ModelConfig) LayerPrefix(i int) string {
+func (c *Config) LayerPrefix(i int) string {
 	if i >= c.Layers {
 		return fmt.Sprintf("mtp.layers.%d.", i-c.Layers)
 	}
@@ -80,7 +80,7 @@ func (c *ModelConfig) LayerPrefix(i int) string {
 // LayerType returns the attention kind of layer i: its layer_types entry
 // for a trunk layer, "full_attention" for an MTP layer, "" when the config
 // does not say.
-func (c *ModelConfig) LayerType(i int) string {
+func (c *Config) LayerType(i int) string {
 	switch {
 	case i >= c.Layers:
 		return "full_attention"
@@ -115,24 +115,24 @@ type hfTextConfig struct {
 // terabytes.
 const maxConfigValue = 1 << 20
 
-// ReadModelConfig reads dir/config.json (or the file itself when path names
+// ReadConfig reads dir/config.json (or the file itself when path names
 // a file) and extracts the MoE geometry. Nested text_config sections
 // (Qwen3.5/3.6) and flat configs (Qwen3-MoE, Qwen3-Next) are both accepted.
 //
 // norm_topk_prob: when the field is absent, Qwen3.5/3.6 MoE and Qwen3-Next
 // renormalise (their released configs omit it or set it true) while plain
 // Qwen3-MoE does not, matching the defaults of those architectures.
-func ReadModelConfig(path string) (*ModelConfig, error) {
+func ReadConfig(path string) (*Config, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "config.json")
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("calib: reading model config: %w", err)
+		return nil, fmt.Errorf("model: reading model config: %w", err)
 	}
 	var top hfTextConfig
 	if err := json.Unmarshal(raw, &top); err != nil {
-		return nil, fmt.Errorf("calib: %s: %w", path, err)
+		return nil, fmt.Errorf("model: %s: %w", path, err)
 	}
 	tc := &top
 	prefix := "model"
@@ -145,17 +145,17 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 	}
 	need := func(name string, v *int) (int, error) {
 		if v == nil {
-			return 0, fmt.Errorf("calib: %s: field %s missing", path, name)
+			return 0, fmt.Errorf("model: %s: field %s missing", path, name)
 		}
 		if *v <= 0 {
-			return 0, fmt.Errorf("calib: %s: field %s = %d must be positive", path, name, *v)
+			return 0, fmt.Errorf("model: %s: field %s = %d must be positive", path, name, *v)
 		}
 		if *v > maxConfigValue {
-			return 0, fmt.Errorf("calib: %s: field %s = %d is implausibly large (limit %d)", path, name, *v, maxConfigValue)
+			return 0, fmt.Errorf("model: %s: field %s = %d is implausibly large (limit %d)", path, name, *v, maxConfigValue)
 		}
 		return *v, nil
 	}
-	cfg := &ModelConfig{ModelType: tc.ModelType, TensorPrefix: prefix}
+	cfg := &Config{ModelType: tc.ModelType, TensorPrefix: prefix}
 	if cfg.MoE.Hidden, err = need("hidden_size", tc.HiddenSize); err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 	}
 	if tc.SharedIntermediate != nil {
 		if *tc.SharedIntermediate < 0 {
-			return nil, fmt.Errorf("calib: %s: shared_expert_intermediate_size %d is negative", path, *tc.SharedIntermediate)
+			return nil, fmt.Errorf("model: %s: shared_expert_intermediate_size %d is negative", path, *tc.SharedIntermediate)
 		}
 		cfg.MoE.SharedInter = *tc.SharedIntermediate
 	}
@@ -202,12 +202,12 @@ func ReadModelConfig(path string) (*ModelConfig, error) {
 	cfg.AttnInner = get(tc.NumAttentionHeads) * get(tc.HeadDim)
 	cfg.LinearValueDim = get(tc.LinearNumValueHeads) * get(tc.LinearValueHeadDim)
 	if cfg.AttnInner > maxConfigValue || cfg.LinearValueDim > maxConfigValue || cfg.MTPLayers+cfg.Layers > maxConfigValue {
-		return nil, fmt.Errorf("calib: %s: attention widths %d / %d or %d+%d layers are implausibly large (limit %d)",
+		return nil, fmt.Errorf("model: %s: attention widths %d / %d or %d+%d layers are implausibly large (limit %d)",
 			path, cfg.AttnInner, cfg.LinearValueDim, cfg.Layers, cfg.MTPLayers, maxConfigValue)
 	}
 	if tc.LayerTypes != nil {
 		if len(tc.LayerTypes) != cfg.Layers {
-			return nil, fmt.Errorf("calib: %s: layer_types has %d entries for %d layers", path, len(tc.LayerTypes), cfg.Layers)
+			return nil, fmt.Errorf("model: %s: layer_types has %d entries for %d layers", path, len(tc.LayerTypes), cfg.Layers)
 		}
 		cfg.LayerTypes = tc.LayerTypes
 	}
