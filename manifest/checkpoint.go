@@ -91,8 +91,8 @@ func (c *Checkpoint) TensorInfo(name string) (TensorEntry, error) {
 
 // BFP returns the BFP format and tile of a BFP tensor entry.
 func (t TensorEntry) BFP() (bfp.Format, bfp.Tile, bool) {
-	f, ok := parseBFP(t.Format)
-	return withTile(f, ok, t.Tile)
+	f, ok := ParseBFP(t.Format)
+	return WithTile(f, ok, t.Tile)
 }
 
 // ReadPacked returns a tensor's stored bytes (the packed tiles of a BFP
@@ -113,7 +113,7 @@ func (c *Checkpoint) ReadPacked(name string) ([]byte, error) {
 	if n, err := f.ReadAt(buf, t.Offset); int64(n) != t.Length {
 		return nil, fmt.Errorf("%s: tensor %s: reading bytes [%d, %d): %v", path, name, t.Offset, t.Offset+t.Length, err)
 	}
-	if sha256Hex(buf) != t.SHA256 {
+	if SHA256Hex(buf) != t.SHA256 {
 		return nil, fmt.Errorf("%s: tensor %s: sha256 of bytes [%d, %d) differs from the manifest", path, name, t.Offset, t.Offset+t.Length)
 	}
 	return buf, nil
@@ -132,13 +132,13 @@ func (c *Checkpoint) Float32s(name string) ([]float32, error) {
 		return nil, err
 	}
 	if f, tile, ok := t.BFP(); ok {
-		v, err := unpackBFP(f, tile, b, t.Shape, t.Orientation)
+		v, err := UnpackBFP(f, tile, b, t.Shape, t.Orientation)
 		if err != nil {
 			return nil, fmt.Errorf("%s: tensor %s: %w", c.dir, name, err)
 		}
 		return v, nil
 	}
-	v, err := decodeFloats(t.DType, b)
+	v, err := DecodeFloats(t.DType, b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: tensor %s (%s): %w", c.dir, name, t.DType, err)
 	}

@@ -1,19 +1,15 @@
-// Package manifest holds precision plans and the native checkpoint: its
-// layout, its manifest, and the writing and verification of checkpoints.
-//
-// # Plans
-//
-// A Plan is an ordered list of rules that decide, per stored tensor, the
-// stored format (BFP8_b/BFP4_b/BFP2_b tiles, BF16, F32 or the source
-// bytes), the method (gptq, rtn, none), the BFP block axis and the tile.
-// Plan.Resolve applies a plan to a source model from its headers alone:
-// routed experts are split per expert with canonical names whatever the
-// source layout, and unknown tensors, unmatched tensors and already
-// quantized sources are errors. See docs/plans.md.
+// Package manifest is the native checkpoint format: the manifest schema
+// (Manifest, TensorEntry, ...), the file layout (Layout), the tensor codec
+// (PackBFP, UnpackBFP, DecodeFloats, ...), read access (OpenCheckpoint) and
+// verification (Verify). It links neither calibration nor the quantizer: a
+// program that only opens or verifies checkpoints imports this package
+// alone. Precision plans are in manifest/plan, the build pipelines
+// (Convert, GPTQ, resumption, the comparison with the source) in
+// manifest/build.
 //
 // # Native checkpoints
 //
-// Convert and GPTQ build a native checkpoint directory (docs/checkpoint.md):
+// build.Convert and build.GPTQ write a native checkpoint directory (docs/checkpoint.md):
 // routed experts in grouped files (16 experts per file by default, one
 // gate_up and one down file per group and layer, MTP layers included),
 // every other tensor in dense shards, config and tokenizer files copied,
@@ -37,8 +33,7 @@
 //     bytes of an uninterrupted run; a build of different inputs or
 //     options is refused with what differs.
 //
-// Verify re-checks all of this, and with a source also that every tensor
-// is what its method makes of the source. OpenCheckpoint gives read access
-// (TensorInfo, ReadPacked, Float32s) to a finished checkpoint. Demo runs the
-// whole flow on the built-in tiny model.
+// Verify re-checks all of this; build.Verify adds, with a source, that every
+// tensor is what its method makes of the source. OpenCheckpoint gives read
+// access (TensorInfo, ReadPacked, Float32s) to a finished checkpoint.
 package manifest

@@ -17,9 +17,9 @@ const (
 	// lists every file of the checkpoint except itself and the manifest; the
 	// manifest in turn records the hash of SumsName.
 	SumsName = "SHA256SUMS"
-	// partialDir holds the bookkeeping of an unfinished build; it never
+	// PartialDir holds the bookkeeping of an unfinished build; it never
 	// survives a completed build.
-	partialDir = ".ttquant-partial"
+	PartialDir = ".ttquant-partial"
 )
 
 // FormatVersion is the native_manifest.json format version this package
@@ -254,7 +254,7 @@ func (m *Manifest) Encode() ([]byte, error) {
 	if i < 0 {
 		panic("manifest: integrity field not found in the encoding")
 	}
-	sum := sha256Hex(data)
+	sum := SHA256Hex(data)
 	copy(data[i+len(integrityKey):], sum)
 	m.Integrity = sum
 	return data, nil
@@ -275,7 +275,7 @@ func checkIntegrity(data []byte) error {
 	got := string(data[at : at+64])
 	cp := append([]byte(nil), data...)
 	copy(cp[at:], zeroHash)
-	if want := sha256Hex(cp); got != want {
+	if want := SHA256Hex(cp); got != want {
 		return fmt.Errorf("%s: integrity check failed: the manifest was modified or damaged", ManifestName)
 	}
 	return nil

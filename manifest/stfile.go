@@ -10,26 +10,26 @@ import (
 	"strconv"
 )
 
-// fileAlignment is the alignment of the data section of every safetensors
+// FileAlignment is the alignment of the data section of every safetensors
 // file this package writes: the header is padded with spaces so the data
 // section starts on a multiple of it.
-const fileAlignment = 64
+const FileAlignment = 64
 
-// headerTensor is one tensor of a file to be written, in data order.
-type headerTensor struct {
-	name  string
-	dtype string
-	shape []int64
-	size  int64
+// HeaderTensor is one tensor of a file to be written, in data order.
+type HeaderTensor struct {
+	Name  string
+	DType string
+	Shape []int64
+	Size  int64
 }
 
-// encodeSTHeader returns the complete prefix of a safetensors file (the
+// EncodeSTHeader returns the complete prefix of a safetensors file (the
 // 8-byte length and the JSON header padded with spaces so that the data
-// section starts at a multiple of fileAlignment) and the absolute file offset
+// section starts at a multiple of FileAlignment) and the absolute file offset
 // of each tensor's data. Tensors are laid out back to back in the given
 // order; the JSON lists __metadata__ first (keys sorted) and then the
 // tensors in data order, compact, so the bytes depend only on the input.
-func encodeSTHeader(ts []headerTensor, md map[string]string) ([]byte, []int64, error) {
+func EncodeSTHeader(ts []HeaderTensor, md map[string]string) ([]byte, []int64, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
@@ -55,19 +55,19 @@ func encodeSTHeader(ts []headerTensor, md map[string]string) ([]byte, []int64, e
 	var off int64
 	rel := make([]int64, len(ts))
 	for i, t := range ts {
-		if t.name == "__metadata__" || seen[t.name] {
-			return nil, nil, fmt.Errorf("manifest: tensor name %q repeated or reserved", t.name)
+		if t.Name == "__metadata__" || seen[t.Name] {
+			return nil, nil, fmt.Errorf("manifest: tensor name %q repeated or reserved", t.Name)
 		}
-		seen[t.name] = true
+		seen[t.Name] = true
 		if !first {
 			b.WriteByte(',')
 		}
 		first = false
-		writeJSONString(&b, t.name)
+		writeJSONString(&b, t.Name)
 		b.WriteString(`:{"dtype":`)
-		writeJSONString(&b, t.dtype)
+		writeJSONString(&b, t.DType)
 		b.WriteString(`,"shape":[`)
-		for j, d := range t.shape {
+		for j, d := range t.Shape {
 			if j > 0 {
 				b.WriteByte(',')
 			}
@@ -77,13 +77,13 @@ func encodeSTHeader(ts []headerTensor, md map[string]string) ([]byte, []int64, e
 		rel[i] = off
 		b.WriteString(strconv.FormatInt(off, 10))
 		b.WriteByte(',')
-		off += t.size
+		off += t.Size
 		b.WriteString(strconv.FormatInt(off, 10))
 		b.WriteString("]}")
 	}
 	b.WriteByte('}')
 	n := 8 + b.Len()
-	if pad := (fileAlignment - n%fileAlignment) % fileAlignment; pad > 0 {
+	if pad := (FileAlignment - n%FileAlignment) % FileAlignment; pad > 0 {
 		b.Write(bytes.Repeat([]byte{' '}, pad))
 	}
 	out := make([]byte, 8, 8+b.Len())

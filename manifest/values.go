@@ -11,9 +11,9 @@ import (
 	"github.com/ttquant/ttquant/safetensors"
 )
 
-// floatDType reports whether a safetensors dtype name is one this package
+// IsFloatDType reports whether a safetensors dtype name is one this package
 // converts to float32 values exactly.
-func floatDType(dt string) bool {
+func IsFloatDType(dt string) bool {
 	switch dt {
 	case "F32", "BF16", "F16", "F64":
 		return true
@@ -25,7 +25,7 @@ func floatDType(dt string) bool {
 // checking that nbytes is a whole number of its elements.
 func floatDTypeOf(dt string, nbytes int) (safetensors.DType, error) {
 	d, err := safetensors.ParseDType(dt)
-	if err != nil || !floatDType(dt) {
+	if err != nil || !IsFloatDType(dt) {
 		return 0, fmt.Errorf("dtype %s has no float32 conversion", dt)
 	}
 	if nbytes%(d.Bits()/8) != 0 {
@@ -34,10 +34,10 @@ func floatDTypeOf(dt string, nbytes int) (safetensors.DType, error) {
 	return d, nil
 }
 
-// decodeFloats converts little-endian tensor bytes of a float dtype to
+// DecodeFloats converts little-endian tensor bytes of a float dtype to
 // float32. F64 values are rounded to float32 (ties to even), the others are
 // exact.
-func decodeFloats(dt string, b []byte) ([]float32, error) {
+func DecodeFloats(dt string, b []byte) ([]float32, error) {
 	d, err := floatDTypeOf(dt, len(b))
 	if err != nil {
 		return nil, err
@@ -57,9 +57,9 @@ func decodeFloats(dt string, b []byte) ([]float32, error) {
 	return out, nil
 }
 
-// finiteFloats is allFinite of decodeFloats(dt, b), decoding a chunk at a
+// FiniteFloats is AllFinite of DecodeFloats(dt, b), decoding a chunk at a
 // time so that a large tensor is never held as float32 whole.
-func finiteFloats(dt string, b []byte) (bool, error) {
+func FiniteFloats(dt string, b []byte) (bool, error) {
 	d, err := floatDTypeOf(dt, len(b))
 	if err != nil {
 		return false, err
@@ -71,7 +71,7 @@ func finiteFloats(dt string, b []byte) (bool, error) {
 		if err := safetensors.DecodeFloat32s(buf[:n], b[:n*size], d); err != nil {
 			return false, err
 		}
-		if !allFinite(buf[:n]) {
+		if !AllFinite(buf[:n]) {
 			return false, nil
 		}
 		b = b[n*size:]
@@ -79,8 +79,8 @@ func finiteFloats(dt string, b []byte) (bool, error) {
 	return true, nil
 }
 
-// allFinite reports whether every value is finite.
-func allFinite(v []float32) bool {
+// AllFinite reports whether every value is finite.
+func AllFinite(v []float32) bool {
 	for _, x := range v {
 		if math.Float32bits(x)&0x7f800000 == 0x7f800000 {
 			return false
@@ -89,9 +89,9 @@ func allFinite(v []float32) bool {
 	return true
 }
 
-// encodeFloat encodes values as BF16 (nearest, ties to even; NaN stays a
+// EncodeFloats encodes values as BF16 (nearest, ties to even; NaN stays a
 // quiet NaN with its sign) or F32 little-endian bytes.
-func encodeFloat(dt string, v []float32) []byte {
+func EncodeFloats(dt string, v []float32) []byte {
 	var d safetensors.DType
 	switch dt {
 	case "BF16":
@@ -99,7 +99,7 @@ func encodeFloat(dt string, v []float32) []byte {
 	case "F32":
 		d = safetensors.F32
 	default:
-		panic("manifest: encodeFloat to " + dt)
+		panic("manifest: EncodeFloats to " + dt)
 	}
 	out, err := safetensors.AppendFloat32s(nil, v, d)
 	if err != nil {
@@ -108,9 +108,9 @@ func encodeFloat(dt string, v []float32) []byte {
 	return out
 }
 
-// matDims returns the number of leading slices and the rows and columns of
+// MatDims returns the number of leading slices and the rows and columns of
 // the last two dims of shape (a 1-D shape is one row; a scalar one value).
-func matDims(shape []int64) (slices, rows, cols int) {
+func MatDims(shape []int64) (slices, rows, cols int) {
 	switch len(shape) {
 	case 0:
 		return 1, 1, 1
@@ -124,11 +124,11 @@ func matDims(shape []int64) (slices, rows, cols int) {
 	return slices, int(shape[len(shape)-2]), int(shape[len(shape)-1])
 }
 
-// packedGeometry returns, for a BFP tensor of the given logical shape and
+// PackedGeometry returns, for a BFP tensor of the given logical shape and
 // orientation, the padded shape (of the packed matrices, leading dims kept)
 // and the packed byte size.
-func packedGeometry(f bfp.Format, t bfp.Tile, shape []int64, orient string) ([]int64, int64, error) {
-	slices, rows, cols := matDims(shape)
+func PackedGeometry(f bfp.Format, t bfp.Tile, shape []int64, orient string) ([]int64, int64, error) {
+	slices, rows, cols := MatDims(shape)
 	if orient == OrientTransposed {
 		rows, cols = cols, rows
 	}
@@ -159,10 +159,10 @@ func transposeInto(dst, src []float32, rows, cols int) {
 	}
 }
 
-// packBFP packs logical values (row-major over shape) in the given
+// PackBFP packs logical values (row-major over shape) in the given
 // orientation, slice by slice.
-func packBFP(f bfp.Format, t bfp.Tile, vals []float32, shape []int64, orient string) ([]byte, error) {
-	slices, rows, cols := matDims(shape)
+func PackBFP(f bfp.Format, t bfp.Tile, vals []float32, shape []int64, orient string) ([]byte, error) {
+	slices, rows, cols := MatDims(shape)
 	if len(vals) != slices*rows*cols {
 		return nil, fmt.Errorf("%d values for shape %v", len(vals), shape)
 	}
@@ -192,10 +192,10 @@ func packBFP(f bfp.Format, t bfp.Tile, vals []float32, shape []int64, orient str
 	return out, nil
 }
 
-// unpackBFP decodes packed bytes back to logical values (row-major over
+// UnpackBFP decodes packed bytes back to logical values (row-major over
 // shape).
-func unpackBFP(f bfp.Format, t bfp.Tile, packed []byte, shape []int64, orient string) ([]float32, error) {
-	slices, rows, cols := matDims(shape)
+func UnpackBFP(f bfp.Format, t bfp.Tile, packed []byte, shape []int64, orient string) ([]float32, error) {
+	slices, rows, cols := MatDims(shape)
 	pr, pc := rows, cols
 	if orient == OrientTransposed {
 		pr, pc = cols, rows
@@ -226,8 +226,8 @@ func unpackBFP(f bfp.Format, t bfp.Tile, packed []byte, shape []int64, orient st
 	return out, nil
 }
 
-// sqErr returns Σ (a−b)² accumulated in float64 in index order.
-func sqErr(a, b []float32) float64 {
+// SquaredError returns Σ (a−b)² accumulated in float64 in index order.
+func SquaredError(a, b []float32) float64 {
 	var s float64
 	for i := range a {
 		d := float64(a[i]) - float64(b[i])

@@ -21,23 +21,23 @@ func TestFiniteFloats(t *testing.T) {
 			if at >= 0 {
 				putFloat(dt, b[at*size:], math.Inf(-1))
 			}
-			vals, err := decodeFloats(dt, b)
+			vals, err := DecodeFloats(dt, b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := finiteFloats(dt, b)
+			got, err := FiniteFloats(dt, b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := at < 0; got != want || allFinite(vals) != want {
-				t.Errorf("%s, infinity at %d: finiteFloats %v, allFinite(decodeFloats) %v, want %v", dt, at, got, allFinite(vals), want)
+			if want := at < 0; got != want || AllFinite(vals) != want {
+				t.Errorf("%s, infinity at %d: FiniteFloats %v, AllFinite(DecodeFloats) %v, want %v", dt, at, got, AllFinite(vals), want)
 			}
 		}
 	}
-	if _, err := finiteFloats("BF16", make([]byte, 3)); err == nil {
+	if _, err := FiniteFloats("BF16", make([]byte, 3)); err == nil {
 		t.Error("3 bytes of BF16: no error")
 	}
-	if _, err := finiteFloats("I32", make([]byte, 4)); err == nil {
+	if _, err := FiniteFloats("I32", make([]byte, 4)); err == nil {
 		t.Error("I32: no error")
 	}
 }

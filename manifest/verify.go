@@ -17,13 +17,12 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
 // VerifyOptions configure Verify.
 type VerifyOptions struct {
-	// Source, when set, is the source checkpoint to compare against.
-	Source string
 	// Workers is the number of files checked at once (default 1).
 	Workers int
 }
@@ -76,9 +75,9 @@ var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // layout, every file's size and hash, every tensor's byte range and hash,
 // that the directory holds exactly the listed files, that each data file is
 // a safetensors file whose header agrees with the manifest, and that every
-// BFP tensor decodes to finite values where the source was finite. With
-// opt.Source it also checks the source identity and each tensor against the
-// source (see docs/checkpoint.md).
+// BFP tensor decodes to finite values where the source was finite. The
+// comparison with the source checkpoint is build.Verify's (it re-applies
+// the plan, which this package does not know; see docs/checkpoint.md).
 //
 // Failed checks are listed in the report; the error is non-nil only when
 // verification could not run (no such directory, unreadable source).
@@ -185,7 +184,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		}
 	}
 	if present[SumsName] {
-		if got, err := os.ReadFile(filepath.Join(dir, SumsName)); err == nil && !bytes.Equal(got, encodeSums(rest)) {
+		if got, err := os.ReadFile(filepath.Join(dir, SumsName)); err == nil && !bytes.Equal(got, EncodeSums(rest)) {
 			fail(Failure{File: SumsName, What: "does not match the manifest's file list"})
 		}
 	}
@@ -195,7 +194,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		byFile[t.File] = append(byFile[t.File], t)
 	}
 	perFile := make([][]Failure, len(toCheck))
-	err = parallelFor(ctx, len(toCheck), opt.Workers, func(i int) error {
+	err = par.For(ctx, len(toCheck), opt.Workers, func(i int) error {
 		perFile[i] = checkFile(dir, toCheck[i], byFile[toCheck[i].Name])
 		return nil
 	})
@@ -204,15 +203,6 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	}
 	for _, fs := range perFile {
 		rep.Failures = append(rep.Failures, fs...)
-	}
-
-	if opt.Source != "" {
-		sf, err := verifySource(ctx, dir, m, opt)
-		if err != nil {
-			return nil, err
-		}
-		rep.SourceChecked = true
-		rep.Failures = append(rep.Failures, sf...)
 	}
 	return finish(rep), nil
 }
@@ -244,13 +234,13 @@ func listFiles(dir string) (files, partial []string, err error) {
 			return nil
 		}
 		if d.IsDir() {
-			if rel == partialDir {
+			if rel == PartialDir {
 				partial = append(partial, rel+"/")
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if strings.HasSuffix(rel, partialSuffix) {
+		if strings.HasSuffix(rel, PartialSuffix) {
 			partial = append(partial, rel)
 			return nil
 		}
@@ -264,8 +254,8 @@ func listFiles(dir string) (files, partial []string, err error) {
 
 var knownFormats = map[string]bool{"BFP8_b": true, "BFP4_b": true, "BFP2_b": true, "BF16": true, "F32": true, "AS_IS": true}
 
-// parseBFP returns the BFP format of a recorded format name.
-func parseBFP(s string) (bfp.Format, bool) {
+// ParseBFP returns the BFP format of a recorded format name.
+func ParseBFP(s string) (bfp.Format, bool) {
 	if !strings.HasPrefix(s, "BFP") {
 		return 0, false
 	}
@@ -358,7 +348,7 @@ func checkSchema(m *Manifest) []Failure {
 			bad(t.File, t.Name, "schema: unknown format %q", t.Format)
 			continue
 		}
-		if f, isBFP := parseBFP(t.Format); isBFP {
+		if f, isBFP := ParseBFP(t.Format); isBFP {
 			if t.Method != MethodRTN && t.Method != MethodGPTQ {
 				bad(t.File, t.Name, "schema: method %q for a BFP tensor", t.Method)
 			}
@@ -374,7 +364,7 @@ func checkSchema(m *Manifest) []Failure {
 				bad(t.File, t.Name, "schema: orientation %q", t.Orientation)
 				continue
 			}
-			padded, size, err := packedGeometry(f, tile, t.Shape, t.Orientation)
+			padded, size, err := PackedGeometry(f, tile, t.Shape, t.Orientation)
 			if err != nil {
 				bad(t.File, t.Name, "schema: shape %v as %s %s: %v", t.Shape, t.Format, t.Tile, err)
 				continue
@@ -488,23 +478,23 @@ func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
 		}
 		h.Write(b)
 		pos = t.Offset + t.Length
-		if sha256Hex(b) != t.SHA256 {
+		if SHA256Hex(b) != t.SHA256 {
 			bad(t.Name, "sha256 of bytes [%d, %d) differs from the manifest", t.Offset, pos)
 			continue
 		}
-		if fm, ok := parseBFP(t.Format); ok && t.Finite {
+		if fm, ok := ParseBFP(t.Format); ok && t.Finite {
 			tile, err := bfp.ParseTile(t.Tile)
 			if err != nil {
 				continue
 			}
-			vals, err := unpackBFP(fm, tile, b, t.Shape, t.Orientation)
+			vals, err := UnpackBFP(fm, tile, b, t.Shape, t.Orientation)
 			if err != nil {
 				bad(t.Name, "decode: %v", err)
-			} else if !allFinite(vals) {
+			} else if !AllFinite(vals) {
 				bad(t.Name, "decodes to a non-finite value where the source was finite")
 			}
-		} else if t.Finite && floatDType(t.DType) {
-			if finite, err := finiteFloats(t.DType, b); err == nil && !finite {
+		} else if t.Finite && IsFloatDType(t.DType) {
+			if finite, err := FiniteFloats(t.DType, b); err == nil && !finite {
 				bad(t.Name, "holds a non-finite value where the source was finite")
 			}
 		}
@@ -550,7 +540,7 @@ func checkHeader(path string, fe FileEntry, ts []TensorEntry) []Failure {
 			bad(t.Name, "header dtype %s, manifest %s", info.DType, t.DType)
 		}
 		shape := t.Shape
-		if _, isBFP := parseBFP(t.Format); isBFP {
+		if _, isBFP := ParseBFP(t.Format); isBFP {
 			shape = []int64{t.Length}
 		}
 		if !slices.Equal(info.Shape, shape) {

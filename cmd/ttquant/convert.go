@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 func init() {
@@ -43,8 +45,8 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 }
 
 // options turns the shared flags into build options.
-func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error) {
-	var opt manifest.BuildOptions
+func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
+	var opt build.BuildOptions
 	if b.model == "" {
 		return opt, usageErrorf("--model is required")
 	}
@@ -57,17 +59,17 @@ func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error
 	if b.workers < 1 {
 		return opt, usageErrorf("--workers must be at least 1")
 	}
-	var plan *manifest.Plan
+	var pl *plan.Plan
 	var err error
 	if b.planFile != "" {
-		plan, err = manifest.LoadPlan(b.planFile)
+		pl, err = plan.LoadPlan(b.planFile)
 	} else {
 		name := b.preset
 		if name == "" {
 			name = "qwen36-35b-a3b"
 		}
-		plan, err = manifest.Preset(name)
-		if errors.Is(err, manifest.ErrUnknownPreset) {
+		pl, err = plan.Preset(name)
+		if errors.Is(err, plan.ErrUnknownPreset) {
 			return opt, &statusError{status: exitUsage, err: err}
 		}
 	}
@@ -75,10 +77,10 @@ func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error
 		return opt, err
 	}
 	setToolVersion()
-	opt = manifest.BuildOptions{
+	opt = build.BuildOptions{
 		Source:          b.model,
 		Out:             b.out,
-		Plan:            plan,
+		Plan:            pl,
 		Workers:         b.workers,
 		ExpertsPerFile:  b.expertsPerFile,
 		DenseShardBytes: b.denseShard,
@@ -93,11 +95,11 @@ func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error
 // setToolVersion records this binary's version in the manifests it writes.
 func setToolVersion() {
 	bi := readBuildInfo()
-	manifest.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
+	build.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
 }
 
 // buildError explains an interrupted build.
-func buildError(opt manifest.BuildOptions, err error) error {
+func buildError(opt build.BuildOptions, err error) error {
 	if errors.Is(err, context.Canceled) && !opt.DryRun {
 		return fmt.Errorf("interrupted: the files finished so far are kept in %s; run the same command again to resume", opt.Out)
 	}
@@ -115,11 +117,11 @@ type buildReport struct {
 	Bytes           int64                 `json:"bytes"`
 	Kept            int                   `json:"kept_files"`
 	AlreadyComplete bool                  `json:"already_complete"`
-	Work            *manifest.WorkSummary `json:"work"`
+	Work            *build.WorkSummary    `json:"work"`
 	Layers          []manifest.LayerStats `json:"layers,omitempty"`
 }
 
-func printBuild(e *env, res *manifest.BuildResult, asJSON bool) error {
+func printBuild(e *env, res *build.BuildResult, asJSON bool) error {
 	if asJSON {
 		return writeJSON(e.stdout, buildReport{
 			SchemaVersion: schemaVersion, Dir: res.Dir, Identity: res.Identity, CacheKey: res.CacheKey,
@@ -175,7 +177,7 @@ func runConvert(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := manifest.Convert(ctx, opt)
+	res, err := build.Convert(ctx, opt)
 	if err != nil {
 		return buildError(opt, err)
 	}
@@ -202,7 +204,7 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
-func (p *progress) event(ev manifest.ProgressEvent) {
+func (p *progress) event(ev build.ProgressEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rate := 0.0

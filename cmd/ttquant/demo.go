@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 
-	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/manifest/build"
 )
 
 func init() {
@@ -15,7 +18,7 @@ func init() {
 // demoReport is the --json document of demo.
 type demoReport struct {
 	SchemaVersion int `json:"schema_version"`
-	*manifest.DemoResult
+	*build.DemoResult
 }
 
 func runDemo(ctx context.Context, e *env, args []string) error {
@@ -40,12 +43,21 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("need --sequences ≥ 2, --seq-len ≥ 1 and 1 ≤ --held-out < --sequences")
 	}
 	setToolVersion()
-	opt := manifest.DemoOptions{Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut}
+	scratch, err := os.MkdirTemp("", "ttquant-demo-model-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	src := filepath.Join(scratch, "model")
+	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
+		return fmt.Errorf("writing the tiny model: %w", err)
+	}
+	opt := build.DemoOptions{Source: src, Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut}
 	if !*quiet {
 		opt.Progress = newProgress(e.stderr).event
 		fmt.Fprintln(e.stderr, "demo: tiny Qwen3.6-MoE model, synthetic calibration, GPTQ for the routed experts, RTN for the rest")
 	}
-	res, err := manifest.Demo(ctx, opt)
+	res, err := build.Demo(ctx, opt)
 	if err != nil {
 		return err
 	}
@@ -62,7 +74,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func printDemo(e *env, r *manifest.DemoResult) {
+func printDemo(e *env, r *build.DemoResult) {
 	w := e.stdout
 	fmt.Fprintln(w, "held-out MoE block error (mean squared error / mean square of the output)")
 	fmt.Fprintf(w, "%5s  %8s  %8s  %10s  %10s  %7s  %7s\n", "layer", "calib", "held-out", "GPTQ", "RTN", "GPTQ/RTN", "starved")

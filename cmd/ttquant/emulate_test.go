@@ -14,6 +14,8 @@ import (
 	"github.com/ttquant/ttquant/emulator"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -26,12 +28,12 @@ func emuCheckpoint(t *testing.T) (string, *emulator.StoredTensor) {
 	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := manifest.Preset(manifest.PresetQwen36MoE)
+	pl, err := plan.Preset(plan.PresetQwen36MoE)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "native")
-	if _, err := manifest.Convert(context.Background(), manifest.BuildOptions{Source: src, Out: out, Plan: plan}); err != nil {
+	if _, err := build.Convert(context.Background(), build.BuildOptions{Source: src, Out: out, Plan: pl}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := manifest.OpenCheckpoint(out)

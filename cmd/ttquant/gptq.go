@@ -9,7 +9,8 @@ import (
 
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/kernels"
-	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 func init() {
@@ -18,11 +19,11 @@ func init() {
 
 // dryRunReport is the --json document of gptq --dry-run.
 type dryRunReport struct {
-	SchemaVersion int                   `json:"schema_version"`
-	DryRun        bool                  `json:"dry_run"`
-	Plan          *manifest.Plan        `json:"plan"`
-	Work          *manifest.WorkSummary `json:"work"`
-	Estimate      *kernels.MoEEstimate  `json:"estimate,omitempty"`
+	SchemaVersion int                  `json:"schema_version"`
+	DryRun        bool                 `json:"dry_run"`
+	Plan          *plan.Plan           `json:"plan"`
+	Work          *build.WorkSummary   `json:"work"`
+	Estimate      *kernels.MoEEstimate `json:"estimate,omitempty"`
 }
 
 func estSeconds(s float64) string {
@@ -65,7 +66,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	opt.Layers = *layers
 	opt.DryRun = *dryRun
 	opt.HeldOutSequences = *heldOut
-	res, err := manifest.GPTQ(ctx, opt)
+	res, err := build.GPTQ(ctx, opt)
 	if err != nil {
 		return buildError(opt, err)
 	}
@@ -95,7 +96,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	return printBuild(e, res, bf.asJSON)
 }
 
-func printWork(e *env, p *manifest.Plan, w *manifest.WorkSummary) {
+func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 	fmt.Fprintf(e.stdout, "plan %s (%d rules)\n", p.Name, len(p.Rules))
 	for i, r := range p.Rules {
 		fmt.Fprintf(e.stdout, "  %2d  %-50s %-8s %-5s %s %s\n", i, r.Pattern, r.Format, r.Method, r.Axis, r.Tile)

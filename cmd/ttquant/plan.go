@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -19,50 +20,50 @@ func init() {
 
 // planDoc is the --json output of ttquant plan.
 type planDoc struct {
-	SchemaVersion   int                    `json:"schema_version"`
-	Model           string                 `json:"model"`
-	Plan            *manifest.Plan         `json:"plan"`
-	SourceTensors   int                    `json:"source_tensors"`
-	StoredTensors   int                    `json:"stored_tensors"`
-	SourceBytes     int64                  `json:"source_bytes"`
-	StoredBytes     int64                  `json:"stored_bytes"`
-	NumLayers       int                    `json:"num_layers"`
-	NumMTPLayers    int                    `json:"num_mtp_layers"`
-	Experts         int                    `json:"experts"`
-	ExpertsPerFile  int                    `json:"experts_per_file"`
-	ExpertFiles     int                    `json:"expert_files"`
-	DenseFiles      int                    `json:"dense_files"`
-	DenseShardBytes int64                  `json:"dense_shard_bytes"`
-	TensorFiles     int                    `json:"tensor_files"`
-	Totals          []manifest.FormatTotal `json:"totals"`
-	Tensors         []planTensorDoc        `json:"tensors"`
+	SchemaVersion   int                `json:"schema_version"`
+	Model           string             `json:"model"`
+	Plan            *plan.Plan         `json:"plan"`
+	SourceTensors   int                `json:"source_tensors"`
+	StoredTensors   int                `json:"stored_tensors"`
+	SourceBytes     int64              `json:"source_bytes"`
+	StoredBytes     int64              `json:"stored_bytes"`
+	NumLayers       int                `json:"num_layers"`
+	NumMTPLayers    int                `json:"num_mtp_layers"`
+	Experts         int                `json:"experts"`
+	ExpertsPerFile  int                `json:"experts_per_file"`
+	ExpertFiles     int                `json:"expert_files"`
+	DenseFiles      int                `json:"dense_files"`
+	DenseShardBytes int64              `json:"dense_shard_bytes"`
+	TensorFiles     int                `json:"tensor_files"`
+	Totals          []plan.FormatTotal `json:"totals"`
+	Tensors         []planTensorDoc    `json:"tensors"`
 }
 
 // planTensorDoc is one stored tensor of the --json output. Rule is
 // 1-based, as in error messages; sources are listed only when the tensor is
 // a slice of its source or a concatenation of several.
 type planTensorDoc struct {
-	Name        string                 `json:"name"`
-	Role        model.Role             `json:"role"`
-	Rule        int                    `json:"rule"`
-	Format      string                 `json:"format"`
-	Method      string                 `json:"method"`
-	Axis        string                 `json:"axis,omitempty"`
-	Tile        string                 `json:"tile,omitempty"`
-	StoredDType string                 `json:"stored_dtype,omitempty"`
-	Shape       []int64                `json:"shape"`
-	Source      string                 `json:"source"`
-	Sources     []manifest.SourceSlice `json:"sources,omitempty"`
-	SourceDType string                 `json:"source_dtype"`
-	Expert      *int                   `json:"expert,omitempty"`
-	ExpertGroup *int                   `json:"expert_group,omitempty"`
-	Layer       *int                   `json:"layer,omitempty"`
-	MTP         bool                   `json:"mtp,omitempty"`
-	SourceBytes int64                  `json:"source_bytes"`
-	StoredBytes int64                  `json:"stored_bytes"`
+	Name        string             `json:"name"`
+	Role        model.Role         `json:"role"`
+	Rule        int                `json:"rule"`
+	Format      string             `json:"format"`
+	Method      string             `json:"method"`
+	Axis        string             `json:"axis,omitempty"`
+	Tile        string             `json:"tile,omitempty"`
+	StoredDType string             `json:"stored_dtype,omitempty"`
+	Shape       []int64            `json:"shape"`
+	Source      string             `json:"source"`
+	Sources     []plan.SourceSlice `json:"sources,omitempty"`
+	SourceDType string             `json:"source_dtype"`
+	Expert      *int               `json:"expert,omitempty"`
+	ExpertGroup *int               `json:"expert_group,omitempty"`
+	Layer       *int               `json:"layer,omitempty"`
+	MTP         bool               `json:"mtp,omitempty"`
+	SourceBytes int64              `json:"source_bytes"`
+	StoredBytes int64              `json:"stored_bytes"`
 }
 
-func tensorDocs(ts []manifest.PlannedTensor) []planTensorDoc {
+func tensorDocs(ts []plan.PlannedTensor) []planTensorDoc {
 	out := make([]planTensorDoc, len(ts))
 	for i := range ts {
 		t := &ts[i]
@@ -88,7 +89,7 @@ func tensorDocs(ts []manifest.PlannedTensor) []planTensorDoc {
 func runPlan(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "plan", "--model PATH [--preset NAME | --plan FILE] [--json] [--all]\n       ttquant plan --list-presets\n       ttquant plan [--preset NAME | --plan FILE] --print-plan")
 	model := fs.String("model", "", "source checkpoint: a .safetensors file, a directory or a *.index.json")
-	preset := fs.String("preset", "", "built-in plan: "+strings.Join(manifest.PresetNames(), ", ")+" (default "+manifest.PresetQwen36MoE+" unless --plan is given)")
+	preset := fs.String("preset", "", "built-in plan: "+strings.Join(plan.PresetNames(), ", ")+" (default "+plan.PresetQwen36MoE+" unless --plan is given)")
 	planFile := fs.String("plan", "", "precision plan JSON file")
 	asJSON := fs.Bool("json", false, "print the resolved plan as JSON (every stored tensor)")
 	all := fs.Bool("all", false, "list every routed expert tensor instead of one line per expert block")
@@ -103,8 +104,8 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if *list {
-		for _, n := range manifest.PresetNames() {
-			p, _ := manifest.Preset(n)
+		for _, n := range plan.PresetNames() {
+			p, _ := plan.Preset(n)
 			fmt.Fprintf(e.stdout, "%-16s %s\n", n, p.Description)
 		}
 		return nil
@@ -115,16 +116,16 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	if *perFile < 1 || *denseShard < 1 {
 		return usageErrorf("--experts-per-file and --dense-shard-bytes must be positive")
 	}
-	var plan *manifest.Plan
+	var pl *plan.Plan
 	var err error
 	if *planFile != "" {
-		plan, err = manifest.LoadPlan(*planFile)
+		pl, err = plan.LoadPlan(*planFile)
 	} else {
 		name := *preset
 		if name == "" {
-			name = manifest.PresetQwen36MoE
+			name = plan.PresetQwen36MoE
 		}
-		if plan, err = manifest.Preset(name); errors.Is(err, manifest.ErrUnknownPreset) {
+		if pl, err = plan.Preset(name); errors.Is(err, plan.ErrUnknownPreset) {
 			// A misspelt flag value is a usage error.
 			return usageErrorf("--preset: %v", err)
 		}
@@ -133,7 +134,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *printPlan {
-		b, err := plan.MarshalPlan()
+		b, err := pl.MarshalPlan()
 		if err != nil {
 			return err
 		}
@@ -151,7 +152,7 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	for _, w := range m.Warnings() {
 		e.log.Warn(w)
 	}
-	r, err := plan.ResolveWith(m, manifest.ResolveOptions{ExpertsPerFile: *perFile, DenseShardBytes: *denseShard})
+	r, err := pl.ResolveWith(m, plan.ResolveOptions{ExpertsPerFile: *perFile, DenseShardBytes: *denseShard})
 	if err != nil {
 		return err
 	}
@@ -193,7 +194,7 @@ func planShape(s []int64) string {
 // printResolved prints one line per stored tensor, routed experts collapsed
 // per block and kind when they share a rule (unless all), then the totals
 // and the predicted files.
-func printResolved(w io.Writer, r *manifest.Resolved, all bool) error {
+func printResolved(w io.Writer, r *plan.Resolved, all bool) error {
 	fmt.Fprintf(w, "plan %s on %s\n", r.Plan.Name, r.Model)
 	fmt.Fprintf(w, "%d source tensors (%d layers, %d MTP, %d experts) -> %d stored tensors\n\n",
 		r.SourceTensors, r.NumLayers, r.NumMTPLayers, r.Experts, len(r.Tensors))

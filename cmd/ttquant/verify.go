@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/build"
 )
 
 func init() {
@@ -29,7 +30,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
 	}
-	rep, err := manifest.Verify(ctx, pos[0], manifest.VerifyOptions{Source: *source, Workers: *workers})
+	rep, err := build.Verify(ctx, pos[0], build.VerifyOptions{Source: *source, Workers: *workers})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -34,8 +35,12 @@ var allowed = map[string][]string{
 	"internal/testmodel":   {"safetensors", "internal/rng"},
 	"gptq":                 {"bfp", "internal/kernels"},
 	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng"},
-	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/model", "internal/testmodel"},
-	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
+	"internal/atomicfile":  {},
+	"internal/par":         {},
+	"manifest":             {"bfp", "safetensors", "internal/atomicfile", "internal/par"},
+	"manifest/plan":        {"bfp", "safetensors", "manifest", "internal/model"},
+	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/atomicfile", "internal/par"},
+	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels"},
 	"internal/importcheck": {"internal/testdata"},
 	"cmd":                  {"*"},
 }
@@ -60,10 +65,18 @@ func owner(dir string) (string, bool) {
 	return best, best != ""
 }
 
+// permits reports whether a package allowed to import list may import pkg:
+// pkg is listed, or is a subpackage of a listed package that has no rule of
+// its own (manifest does not permit manifest/build).
 func permits(list []string, pkg string) bool {
 	for _, p := range list {
-		if p == "*" || pkg == p || strings.HasPrefix(pkg, p+"/") {
+		if p == "*" || pkg == p {
 			return true
+		}
+		if strings.HasPrefix(pkg, p+"/") {
+			if k, ok := owner(pkg); ok && k == p {
+				return true
+			}
 		}
 	}
 	return false
@@ -149,6 +162,19 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"manifest", "emulator", false},
 		{"emulator", "manifest", true},
 		{"cmd/ttquant", "emulator", true},
+		{"manifest", "calib", false},
+		{"manifest", "gptq", false},
+		{"manifest", "manifest/build", false},
+		{"manifest", "manifest/plan", false},
+		{"manifest", "internal/testmodel", false},
+		{"manifest", "internal/model", false},
+		{"manifest/plan", "manifest/build", false},
+		{"manifest/plan", "calib", false},
+		{"manifest/build", "manifest/plan", true},
+		{"calib", "internal/testmodel", false},
+		{"calib", "internal/model", true},
+		{"internal/model", "calib", false},
+		{"emulator", "internal/testmodel", false},
 	}
 	for _, c := range cases {
 		key, ok := owner(c.dir)
@@ -157,6 +183,44 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		}
 		if got := permits(allowed[key], c.imp); got != c.want {
 			t.Errorf("%s importing %s: permitted=%v, want %v", c.dir, c.imp, got, c.want)
+		}
+	}
+}
+
+// TestManifestLinksNoQuantizer checks the promise of package manifest
+// through the build tool: a program that opens or verifies a checkpoint
+// links neither the calibration nor the quantizer nor the build pipeline.
+func TestManifestLinksNoQuantizer(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not available")
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "./manifest")
+	cmd.Dir = testdata.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./manifest: %v", err)
+	}
+	forbidden := []string{"calib", "gptq", "manifest/build", "manifest/plan", "internal/testmodel", "internal/kernels"}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, f := range forbidden {
+			if dep == module+"/"+f {
+				t.Errorf("manifest depends on %s", f)
+			}
+		}
+	}
+}
+
+// TestNoProductionTestModel: only test files and the command line (whose
+// testmodel and demo commands write the built-in models) import
+// internal/testmodel.
+func TestNoProductionTestModel(t *testing.T) {
+	for key, list := range allowed {
+		if key == "cmd" || key == "internal/testmodel" || key == "internal/importcheck" {
+			continue
+		}
+		if permits(list, "internal/testmodel") {
+			t.Errorf("%s may import internal/testmodel outside tests", key)
 		}
 	}
 }

@@ -1,10 +1,9 @@
-package manifest
+package plan
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -73,25 +74,12 @@ type PlannedTensor struct {
 }
 
 // IsBFP reports whether the tensor is stored in a BFP format.
-func (t *PlannedTensor) IsBFP() bool { return IsBFPFormat(t.Format) }
+func (t *PlannedTensor) IsBFP() bool { return manifest.IsBFPFormat(t.Format) }
 
 // BFP returns the bfp format and tile of a BFP tensor.
 func (t *PlannedTensor) BFP() (bfp.Format, bfp.Tile, bool) {
-	f, ok := BFPFormat(t.Format)
-	return withTile(f, ok, t.Tile)
-}
-
-// withTile completes a format lookup with the parsed tile shape; ok is false
-// when either the format or the tile is not a BFP one.
-func withTile(f bfp.Format, ok bool, tile string) (bfp.Format, bfp.Tile, bool) {
-	if !ok {
-		return 0, bfp.Tile{}, false
-	}
-	t, err := bfp.ParseTile(tile)
-	if err != nil {
-		return 0, bfp.Tile{}, false
-	}
-	return f, t, true
+	f, ok := manifest.BFPFormat(t.Format)
+	return manifest.WithTile(f, ok, t.Tile)
 }
 
 // Elements is the number of logical elements.
@@ -201,10 +189,10 @@ func (r *Resolved) Lookup(name string) (*PlannedTensor, bool) {
 // ResolveOptions tune Resolve.
 type ResolveOptions struct {
 	// ExpertsPerFile is the number of routed experts per grouped expert
-	// file (default DefaultExpertsPerFile).
+	// file (default manifest.DefaultExpertsPerFile).
 	ExpertsPerFile int
 	// DenseShardBytes is the size limit of a dense shard (default
-	// DefaultDenseShardBytes).
+	// manifest.DefaultDenseShardBytes).
 	DenseShardBytes int64
 }
 
@@ -241,10 +229,10 @@ type rawSource struct {
 // stored sizes and the file layout.
 func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved, error) {
 	if opt.ExpertsPerFile == 0 {
-		opt.ExpertsPerFile = DefaultExpertsPerFile
+		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
 	if opt.DenseShardBytes == 0 {
-		opt.DenseShardBytes = DefaultDenseShardBytes
+		opt.DenseShardBytes = manifest.DefaultDenseShardBytes
 	}
 	if opt.ExpertsPerFile < 0 || opt.DenseShardBytes < 0 {
 		return nil, fmt.Errorf("plan: experts per file %d and dense shard bytes %d must be positive", opt.ExpertsPerFile, opt.DenseShardBytes)
@@ -424,7 +412,6 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	}
 
 	totals := map[string]*FormatTotal{}
-	expertFiles := map[string]bool{}
 	for i := range planned {
 		t := &planned[i]
 		ri := mt.match(t.Name)
@@ -440,13 +427,12 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		if err := sizeTensor(t); err != nil {
 			return nil, fmt.Errorf("plan %q rule %d (pattern %q): %w", plan.Name, ri+1, rule.Pattern, err)
 		}
-		if t.Role.MustStayLossless() && !IsLosslessFormat(t.Format, t.SourceDType) {
+		if t.Role.MustStayLossless() && !manifest.IsLosslessFormat(t.Format, t.SourceDType) {
 			return nil, fmt.Errorf("plan %q rule %d (pattern %q) stores %s (role %s, %s) as %s, but this role must stay lossless (use AS_IS or F32)",
 				plan.Name, ri+1, rule.Pattern, t.Name, t.Role, t.SourceDType, t.Format)
 		}
 		if t.Expert >= 0 {
 			t.ExpertGroup = t.Expert / opt.ExpertsPerFile
-			expertFiles[fmt.Sprintf("%d/%s/%d", t.Layer, t.ExpertKind, t.ExpertGroup)] = true
 		} else {
 			t.ExpertGroup = -1
 		}
@@ -466,9 +452,22 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	for i, t := range planned {
 		r.byName[t.Name] = i
 	}
-	r.ExpertFiles = len(expertFiles)
-	r.DenseFiles = denseFiles(planned, opt.DenseShardBytes)
-	for _, f := range []string{StoreBFP2, StoreBFP4, StoreBFP8, StoreBF16, StoreF32, StoreAsIs} {
+	items := make([]manifest.LayoutItem, len(planned))
+	for i, t := range planned {
+		items[i] = manifest.LayoutItem{Name: t.Name, Layer: t.Layer, Expert: t.Expert, Kind: t.ExpertKind, Bytes: t.StoredBytes}
+	}
+	files, err := manifest.Layout(items, opt.ExpertsPerFile, opt.DenseShardBytes)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if f.Role == manifest.FileExperts {
+			r.ExpertFiles++
+		} else {
+			r.DenseFiles++
+		}
+	}
+	for _, f := range []string{manifest.StoreBFP2, manifest.StoreBFP4, manifest.StoreBFP8, manifest.StoreBF16, manifest.StoreF32, manifest.StoreAsIs} {
 		if ft := totals[f]; ft != nil {
 			r.Totals = append(r.Totals, *ft)
 		}
@@ -476,47 +475,18 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	return r, nil
 }
 
-// denseFiles counts the shards the non-expert tensors fill, taken in name
-// order, a shard being closed when the next tensor would push it past
-// limit.
-func denseFiles(ts []PlannedTensor, limit int64) int {
-	var sizes []struct {
-		name string
-		n    int64
-	}
-	for _, t := range ts {
-		if t.Expert < 0 {
-			sizes = append(sizes, struct {
-				name string
-				n    int64
-			}{t.Name, t.StoredBytes})
-		}
-	}
-	sort.Slice(sizes, func(i, j int) bool { return sizes[i].name < sizes[j].name })
-	files := 0
-	var cur int64
-	for i, s := range sizes {
-		if i == 0 || (cur > 0 && cur+s.n > limit) {
-			files++
-			cur = 0
-		}
-		cur += s.n
-	}
-	return files
-}
-
 // sizeTensor fills the stored dtype, packed geometry and stored bytes of t
 // from its format, or explains why the format does not suit it.
 func sizeTensor(t *PlannedTensor) error {
 	n := t.Elements()
 	switch t.Format {
-	case StoreAsIs:
+	case manifest.StoreAsIs:
 		t.StoredDType = t.SourceDType
 		t.StoredBytes = t.SourceBytes
-	case StoreBF16:
+	case manifest.StoreBF16:
 		t.StoredDType = "BF16"
 		t.StoredBytes = 2 * n
-	case StoreF32:
+	case manifest.StoreF32:
 		t.StoredDType = "F32"
 		t.StoredBytes = 4 * n
 	default:
@@ -528,7 +498,7 @@ func sizeTensor(t *PlannedTensor) error {
 			return fmt.Errorf("tensor %s (role %s) has shape %v: %s needs a 2-D matrix", t.Name, t.Role, t.Shape, t.Format)
 		}
 		rows, cols := t.Shape[0], t.Shape[1]
-		if t.Axis == AxisOutput {
+		if t.Axis == manifest.AxisOutput {
 			rows, cols = cols, rows
 		}
 		tr, tc := (rows+int64(tile.H)-1)/int64(tile.H), (cols+int64(tile.W)-1)/int64(tile.W)

@@ -1,4 +1,4 @@
-package manifest
+package build
 
 import (
 	"context"
@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 // ErrResumeMismatch is wrapped by the error a build returns when the output
@@ -22,7 +26,7 @@ var ErrResumeMismatch = errors.New("output directory holds a different build")
 
 const buildRecordName = "build.json"
 
-func (b *builder) fingerprint(si SourceInfo) fingerprint {
+func (b *builder) fingerprint(si manifest.SourceInfo) fingerprint {
 	fp := fingerprint{
 		Command: b.command(),
 		Tool:    ToolVersion,
@@ -78,7 +82,7 @@ func diffFingerprints(have, want fingerprint) []string {
 }
 
 // fingerprintOf recovers the fingerprint of a finished checkpoint.
-func fingerprintOf(m *Manifest) fingerprint {
+func fingerprintOf(m *manifest.Manifest) fingerprint {
 	fp := fingerprint{
 		Command: m.TTQuant.Command,
 		Tool:    m.Tool,
@@ -94,10 +98,10 @@ func fingerprintOf(m *Manifest) fingerprint {
 }
 
 // recordsOf splits a finished manifest into per-file records.
-func recordsOf(m *Manifest) map[string]*fileRecord {
+func recordsOf(m *manifest.Manifest) map[string]*fileRecord {
 	recs := map[string]*fileRecord{}
 	for _, f := range m.Files {
-		if f.Role == FileExperts || f.Role == FileDense {
+		if f.Role == manifest.FileExperts || f.Role == manifest.FileDense {
 			recs[f.Name] = &fileRecord{File: f}
 		}
 	}
@@ -117,21 +121,21 @@ func recordsOf(m *Manifest) map[string]*fileRecord {
 }
 
 func recordPath(out, file string) string {
-	return filepath.Join(out, partialDir, file+".json")
+	return filepath.Join(out, manifest.PartialDir, file+".json")
 }
 
 // prepareDir checks the output directory and returns the records of files
 // an earlier run of the same build finished.
 func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 	out := b.opt.Out
-	if err := os.MkdirAll(filepath.Join(out, partialDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(out, manifest.PartialDir), 0o755); err != nil {
 		return nil, err
 	}
 	recs := map[string]*fileRecord{}
-	mpath := filepath.Join(out, ManifestName)
-	bpath := filepath.Join(out, partialDir, buildRecordName)
+	mpath := filepath.Join(out, manifest.ManifestName)
+	bpath := filepath.Join(out, manifest.PartialDir, buildRecordName)
 	if data, err := os.ReadFile(mpath); err == nil {
-		old, err := DecodeManifest(data)
+		old, err := manifest.DecodeManifest(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w (remove it or choose another output directory)", mpath, err)
 		}
@@ -167,7 +171,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if d := diffFingerprints(have, fp); len(d) > 0 {
 			return nil, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
 		}
-		ents, err := os.ReadDir(filepath.Join(out, partialDir))
+		ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
 		if err != nil {
 			return nil, err
 		}
@@ -175,7 +179,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			if e.Name() == buildRecordName || !strings.HasSuffix(e.Name(), ".json") {
 				continue
 			}
-			data, err := os.ReadFile(filepath.Join(out, partialDir, e.Name()))
+			data, err := os.ReadFile(filepath.Join(out, manifest.PartialDir, e.Name()))
 			if err != nil {
 				return nil, err
 			}
@@ -191,7 +195,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if e.Name() != partialDir {
+			if e.Name() != manifest.PartialDir {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}
@@ -201,7 +205,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 	}
 	// Leftovers of interrupted writes.
 	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, partialSuffix) {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, manifest.PartialSuffix) {
 			os.Remove(p)
 		}
 		return nil
@@ -214,7 +218,7 @@ func writeJSONAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	_, err = writeFileAtomic(path, append(data, '\n'))
+	_, err = atomicfile.WriteFile(path, append(data, '\n'))
 	return err
 }
 
@@ -238,18 +242,18 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	b.progress(ProgressEvent{Kind: "start", FilesTotal: len(b.jobs), BytesTotal: total})
 
 	// Copy the config and tokenizer files.
-	var files []FileEntry
+	var files []manifest.FileEntry
 	for _, c := range configs {
 		data, err := os.ReadFile(c)
 		if err != nil {
 			return nil, err
 		}
 		name := filepath.Base(c)
-		sum, err := writeFileAtomic(filepath.Join(out, name), data)
+		sum, err := atomicfile.WriteFile(filepath.Join(out, name), data)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, FileEntry{Name: name, Role: FileConfig, Size: int64(len(data)), SHA256: sum})
+		files = append(files, manifest.FileEntry{Name: name, Role: manifest.FileConfig, Size: int64(len(data)), SHA256: sum})
 	}
 
 	// Per layer, the number of files still to finish, for "layer" events.
@@ -304,13 +308,13 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	layerJobs := map[int][]int{}
 	var plain []int
 	for i, j := range b.jobs {
-		if j.role == FileExperts && b.gptqLayers[j.layer] {
+		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
 			layerJobs[j.layer] = append(layerJobs[j.layer], i)
 		} else {
 			plain = append(plain, i)
 		}
 	}
-	err = parallelFor(ctx, len(plain), b.opt.Workers, func(k int) error {
+	err = par.For(ctx, len(plain), b.opt.Workers, func(k int) error {
 		i := plain[k]
 		if keep(i) {
 			return nil
@@ -324,7 +328,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var layerOut []LayerStats
+	var layerOut []manifest.LayerStats
 	for _, l := range sortedLayers(layerJobs) {
 		ls, err := b.runGPTQLayer(ctx, l, layerJobs[l], keep, commit)
 		if err != nil {
@@ -333,14 +337,14 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		layerOut = append(layerOut, *ls)
 	}
 
-	m := &Manifest{
-		FormatVersion: FormatVersion,
-		Format:        FormatName,
+	m := &manifest.Manifest{
+		FormatVersion: manifest.FormatVersion,
+		Format:        manifest.FormatName,
 		Tool:          ToolVersion,
 		Source:        si,
 		Plan:          planInfo(b.opt.Plan),
-		Layout:        LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: fileAlignment},
-		TTQuant: TTQuantSection{
+		Layout:        manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
+		TTQuant: manifest.TTQuantSection{
 			Command:     b.command(),
 			Options:     b.params,
 			Calibration: b.calib,
@@ -359,29 +363,29 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sums := encodeSums(m.Files)
-	sumsHash, err := writeFileAtomic(filepath.Join(out, SumsName), sums)
+	sums := manifest.EncodeSums(m.Files)
+	sumsHash, err := atomicfile.WriteFile(filepath.Join(out, manifest.SumsName), sums)
 	if err != nil {
 		return nil, err
 	}
-	m.Files = append(m.Files, FileEntry{Name: SumsName, Role: FileChecksum, Size: int64(len(sums)), SHA256: sumsHash})
+	m.Files = append(m.Files, manifest.FileEntry{Name: manifest.SumsName, Role: manifest.FileChecksum, Size: int64(len(sums)), SHA256: sumsHash})
 	data, err := m.Encode()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := writeFileAtomic(filepath.Join(out, ManifestName), data); err != nil {
+	if _, err := atomicfile.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
 		return nil, err
 	}
-	syncDir(out)
-	if err := os.RemoveAll(filepath.Join(out, partialDir)); err != nil {
+	atomicfile.SyncDir(out)
+	if err := os.RemoveAll(filepath.Join(out, manifest.PartialDir)); err != nil {
 		return nil, err
 	}
-	id := Identity(data)
+	id := manifest.Identity(data)
 	b.progress(ProgressEvent{Kind: "done", FilesDone: len(b.jobs), FilesTotal: len(b.jobs), BytesDone: total, BytesTotal: total, Elapsed: time.Since(start)})
 	return &BuildResult{
 		Dir:             out,
 		Identity:        id,
-		CacheKey:        CacheKey(id),
+		CacheKey:        manifest.CacheKey(id),
 		Files:           len(m.Files) + 1,
 		Tensors:         len(m.Tensors),
 		Bytes:           dataBytes + int64(len(sums)) + int64(len(data)) + configBytes(files),
@@ -391,7 +395,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}, nil
 }
 
-func configBytes(fs []FileEntry) int64 {
+func configBytes(fs []manifest.FileEntry) int64 {
 	var n int64
 	for _, f := range fs {
 		n += f.Size
@@ -415,23 +419,23 @@ func (b *builder) recordHolds(j *job, r *fileRecord) bool {
 			return false
 		}
 	}
-	n, sum, err := hashFile(filepath.Join(b.opt.Out, j.file))
+	n, sum, err := atomicfile.HashFile(filepath.Join(b.opt.Out, j.file))
 	return err == nil && n == r.File.Size && sum == r.File.SHA256
 }
 
-func layerStats(ms []MatrixStats) []LayerStats {
-	by := map[int]*LayerStats{}
+func layerStats(ms []manifest.MatrixStats) []manifest.LayerStats {
+	by := map[int]*manifest.LayerStats{}
 	for _, s := range ms {
 		if s.Layer == nil {
 			continue
 		}
 		l := by[*s.Layer]
 		if l == nil {
-			l = &LayerStats{Layer: *s.Layer}
+			l = &manifest.LayerStats{Layer: *s.Layer}
 			by[*s.Layer] = l
 		}
 		l.Matrices++
-		if s.Method == MethodGPTQ {
+		if s.Method == manifest.MethodGPTQ {
 			l.GPTQ++
 		}
 		if s.Fallback != "" {
@@ -443,7 +447,7 @@ func layerStats(ms []MatrixStats) []LayerStats {
 			l.Tokens += s.Tokens
 		}
 	}
-	var out []LayerStats
+	var out []manifest.LayerStats
 	for _, l := range by {
 		out = append(out, *l)
 	}
@@ -453,7 +457,7 @@ func layerStats(ms []MatrixStats) []LayerStats {
 
 // producer returns one stored tensor's bytes, its entry (without file
 // position and hash) and, for quantized matrices with statistics, those.
-type producer func(ctx context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error)
+type producer func(ctx context.Context, st *storedTensor) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error)
 
 // writeJob produces one output file.
 func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
@@ -463,21 +467,21 @@ func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
 // writeJobWith writes one output file with the given producer and records
 // it in the bookkeeping directory.
 func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*fileRecord, error) {
-	hts := make([]headerTensor, len(j.tensors))
+	hts := make([]manifest.HeaderTensor, len(j.tensors))
 	for i, st := range j.tensors {
 		shape := st.shape
 		if st.isBFP {
 			shape = []int64{st.outSize}
 		}
-		hts[i] = headerTensor{name: st.name, dtype: st.outDType, shape: shape, size: st.outSize}
+		hts[i] = manifest.HeaderTensor{Name: st.name, DType: st.outDType, Shape: shape, Size: st.outSize}
 	}
 	md := map[string]string{"format": "ttquant-native"}
-	header, offs, err := encodeSTHeader(hts, md)
+	header, offs, err := manifest.EncodeSTHeader(hts, md)
 	if err != nil {
 		return nil, err
 	}
 	path := filepath.Join(b.opt.Out, j.file)
-	af, err := createAtomic(path)
+	af, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -508,7 +512,7 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 		te.File = j.file
 		te.Offset = offs[i]
 		te.Length = st.outSize
-		te.SHA256 = sha256Hex(data)
+		te.SHA256 = manifest.SHA256Hex(data)
 		r.Tensors = append(r.Tensors, te)
 		if ms != nil {
 			r.Matrices = append(r.Matrices, *ms)
@@ -522,7 +526,7 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 		return nil, err
 	}
 	ok = true
-	fe := FileEntry{Name: j.file, Role: j.role, Size: n, SHA256: sum}
+	fe := manifest.FileEntry{Name: j.file, Role: j.role, Size: n, SHA256: sum}
 	if j.layer >= 0 {
 		fe.Layer = intPtr(j.layer)
 	}
@@ -531,8 +535,8 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 }
 
 // entryOf fills the descriptive fields of a tensor entry.
-func entryOf(st *storedTensor) TensorEntry {
-	te := TensorEntry{
+func entryOf(st *storedTensor) manifest.TensorEntry {
+	te := manifest.TensorEntry{
 		Name:        st.name,
 		Sources:     st.sourceRefs(),
 		Role:        st.role,
@@ -559,7 +563,7 @@ func entryOf(st *storedTensor) TensorEntry {
 
 // produce returns the stored bytes of one tensor, its entry (without file
 // position and hash) and, for GPTQ matrices, its statistics.
-func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error) {
+func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
 	te := entryOf(st)
 	raw, err := readSlice(st)
 	if err != nil {
@@ -567,50 +571,50 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, Tensor
 	}
 	te.Finite = true
 	if !st.isBFP && st.outDType == st.srcDType {
-		if floatDType(st.srcDType) {
-			if te.Finite, err = finiteFloats(st.srcDType, raw); err != nil {
+		if manifest.IsFloatDType(st.srcDType) {
+			if te.Finite, err = manifest.FiniteFloats(st.srcDType, raw); err != nil {
 				return nil, te, nil, err
 			}
 		}
 		return raw, te, nil, nil
 	}
-	vals, err := decodeFloats(st.srcDType, raw)
+	vals, err := manifest.DecodeFloats(st.srcDType, raw)
 	if err != nil {
 		return nil, te, nil, err
 	}
-	te.Finite = allFinite(vals)
+	te.Finite = manifest.AllFinite(vals)
 	if !st.isBFP {
-		return encodeFloat(st.outDType, vals), te, nil, nil
+		return manifest.EncodeFloats(st.outDType, vals), te, nil, nil
 	}
-	if st.method != MethodGPTQ {
-		packed, err := packBFP(st.bfpF, st.tile, vals, st.shape, st.orient)
+	if st.method != manifest.MethodGPTQ {
+		packed, err := manifest.PackBFP(st.bfpF, st.tile, vals, st.shape, st.orient)
 		return packed, te, nil, err
 	}
 	return b.produceGPTQ(ctx, st, vals, te)
 }
 
-func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32, te TensorEntry) ([]byte, TensorEntry, *MatrixStats, error) {
-	slices, rows, cols := matDims(st.shape)
-	ms := &MatrixStats{Tensor: st.name, Method: MethodGPTQ}
+func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32, te manifest.TensorEntry) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
+	slices, rows, cols := manifest.MatDims(st.shape)
+	ms := &manifest.MatrixStats{Tensor: st.name, Method: manifest.MethodGPTQ}
 	if st.layer >= 0 {
 		ms.Layer = intPtr(st.layer)
 	}
 	if st.expert >= 0 {
 		ms.Expert = intPtr(st.expert)
 	}
-	rtn := func(reason string) ([]byte, TensorEntry, *MatrixStats, error) {
-		packed, err := packBFP(st.bfpF, st.tile, w, st.shape, st.orient)
+	rtn := func(reason string) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
+		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
 		if err != nil {
 			return nil, te, nil, err
 		}
-		q, err := unpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
+		q, err := manifest.UnpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
 		if err != nil {
 			return nil, te, nil, err
 		}
-		te.Method = MethodRTN
-		ms.Method = MethodRTN
+		te.Method = manifest.MethodRTN
+		ms.Method = manifest.MethodRTN
 		ms.Fallback = reason
-		ms.Error = sqErr(w, q)
+		ms.Error = manifest.SquaredError(w, q)
 		return packed, te, ms, nil
 	}
 	if slices != 1 {
@@ -638,11 +642,11 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if err != nil {
 		return rtn("gptq: " + err.Error())
 	}
-	packed, err := packBFP(st.bfpF, st.tile, res.Q, st.shape, st.orient)
+	packed, err := manifest.PackBFP(st.bfpF, st.tile, res.Q, st.shape, st.orient)
 	if err != nil {
 		return nil, te, nil, err
 	}
-	back, err := unpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
+	back, err := manifest.UnpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
 	if err != nil {
 		return nil, te, nil, err
 	}
@@ -654,17 +658,17 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	ms.Damp = res.Damp
 	ms.ProxyLoss = res.ProxyLoss
 	ms.RTNProxyLoss = res.RTNProxyLoss
-	ms.Error = sqErr(w, back)
+	ms.Error = manifest.SquaredError(w, back)
 	return packed, te, ms, nil
 }
 
 // planInfo records a plan in the manifest.
-func planInfo(p *Plan) PlanInfo {
-	pi := PlanInfo{Name: p.Name}
+func planInfo(p *plan.Plan) manifest.PlanInfo {
+	pi := manifest.PlanInfo{Name: p.Name}
 	for _, r := range p.Rules {
-		pi.Rules = append(pi.Rules, RuleInfo{Pattern: r.Pattern, Format: r.Format, Method: r.Method, Axis: r.Axis, Tile: r.Tile})
+		pi.Rules = append(pi.Rules, manifest.RuleInfo{Pattern: r.Pattern, Format: r.Format, Method: r.Method, Axis: r.Axis, Tile: r.Tile})
 	}
 	data, _ := json.Marshal(pi)
-	pi.SHA256 = sha256Hex(data)
+	pi.SHA256 = manifest.SHA256Hex(data)
 	return pi
 }

@@ -1,29 +1,32 @@
-package manifest
+package build
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
 // ToolVersion identifies the program recorded in manifests. Commands set it
 // from their build information before building; the zero value records
 // "ttquant (devel)".
-var ToolVersion = ToolInfo{Name: "ttquant", Version: "(devel)"}
+var ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: "(devel)"}
 
 // BuildOptions configure Convert and GPTQ.
 type BuildOptions struct {
@@ -34,7 +37,7 @@ type BuildOptions struct {
 	// unfinished build of the same inputs there is resumed.
 	Out string
 	// Plan is the precision plan.
-	Plan *Plan
+	Plan *plan.Plan
 	// Workers is the number of files produced at once (default 1). The
 	// output does not depend on it.
 	Workers int
@@ -60,7 +63,7 @@ type BuildOptions struct {
 	Hessians HessianSource
 	// CalibInfo identifies the Hessians' calibration data when Hessians is
 	// set.
-	CalibInfo *CalibInfo
+	CalibInfo *manifest.CalibInfo
 
 	// HeldOutSequences is the number of final calibration sequences kept
 	// out of the Hessians to measure each GPTQ layer's held-out block
@@ -113,7 +116,7 @@ type BuildResult struct {
 	// AlreadyComplete is set when the directory already held this
 	// checkpoint and nothing was written.
 	AlreadyComplete bool
-	Manifest        *Manifest
+	Manifest        *manifest.Manifest
 	// Work is the planned work (always set; the only result of a dry run).
 	Work *WorkSummary
 }
@@ -175,11 +178,11 @@ type builder struct {
 	model    *safetensors.Model
 	tensors  []*storedTensor
 	jobs     []*job
-	params   BuildParams
+	params   manifest.BuildParams
 	gopt     gptq.Options
 	selector func(*storedTensor) bool
 	hess     HessianSource
-	calib    *CalibInfo
+	calib    *manifest.CalibInfo
 	progress func(ProgressEvent)
 
 	// GPTQ expert layers: their expert files are produced per layer by the
@@ -191,21 +194,21 @@ type builder struct {
 
 // fingerprint is what a resumed build must share with the interrupted one.
 type fingerprint struct {
-	Command     string      `json:"command"`
-	Tool        ToolInfo    `json:"tool"`
-	Source      string      `json:"source_identity"`
-	Plan        string      `json:"plan_sha256"`
-	Calibration string      `json:"calibration_sha256,omitempty"`
-	Options     BuildParams `json:"options"`
-	Parent      string      `json:"parent,omitempty"`
+	Command     string               `json:"command"`
+	Tool        manifest.ToolInfo    `json:"tool"`
+	Source      string               `json:"source_identity"`
+	Plan        string               `json:"plan_sha256"`
+	Calibration string               `json:"calibration_sha256,omitempty"`
+	Options     manifest.BuildParams `json:"options"`
+	Parent      string               `json:"parent,omitempty"`
 }
 
 // fileRecord is the bookkeeping of one finished file of an unfinished
 // build: enough to rebuild its part of the manifest without redoing it.
 type fileRecord struct {
-	File     FileEntry     `json:"file"`
-	Tensors  []TensorEntry `json:"tensors"`
-	Matrices []MatrixStats `json:"matrices,omitempty"`
+	File     manifest.FileEntry     `json:"file"`
+	Tensors  []manifest.TensorEntry `json:"tensors"`
+	Matrices []manifest.MatrixStats `json:"matrices,omitempty"`
 }
 
 func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult, error) {
@@ -225,16 +228,16 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		opt.Workers = 1
 	}
 	if opt.ExpertsPerFile == 0 {
-		opt.ExpertsPerFile = DefaultExpertsPerFile
+		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
 	if opt.DenseShardBytes == 0 {
-		opt.DenseShardBytes = DefaultDenseShardBytes
+		opt.DenseShardBytes = manifest.DefaultDenseShardBytes
 	}
 	b := &builder{kind: kind, opt: opt, progress: opt.Progress}
 	if b.progress == nil {
 		b.progress = func(ProgressEvent) {}
 	}
-	b.params = BuildParams{ExpertsPerFile: opt.ExpertsPerFile, DenseShard: opt.DenseShardBytes}
+	b.params = manifest.BuildParams{ExpertsPerFile: opt.ExpertsPerFile, DenseShard: opt.DenseShardBytes}
 	if kind == kindGPTQ {
 		if opt.GPTQOptions != nil {
 			b.gopt = *opt.GPTQOptions
@@ -265,16 +268,16 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	defer m.Close()
 	b.model = m
-	if b.tensors, err = resolveStored(opt.Plan, m, ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes}); err != nil {
+	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes}); err != nil {
 		return nil, err
 	}
 	if kind == kindGPTQ {
 		selected := 0
 		for _, st := range b.tensors {
-			if st.isBFP && st.method == MethodGPTQ && !b.selector(st) {
-				st.method = MethodRTN
-			} else if st.isBFP && st.method != MethodNone && b.selector(st) {
-				st.method = MethodGPTQ
+			if st.isBFP && st.method == manifest.MethodGPTQ && !b.selector(st) {
+				st.method = manifest.MethodRTN
+			} else if st.isBFP && st.method != manifest.MethodNone && b.selector(st) {
+				st.method = manifest.MethodGPTQ
 				selected++
 			}
 		}
@@ -284,13 +287,13 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	} else {
 		for _, st := range b.tensors {
 			if st.isBFP {
-				st.method = MethodRTN
+				st.method = manifest.MethodRTN
 			}
 		}
 	}
 	b.gptqLayers = map[int]bool{}
 	for _, st := range b.tensors {
-		if st.isBFP && st.method == MethodGPTQ && st.isExpertMatrix() {
+		if st.isBFP && st.method == manifest.MethodGPTQ && st.isExpertMatrix() {
 			b.gptqLayers[st.layer] = true
 		}
 	}
@@ -332,16 +335,16 @@ func (b *builder) summary() *WorkSummary {
 		if st.layer >= 0 {
 			layers[st.layer] = true
 		}
-		if st.method == MethodGPTQ {
+		if st.method == manifest.MethodGPTQ {
 			w.GPTQMatrices++
-			_, r, c := matDims(st.shape)
+			_, r, c := manifest.MatDims(st.shape)
 			fr, fc := float64(r), float64(c)
 			w.GPTQFlops += fc*fc*fc + 2*fr*fc*fc
 		}
 	}
 	for _, j := range b.jobs {
 		w.Files++
-		if j.role == FileExperts {
+		if j.role == manifest.FileExperts {
 			w.ExpertFiles++
 		} else {
 			w.DenseFiles++
@@ -352,7 +355,7 @@ func (b *builder) summary() *WorkSummary {
 	}
 	experts := map[int]map[int]bool{}
 	for _, st := range b.tensors {
-		if st.method != MethodGPTQ || !st.isExpertMatrix() || model.Role(st.role) != model.RoleExpertGateUp || len(st.shape) != 2 {
+		if st.method != manifest.MethodGPTQ || !st.isExpertMatrix() || model.Role(st.role) != model.RoleExpertGateUp || len(st.shape) != 2 {
 			continue
 		}
 		if experts[st.layer] == nil {
@@ -438,28 +441,28 @@ func sourceFiles(src string, m *safetensors.Model) (shards []string, index strin
 
 // sourceIdentity hashes the source files (in parallel) and returns the
 // source section of the manifest and the config files to copy.
-func (b *builder) sourceIdentity(ctx context.Context) (SourceInfo, []string, error) {
+func (b *builder) sourceIdentity(ctx context.Context) (manifest.SourceInfo, []string, error) {
 	shards, index, configs, err := sourceFiles(b.opt.Source, b.model)
 	if err != nil {
-		return SourceInfo{}, nil, err
+		return manifest.SourceInfo{}, nil, err
 	}
 	all := append(append([]string(nil), shards...), configs...)
 	if index != "" {
 		all = append(all, index)
 	}
-	entries := make([]FileEntry, len(all))
-	err = parallelFor(ctx, len(all), b.opt.Workers, func(i int) error {
-		n, sum, err := hashFile(all[i])
+	entries := make([]manifest.FileEntry, len(all))
+	err = par.For(ctx, len(all), b.opt.Workers, func(i int) error {
+		n, sum, err := atomicfile.HashFile(all[i])
 		if err != nil {
 			return err
 		}
-		entries[i] = FileEntry{Name: filepath.Base(all[i]), Size: n, SHA256: sum}
+		entries[i] = manifest.FileEntry{Name: filepath.Base(all[i]), Size: n, SHA256: sum}
 		return nil
 	})
 	if err != nil {
-		return SourceInfo{}, nil, err
+		return manifest.SourceInfo{}, nil, err
 	}
-	si := SourceInfo{Format: "safetensors"}
+	si := manifest.SourceInfo{Format: "safetensors"}
 	for i, p := range all {
 		e := entries[i]
 		switch {
@@ -470,68 +473,17 @@ func (b *builder) sourceIdentity(ctx context.Context) (SourceInfo, []string, err
 			e.Role = "shard"
 			si.Files = append(si.Files, e)
 		default:
-			e.Role = FileConfig
+			e.Role = manifest.FileConfig
 			si.Files = append(si.Files, e)
 		}
 	}
 	sort.Slice(si.Files, func(i, j int) bool { return si.Files[i].Name < si.Files[j].Name })
 	idb, _ := json.Marshal(struct {
-		F []FileEntry
-		I *FileEntry
+		F []manifest.FileEntry
+		I *manifest.FileEntry
 	}{si.Files, si.Index})
-	si.Identity = sha256Hex(idb)
+	si.Identity = manifest.SHA256Hex(idb)
 	return si, configs, nil
-}
-
-// parallelFor runs fn(0..n-1) on up to workers goroutines, stopping at the
-// first error or when ctx is done. The error returned is the one of the
-// lowest index that failed, so it does not depend on scheduling.
-func parallelFor(ctx context.Context, n, workers int, fn func(i int) error) error {
-	if workers < 1 {
-		workers = 1
-	}
-	errs := make([]error, n)
-	var mu sync.Mutex
-	next := 0
-	failed := false
-	var wg sync.WaitGroup
-	for w := 0; w < workers && w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if failed || next >= n {
-					mu.Unlock()
-					return
-				}
-				i := next
-				next++
-				mu.Unlock()
-				if err := ctx.Err(); err != nil {
-					errs[i] = err
-					mu.Lock()
-					failed = true
-					mu.Unlock()
-					return
-				}
-				if err := fn(i); err != nil {
-					errs[i] = err
-					mu.Lock()
-					failed = true
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return ctx.Err()
 }
 
 // readSlice reads the source bytes of a stored tensor: its parts,
@@ -559,3 +511,8 @@ func readPart(f *safetensors.File, tensor string, dst []byte, off int64) error {
 	}
 	return nil
 }
+
+// hexRe matches a sha256 in hex.
+var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func intPtr(v int) *int { return &v }

@@ -1,10 +1,9 @@
-package manifest
+package build
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/manifest"
 )
 
 func sortedLayers(m map[int][]int) []int {
@@ -24,12 +25,12 @@ func sortedLayers(m map[int][]int) []int {
 }
 
 func layerRecordPath(out string, layer int) string {
-	return filepath.Join(out, partialDir, fmt.Sprintf("layer-%03d.stats", layer))
+	return filepath.Join(out, manifest.PartialDir, fmt.Sprintf("layer-%03d.stats", layer))
 }
 
 // mergeLayerStats adds the held-out statistics of the GPTQ layers to the
 // per-layer aggregates of the matrix statistics.
-func mergeLayerStats(agg, layers []LayerStats) []LayerStats {
+func mergeLayerStats(agg, layers []manifest.LayerStats) []manifest.LayerStats {
 	by := map[int]int{}
 	for i, l := range agg {
 		by[l.Layer] = i
@@ -37,7 +38,7 @@ func mergeLayerStats(agg, layers []LayerStats) []LayerStats {
 	for _, l := range layers {
 		i, ok := by[l.Layer]
 		if !ok {
-			agg = append(agg, LayerStats{Layer: l.Layer})
+			agg = append(agg, manifest.LayerStats{Layer: l.Layer})
 			i = len(agg) - 1
 			by[l.Layer] = i
 		}
@@ -84,7 +85,7 @@ func sourceFloats(st *storedTensor) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := decodeFloats(st.srcDType, raw)
+	v, err := manifest.DecodeFloats(st.srcDType, raw)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %s: %w", st.name, err)
 	}
@@ -152,8 +153,8 @@ func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, err
 
 type produced struct {
 	data []byte
-	te   TensorEntry
-	ms   *MatrixStats
+	te   manifest.TensorEntry
+	ms   *manifest.MatrixStats
 }
 
 // runGPTQLayer quantizes one MoE layer's routed experts with the
@@ -161,7 +162,7 @@ type produced struct {
 // complete. Files kept from an earlier run are not rewritten; the driver
 // still runs unless every file is kept and the layer's statistics were
 // recorded.
-func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*LayerStats, error) {
+func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
 	pending := map[string]int{} // file → job index
 	for _, i := range idxs {
 		if !keep(i) {
@@ -171,7 +172,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	recPath := layerRecordPath(b.opt.Out, layer)
 	if len(pending) == 0 {
 		if data, err := os.ReadFile(recPath); err == nil {
-			var ls LayerStats
+			var ls manifest.LayerStats
 			if json.Unmarshal(data, &ls) == nil && ls.Layer == layer {
 				return &ls, nil
 			}
@@ -194,7 +195,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	// whatever formats the plan gives them.
 	gridOf := func(st *storedTensor) gptq.Grid {
 		axis := gptq.InputAxis
-		if st.axis == AxisOutput {
+		if st.axis == manifest.AxisOutput {
 			axis = gptq.OutputAxis
 		}
 		return gptq.NewBFPGrid(st.bfpF, axis)
@@ -234,7 +235,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 			done[st.name] = p
 			count[j.file]++
 			if count[j.file] == len(j.tensors) {
-				rec, err := b.writeJobWith(ctx, j, func(_ context.Context, st *storedTensor) ([]byte, TensorEntry, *MatrixStats, error) {
+				rec, err := b.writeJobWith(ctx, j, func(_ context.Context, st *storedTensor) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
 					p := done[st.name]
 					delete(done, st.name)
 					return p.data, p.te, p.ms, nil
@@ -253,7 +254,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if err != nil {
 		return nil, err
 	}
-	ls := &LayerStats{Layer: layer, CalibTokens: int64(rep.Tokens), Starved: rep.Starved}
+	ls := &manifest.LayerStats{Layer: layer, CalibTokens: int64(rep.Tokens), Starved: rep.Starved}
 	if rep.HeldOut != nil {
 		ls.HeldOutTokens = int64(rep.HeldOut.Tokens)
 		ls.HeldOutMSE = rep.HeldOut.MSE
@@ -281,9 +282,9 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		return nil, err
 	}
 	te := entryOf(st)
-	te.Finite = allFinite(w)
-	if st.method != MethodGPTQ {
-		packed, err := packBFP(st.bfpF, st.tile, w, st.shape, st.orient)
+	te.Finite = manifest.AllFinite(w)
+	if st.method != manifest.MethodGPTQ {
+		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
 		return &produced{data: packed, te: te}, err
 	}
 	var q []float32
@@ -306,11 +307,11 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 	if len(q) != len(w) {
 		return nil, fmt.Errorf("the driver returned %d values for %d weights", len(q), len(w))
 	}
-	packed, err := packBFP(st.bfpF, st.tile, q, st.shape, st.orient)
+	packed, err := manifest.PackBFP(st.bfpF, st.tile, q, st.shape, st.orient)
 	if err != nil {
 		return nil, err
 	}
-	back, err := unpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
+	back, err := manifest.UnpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
 	if err != nil {
 		return nil, err
 	}
@@ -319,14 +320,14 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 			return nil, fmt.Errorf("quantized value %d (%g) is not representable in %s: it packs to %g", i, q[i], st.bfpF, back[i])
 		}
 	}
-	ms := &MatrixStats{Tensor: st.name, Layer: intPtr(st.layer), Expert: intPtr(st.expert), Method: MethodRTN, Tokens: int64(r.Stats.Tokens), Error: sqErr(w, back)}
+	ms := &manifest.MatrixStats{Tensor: st.name, Layer: intPtr(st.layer), Expert: intPtr(st.expert), Method: manifest.MethodRTN, Tokens: int64(r.Stats.Tokens), Error: manifest.SquaredError(w, back)}
 	var reasons []string
 	if r.Stats.Reason != "" {
 		reasons = append(reasons, r.Stats.Reason)
 	}
 	for _, m := range mats {
-		if string(m.Method) == MethodGPTQ {
-			ms.Method = MethodGPTQ
+		if string(m.Method) == manifest.MethodGPTQ {
+			ms.Method = manifest.MethodGPTQ
 		}
 		ms.Damp = max(ms.Damp, m.Damp)
 		ms.ProxyLoss += m.ProxyLoss

@@ -1,18 +1,23 @@
-package manifest
+package build
 
 import (
 	"context"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 
 	"github.com/ttquant/ttquant/calib"
-	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 // DemoOptions configure Demo.
 type DemoOptions struct {
+	// Source is the model to run on (required): a Qwen-family MoE
+	// checkpoint directory. The command line writes the built-in tiny
+	// Qwen3.6-MoE model there.
+	Source string
 	// Out is the checkpoint directory; empty means a temporary directory
 	// that Demo removes before returning.
 	Out string
@@ -42,37 +47,62 @@ type DemoLayer struct {
 
 // DemoResult is what Demo did.
 type DemoResult struct {
-	Dir      string        `json:"dir,omitempty"`
-	Identity string        `json:"identity"`
-	CacheKey string        `json:"cache_key"`
-	Files    int           `json:"files"`
-	Tensors  int           `json:"tensors"`
-	Bytes    int64         `json:"bytes"`
-	Layers   []DemoLayer   `json:"layers"`
-	Verify   *VerifyReport `json:"verify"`
+	Dir      string                 `json:"dir,omitempty"`
+	Identity string                 `json:"identity"`
+	CacheKey string                 `json:"cache_key"`
+	Files    int                    `json:"files"`
+	Tensors  int                    `json:"tensors"`
+	Bytes    int64                  `json:"bytes"`
+	Layers   []DemoLayer            `json:"layers"`
+	Verify   *manifest.VerifyReport `json:"verify"`
 	// Fallbacks lists GPTQ matrices that were rounded to nearest, with why.
-	Fallbacks []MatrixStats `json:"fallbacks,omitempty"`
+	Fallbacks []manifest.MatrixStats `json:"fallbacks,omitempty"`
 }
 
-// Demo runs the main job end to end on the built-in tiny Qwen3.6-MoE model:
-// it writes the model and a synthetic calibration store into a scratch
-// directory, plans with the qwen36-35b-a3b preset, quantizes the routed
+// Validate reports the first option out of range, after defaults.
+func (o DemoOptions) Validate() error {
+	o.defaults()
+	switch {
+	case o.Source == "":
+		return fmt.Errorf("demo: no source model")
+	case o.Workers < 0:
+		return fmt.Errorf("demo: workers %d: want at least 1 (0 for the default)", o.Workers)
+	case o.Sequences < 2:
+		return fmt.Errorf("demo: sequences %d: want at least 2", o.Sequences)
+	case o.SeqLen < 1:
+		return fmt.Errorf("demo: sequence length %d: want at least 1", o.SeqLen)
+	case o.HeldOut < 1 || o.HeldOut >= o.Sequences:
+		return fmt.Errorf("demo: held-out sequences %d: want 1 to %d (fewer than the sequences)", o.HeldOut, o.Sequences-1)
+	}
+	return nil
+}
+
+func (o *DemoOptions) defaults() {
+	if o.Sequences == 0 {
+		o.Sequences = 16
+	}
+	if o.SeqLen == 0 {
+		o.SeqLen = 128
+	}
+	if o.HeldOut == 0 {
+		o.HeldOut = 4
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+}
+
+// Demo runs the main job end to end on a small MoE model (the command line
+// gives it the built-in tiny Qwen3.6-MoE model): it writes a synthetic
+// calibration store into a scratch directory, plans with the qwen36-35b-a3b preset, quantizes the routed
 // experts with GPTQ and the other quantized tensors with round-to-nearest,
 // writes the native checkpoint, verifies it against the source and reports
 // per layer the held-out block error of GPTQ and of RTN.
 func Demo(ctx context.Context, opt DemoOptions) (*DemoResult, error) {
-	if opt.Sequences == 0 {
-		opt.Sequences = 16
+	if err := opt.Validate(); err != nil {
+		return nil, err
 	}
-	if opt.SeqLen == 0 {
-		opt.SeqLen = 128
-	}
-	if opt.HeldOut == 0 {
-		opt.HeldOut = 4
-	}
-	if opt.Workers <= 0 {
-		opt.Workers = 1
-	}
+	opt.defaults()
 	scratch, err := os.MkdirTemp("", "ttquant-demo-")
 	if err != nil {
 		return nil, err
@@ -82,10 +112,7 @@ func Demo(ctx context.Context, opt DemoOptions) (*DemoResult, error) {
 	if out == "" {
 		out = filepath.Join(scratch, "checkpoint")
 	}
-	src := filepath.Join(scratch, "model")
-	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
-		return nil, fmt.Errorf("writing the tiny model: %w", err)
-	}
+	src := opt.Source
 	mc, err := model.ReadConfig(src)
 	if err != nil {
 		return nil, err
@@ -94,14 +121,14 @@ func Demo(ctx context.Context, opt DemoOptions) (*DemoResult, error) {
 	if _, err := calib.SynthesizeStore(storeDir, mc, calib.SynthStoreOptions{Sequences: opt.Sequences, SeqLen: opt.SeqLen, Model: "ttquant tiny demo"}); err != nil {
 		return nil, fmt.Errorf("writing the synthetic calibration store: %w", err)
 	}
-	plan, err := Preset(PresetQwen36MoE)
+	p, err := plan.Preset(plan.PresetQwen36MoE)
 	if err != nil {
 		return nil, err
 	}
 	res, err := GPTQ(ctx, BuildOptions{
 		Source:           src,
 		Out:              out,
-		Plan:             plan,
+		Plan:             p,
 		Workers:          opt.Workers,
 		Progress:         opt.Progress,
 		Calib:            storeDir,

@@ -1,11 +1,10 @@
-package manifest
+package build
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"io/fs"
 	"math"
 	"os"
@@ -16,6 +15,10 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/manifest"
 )
 
 // storeIdentity hashes every file of a calibration store directory: the
@@ -36,17 +39,17 @@ func storeIdentity(ctx context.Context, dir string, workers int) (string, error)
 		return "", err
 	}
 	sort.Strings(names)
-	ents := make([]FileEntry, len(names))
-	err = parallelFor(ctx, len(names), workers, func(i int) error {
-		n, sum, err := hashFile(filepath.Join(dir, filepath.FromSlash(names[i])))
-		ents[i] = FileEntry{Name: names[i], Size: n, SHA256: sum}
+	ents := make([]manifest.FileEntry, len(names))
+	err = par.For(ctx, len(names), workers, func(i int) error {
+		n, sum, err := atomicfile.HashFile(filepath.Join(dir, filepath.FromSlash(names[i])))
+		ents[i] = manifest.FileEntry{Name: names[i], Size: n, SHA256: sum}
 		return err
 	})
 	if err != nil {
 		return "", err
 	}
 	data, _ := json.Marshal(ents)
-	return sha256Hex(data), nil
+	return manifest.SHA256Hex(data), nil
 }
 
 // openCalibration prepares the calibration of a GPTQ build: the store, its
@@ -77,7 +80,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 		return fmt.Errorf("manifest: %d held-out sequences of the store's %d leave none for calibration", b.opt.HeldOutSequences, prov.Sequences)
 	}
 	b.store = st
-	b.calib = &CalibInfo{Sequences: int64(prov.Sequences), Tokens: prov.Tokens, HeldOutSequences: int64(b.opt.HeldOutSequences), SHA256: id}
+	b.calib = &manifest.CalibInfo{Sequences: int64(prov.Sequences), Tokens: prov.Tokens, HeldOutSequences: int64(b.opt.HeldOutSequences), SHA256: id}
 	if len(b.gptqLayers) > 0 {
 		cfgPath := b.opt.Source
 		if fi, err := os.Stat(cfgPath); err == nil && !fi.IsDir() {

@@ -1,10 +1,12 @@
-package manifest
+package plan
 
 import (
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ttquant/ttquant/manifest"
 )
 
 // Built-in preset names.
@@ -20,21 +22,21 @@ const (
 // projections, the router and the shared expert's gate, and the token
 // embedding.
 var losslessRules = []Rule{
-	{Pattern: "*norm*", Format: StoreAsIs, Note: "RMSNorm weights (layer, q/k, final, gated DeltaNet and MTP norms)"},
-	{Pattern: "*.linear_attn.{conv1d.weight,A_log,dt_bias}", Format: StoreAsIs, Note: "Gated DeltaNet conv1d, decay and time-step parameters (A_log stays F32)"},
-	{Pattern: "*.linear_attn.{in_proj_a,in_proj_b,in_proj_ba}.weight", Format: StoreAsIs, Note: "Gated DeltaNet decay/beta projections: one row per value head"},
-	{Pattern: "*.mlp.{gate,shared_expert_gate}.weight", Format: StoreAsIs, Note: "router and shared-expert gate"},
-	{Pattern: "*.embed_tokens.weight", Format: StoreAsIs, Note: "token embedding (a lookup table, not a matmul)"},
+	{Pattern: "*norm*", Format: manifest.StoreAsIs, Note: "RMSNorm weights (layer, q/k, final, gated DeltaNet and MTP norms)"},
+	{Pattern: "*.linear_attn.{conv1d.weight,A_log,dt_bias}", Format: manifest.StoreAsIs, Note: "Gated DeltaNet conv1d, decay and time-step parameters (A_log stays F32)"},
+	{Pattern: "*.linear_attn.{in_proj_a,in_proj_b,in_proj_ba}.weight", Format: manifest.StoreAsIs, Note: "Gated DeltaNet decay/beta projections: one row per value head"},
+	{Pattern: "*.mlp.{gate,shared_expert_gate}.weight", Format: manifest.StoreAsIs, Note: "router and shared-expert gate"},
+	{Pattern: "*.embed_tokens.weight", Format: manifest.StoreAsIs, Note: "token embedding (a lookup table, not a matmul)"},
 }
 
 // tailRules store the remaining projections, the LM head and MTP's fc in
 // BFP8 and pass vision tensors through.
 var tailRules = []Rule{
-	{Pattern: "*.linear_attn.{in_proj_qkv,in_proj_z,in_proj_qkvz,out_proj}.weight", Format: StoreBFP8, Method: MethodRTN, Note: "Gated DeltaNet input/output projections"},
-	{Pattern: "*.self_attn.{q,k,v,o}_proj.weight", Format: StoreBFP8, Method: MethodRTN, Note: "attention q/k/v/o projections"},
-	{Pattern: "mtp.fc.weight", Format: StoreBFP8, Method: MethodRTN, Note: "MTP input projection"},
-	{Pattern: "lm_head.weight", Format: StoreBFP8, Method: MethodRTN, Note: "LM head"},
-	{Pattern: "{model.visual,visual}.*", Format: StoreAsIs, Note: "vision tower: passed through unchanged"},
+	{Pattern: "*.linear_attn.{in_proj_qkv,in_proj_z,in_proj_qkvz,out_proj}.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "Gated DeltaNet input/output projections"},
+	{Pattern: "*.self_attn.{q,k,v,o}_proj.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "attention q/k/v/o projections"},
+	{Pattern: "mtp.fc.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "MTP input projection"},
+	{Pattern: "lm_head.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "LM head"},
+	{Pattern: "{model.visual,visual}.*", Format: manifest.StoreAsIs, Note: "vision tower: passed through unchanged"},
 }
 
 func concatRules(parts ...[]Rule) []Rule {
@@ -52,8 +54,8 @@ var presets = map[string]Plan{
 			"Gated DeltaNet and attention projections, MTP fc and LM head BFP8_b (RTN); norms, conv1d, A_log, dt_bias, " +
 			"the a/b projections, router, shared-expert gate and embedding kept as stored",
 		Rules: concatRules(losslessRules, []Rule{
-			{Pattern: "*.mlp.experts.*", Format: StoreBFP4, Method: MethodGPTQ, Note: "routed experts"},
-			{Pattern: "*.mlp.shared_expert.*", Format: StoreBFP4, Method: MethodGPTQ, Note: "shared expert"},
+			{Pattern: "*.mlp.experts.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "routed experts"},
+			{Pattern: "*.mlp.shared_expert.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "shared expert"},
 		}, tailRules),
 	},
 	PresetDense27B: {
@@ -61,16 +63,16 @@ var presets = map[string]Plan{
 		Description: "Qwen3.x 27B-style dense: MLP gate/up/down (and any routed or shared expert) BFP4_b with GPTQ; " +
 			"other projections and the LM head BFP8_b (RTN); lossless tensors kept as stored",
 		Rules: concatRules(losslessRules, []Rule{
-			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: StoreBFP4, Method: MethodGPTQ, Note: "dense MLP"},
-			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: StoreBFP4, Method: MethodGPTQ, Note: "MLP experts, should the model have them"},
+			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "dense MLP"},
+			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "MLP experts, should the model have them"},
 		}, tailRules),
 	},
 	PresetDense9B: {
 		Name:        PresetDense9B,
 		Description: "Qwen3.x 9B-style dense: every matrix BFP8_b (RTN) except the lossless tensors, kept as stored",
 		Rules: concatRules(losslessRules, []Rule{
-			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: StoreBFP8, Method: MethodRTN, Note: "dense MLP"},
-			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: StoreBFP8, Method: MethodRTN, Note: "MLP experts, should the model have them"},
+			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "dense MLP"},
+			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "MLP experts, should the model have them"},
 		}, tailRules),
 	},
 }

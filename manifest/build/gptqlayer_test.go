@@ -1,10 +1,13 @@
-package manifest
+package build
 
 import (
 	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 // TestGPTQMixedExpertFormats builds a checkpoint whose plan stores the
@@ -15,8 +18,8 @@ import (
 func TestGPTQMixedExpertFormats(t *testing.T) {
 	opt := gptq1Opts(t, filepath.Join(t.TempDir(), "mixed"), 2)
 	base := preset(t)
-	mixed := &Plan{Name: "mixed", Rules: append([]Rule{
-		{Pattern: "*.mlp.experts.*.gate_up_proj", Format: StoreBFP8, Method: MethodGPTQ},
+	mixed := &plan.Plan{Name: "mixed", Rules: append([]plan.Rule{
+		{Pattern: "*.mlp.experts.*.gate_up_proj", Format: manifest.StoreBFP8, Method: manifest.MethodGPTQ},
 	}, base.Rules...)}
 	opt.Plan = mixed
 	if _, err := GPTQ(context.Background(), opt); err != nil {
@@ -26,13 +29,13 @@ func TestGPTQMixedExpertFormats(t *testing.T) {
 	if !rep.OK {
 		t.Fatalf("%v", rep.Failures)
 	}
-	c, err := OpenCheckpoint(opt.Out)
+	c, err := manifest.OpenCheckpoint(opt.Out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gateUp, down := 0, 0
 	for _, te := range c.Manifest().Tensors {
-		if !strings.Contains(te.Name, ".layers.1.mlp.experts.") || te.Method != MethodGPTQ {
+		if !strings.Contains(te.Name, ".layers.1.mlp.experts.") || te.Method != manifest.MethodGPTQ {
 			continue
 		}
 		switch {

@@ -1,9 +1,8 @@
-package manifest
+package plan
 
 import (
 	"bytes"
 	"errors"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -87,9 +88,9 @@ func TestRuleOrder(t *testing.T) {
 		if !pt.Role.IsExpert() {
 			continue
 		}
-		want := StoreBFP4
+		want := manifest.StoreBFP4
 		if pt.Expert == 0 {
-			want = StoreBFP8
+			want = manifest.StoreBFP8
 		}
 		if pt.Format != want {
 			t.Errorf("%s: %s, want %s", pt.Name, pt.Format, want)
@@ -108,10 +109,10 @@ func TestRuleValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Rule{
-		{Pattern: "a", Format: StoreBFP4, Method: MethodRTN, Axis: AxisInput, Tile: "32x32"},
-		{Pattern: "b", Format: StoreBFP8, Method: MethodGPTQ, Axis: AxisOutput, Tile: "16x32"},
-		{Pattern: "c", Format: StoreAsIs, Method: MethodNone},
-		{Pattern: "d", Format: StoreF32, Method: MethodNone},
+		{Pattern: "a", Format: manifest.StoreBFP4, Method: manifest.MethodRTN, Axis: manifest.AxisInput, Tile: "32x32"},
+		{Pattern: "b", Format: manifest.StoreBFP8, Method: manifest.MethodGPTQ, Axis: manifest.AxisOutput, Tile: "16x32"},
+		{Pattern: "c", Format: manifest.StoreAsIs, Method: manifest.MethodNone},
+		{Pattern: "d", Format: manifest.StoreF32, Method: manifest.MethodNone},
 	}
 	if d := cmp.Diff(want, good.Rules); d != "" {
 		t.Errorf("normalised rules (-want +got):\n%s", d)
@@ -173,7 +174,7 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Rules[0].Format != StoreBFP4 || p.Rules[0].Tile != "32x32" || p.Rules[1].Method != MethodNone {
+	if p.Rules[0].Format != manifest.StoreBFP4 || p.Rules[0].Tile != "32x32" || p.Rules[1].Method != manifest.MethodNone {
 		t.Errorf("hand-written plan = %+v", p.Rules)
 	}
 	for _, bad := range []struct{ doc, msg string }{
@@ -271,7 +272,7 @@ func TestPresetsOnReplica(t *testing.T) {
 				t.Errorf("expert files %d, want 1312", r.ExpertFiles)
 			}
 			for _, pt := range r.Tensors {
-				lossless := IsLosslessFormat(pt.Format, pt.SourceDType)
+				lossless := manifest.IsLosslessFormat(pt.Format, pt.SourceDType)
 				if (pt.Role.MustStayLossless() || pt.Role == model.RoleEmbedding) && !lossless {
 					t.Errorf("%s (role %s) stored lossily as %s", pt.Name, pt.Role, pt.Format)
 				}
@@ -304,15 +305,15 @@ func TestQwen36PresetFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[model.Role][2]string{
-		model.RoleExpertGateUp: {StoreBFP4, MethodGPTQ}, model.RoleExpertDown: {StoreBFP4, MethodGPTQ},
-		model.RoleSharedGate: {StoreBFP4, MethodGPTQ}, model.RoleSharedUp: {StoreBFP4, MethodGPTQ}, model.RoleSharedDown: {StoreBFP4, MethodGPTQ},
-		model.RoleGDNInQKV: {StoreBFP8, MethodRTN}, model.RoleGDNInZ: {StoreBFP8, MethodRTN}, model.RoleGDNOut: {StoreBFP8, MethodRTN},
-		model.RoleAttnQ: {StoreBFP8, MethodRTN}, model.RoleAttnK: {StoreBFP8, MethodRTN}, model.RoleAttnV: {StoreBFP8, MethodRTN}, model.RoleAttnO: {StoreBFP8, MethodRTN},
-		model.RoleLMHead: {StoreBFP8, MethodRTN}, model.RoleMTPFC: {StoreBFP8, MethodRTN},
-		model.RoleRouter: {StoreAsIs, MethodNone}, model.RoleSharedExpertGate: {StoreAsIs, MethodNone}, model.RoleNorm: {StoreAsIs, MethodNone},
-		model.RoleGDNNorm: {StoreAsIs, MethodNone}, model.RoleConv1D: {StoreAsIs, MethodNone}, model.RoleALog: {StoreAsIs, MethodNone},
-		model.RoleDTBias: {StoreAsIs, MethodNone}, model.RoleEmbedding: {StoreAsIs, MethodNone},
-		model.RoleGDNInA: {StoreAsIs, MethodNone}, model.RoleGDNInB: {StoreAsIs, MethodNone},
+		model.RoleExpertGateUp: {manifest.StoreBFP4, manifest.MethodGPTQ}, model.RoleExpertDown: {manifest.StoreBFP4, manifest.MethodGPTQ},
+		model.RoleSharedGate: {manifest.StoreBFP4, manifest.MethodGPTQ}, model.RoleSharedUp: {manifest.StoreBFP4, manifest.MethodGPTQ}, model.RoleSharedDown: {manifest.StoreBFP4, manifest.MethodGPTQ},
+		model.RoleGDNInQKV: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleGDNInZ: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleGDNOut: {manifest.StoreBFP8, manifest.MethodRTN},
+		model.RoleAttnQ: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleAttnK: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleAttnV: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleAttnO: {manifest.StoreBFP8, manifest.MethodRTN},
+		model.RoleLMHead: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleMTPFC: {manifest.StoreBFP8, manifest.MethodRTN},
+		model.RoleRouter: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleSharedExpertGate: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleNorm: {manifest.StoreAsIs, manifest.MethodNone},
+		model.RoleGDNNorm: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleConv1D: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleALog: {manifest.StoreAsIs, manifest.MethodNone},
+		model.RoleDTBias: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleEmbedding: {manifest.StoreAsIs, manifest.MethodNone},
+		model.RoleGDNInA: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleGDNInB: {manifest.StoreAsIs, manifest.MethodNone},
 	}
 	seen := map[model.Role]int{}
 	for _, pt := range r.Tensors {
@@ -625,7 +626,7 @@ func TestVisionPassThroughAndMicro(t *testing.T) {
 		for _, pt := range r.Tensors {
 			if pt.Role == model.RoleVision {
 				vision++
-				if pt.Format != StoreAsIs || pt.StoredBytes != pt.SourceBytes {
+				if pt.Format != manifest.StoreAsIs || pt.StoredBytes != pt.SourceBytes {
 					t.Errorf("%s: vision tensor %s stored as %s", name, pt.Name, pt.Format)
 				}
 			}
@@ -651,11 +652,11 @@ func TestQwen3NextPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"model.layers.0.linear_attn.in_proj_qkvz.weight": StoreBFP8,
-		"model.layers.0.linear_attn.in_proj_ba.weight":   StoreAsIs,
-		"model.layers.1.mlp.experts.7.gate_up_proj":      StoreBFP4,
-		"mtp.layers.0.mlp.experts.15.down_proj":          StoreBFP4,
-		"model.embed_tokens.weight":                      StoreAsIs,
+		"model.layers.0.linear_attn.in_proj_qkvz.weight": manifest.StoreBFP8,
+		"model.layers.0.linear_attn.in_proj_ba.weight":   manifest.StoreAsIs,
+		"model.layers.1.mlp.experts.7.gate_up_proj":      manifest.StoreBFP4,
+		"mtp.layers.0.mlp.experts.15.down_proj":          manifest.StoreBFP4,
+		"model.embed_tokens.weight":                      manifest.StoreAsIs,
 	}
 	for name, f := range want {
 		pt, ok := r.Lookup(name)

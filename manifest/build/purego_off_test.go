@@ -1,6 +1,6 @@
 //go:build !purego
 
-package manifest
+package build
 
 // purego: see purego_on_test.go.
 const purego = false

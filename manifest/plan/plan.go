@@ -1,4 +1,4 @@
-package manifest
+package plan
 
 import (
 	"bytes"
@@ -10,27 +10,8 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/manifest"
 )
-
-// Stored formats a plan rule may assign (Rule.Format, canonical spelling).
-const (
-	StoreBFP8 = "BFP8_B" // Tenstorrent BFP8_b tiles
-	StoreBFP4 = "BFP4_B" // Tenstorrent BFP4_b tiles
-	StoreBFP2 = "BFP2_B" // Tenstorrent BFP2_b tiles
-	StoreBF16 = "BF16"   // bfloat16 (a BF16 source is copied; F32/F16 are rounded to nearest even)
-	StoreF32  = "F32"    // float32 (exact from BF16/F16/F32)
-	StoreAsIs = "AS_IS"  // the source bytes and dtype, unchanged
-)
-
-// Block axes of a BFP rule (Rule.Axis): the direction of a weight [out, in]
-// along which the 16-value exponent groups run.
-const (
-	AxisInput  = "input"  // along the input features (the last dimension)
-	AxisOutput = "output" // along the output features (the stored matrix is transposed)
-)
-
-// DefaultTile is the tile shape of a BFP rule that names none.
-const DefaultTile = "32x32"
 
 // PlanVersion is the version of the plan file format Save writes and
 // LoadPlan reads.
@@ -69,36 +50,6 @@ type Plan struct {
 	Rules       []Rule `json:"rules"`
 }
 
-// IsBFPFormat reports whether a canonical stored format is a BFP format.
-func IsBFPFormat(format string) bool {
-	return format == StoreBFP8 || format == StoreBFP4 || format == StoreBFP2
-}
-
-// IsLosslessFormat reports whether a canonical stored format keeps every
-// value of a source of dtype srcDType exactly.
-func IsLosslessFormat(format, srcDType string) bool {
-	switch format {
-	case StoreAsIs, StoreF32:
-		return true
-	case StoreBF16:
-		return srcDType == "BF16"
-	}
-	return false
-}
-
-// BFPFormat returns the bfp format of a canonical BFP stored format.
-func BFPFormat(format string) (bfp.Format, bool) {
-	switch format {
-	case StoreBFP8:
-		return bfp.BFP8, true
-	case StoreBFP4:
-		return bfp.BFP4, true
-	case StoreBFP2:
-		return bfp.BFP2, true
-	}
-	return 0, false
-}
-
 // normalizeRule returns r with canonical spellings and defaults filled in,
 // or an error naming the rule and the bad field.
 func normalizeRule(i int, r Rule) (Rule, error) {
@@ -113,7 +64,7 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 	}
 	f := strings.ToUpper(strings.TrimSpace(r.Format))
 	switch f {
-	case StoreBFP8, StoreBFP4, StoreBFP2, StoreBF16, StoreF32, StoreAsIs:
+	case manifest.StoreBFP8, manifest.StoreBFP4, manifest.StoreBFP2, manifest.StoreBF16, manifest.StoreF32, manifest.StoreAsIs:
 	case "":
 		return bad("no format (want BFP8_B, BFP4_B, BFP2_B, BF16, F32 or AS_IS)")
 	default:
@@ -122,24 +73,24 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 	r.Format = f
 	m := strings.ToLower(strings.TrimSpace(r.Method))
 	a := strings.ToLower(strings.TrimSpace(r.Axis))
-	if IsBFPFormat(f) {
+	if manifest.IsBFPFormat(f) {
 		switch m {
 		case "":
-			m = MethodRTN
-		case MethodRTN, MethodGPTQ:
+			m = manifest.MethodRTN
+		case manifest.MethodRTN, manifest.MethodGPTQ:
 		default:
 			return bad("method %q for %s (want gptq or rtn)", r.Method, f)
 		}
 		switch a {
 		case "":
-			a = AxisInput
-		case AxisInput, AxisOutput:
+			a = manifest.AxisInput
+		case manifest.AxisInput, manifest.AxisOutput:
 		default:
 			return bad("unknown axis %q (want input or output)", r.Axis)
 		}
 		tile := strings.TrimSpace(r.Tile)
 		if tile == "" {
-			tile = DefaultTile
+			tile = manifest.DefaultTile
 		}
 		t, err := bfp.ParseTile(tile)
 		if err != nil {
@@ -148,8 +99,8 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 		r.Tile = t.String()
 	} else {
 		switch m {
-		case "", MethodNone:
-			m = MethodNone
+		case "", manifest.MethodNone:
+			m = manifest.MethodNone
 		default:
 			return bad("method %q needs a BFP format, not %s", r.Method, f)
 		}

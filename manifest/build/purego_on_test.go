@@ -1,6 +1,6 @@
 //go:build purego
 
-package manifest
+package build
 
 // purego is set when the portable kernels are selected. They are much
 // slower than the assembly ones, so the tests that repeat GPTQ builds to

@@ -1,4 +1,4 @@
-package manifest
+package build
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"io/fs"
 	"math/rand"
 	"os"
@@ -20,7 +19,11 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 // fixture is the tiny source model and a small synthetic calibration
@@ -34,7 +37,7 @@ var fixture struct {
 }
 
 func TestMain(m *testing.M) {
-	durable = false
+	atomicfile.Durable = false
 	code := m.Run()
 	if fixture.dir != "" {
 		os.RemoveAll(fixture.dir)
@@ -67,9 +70,9 @@ func tinyFixture(t testing.TB) (src, store string) {
 	return fixture.src, fixture.store
 }
 
-func preset(t testing.TB) *Plan {
+func preset(t testing.TB) *plan.Plan {
 	t.Helper()
-	p, err := Preset(PresetQwen36MoE)
+	p, err := plan.Preset(plan.PresetQwen36MoE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +155,7 @@ func copyTree(t testing.TB, from, to string) {
 	}
 }
 
-func mustVerify(t testing.TB, dir string, opt VerifyOptions) *VerifyReport {
+func mustVerify(t testing.TB, dir string, opt VerifyOptions) *manifest.VerifyReport {
 	t.Helper()
 	rep, err := Verify(context.Background(), dir, opt)
 	if err != nil {
@@ -194,7 +197,7 @@ func TestConvertVerifyAndRead(t *testing.T) {
 	if !rep.OK || rep.Incomplete || !rep.SourceChecked {
 		t.Fatalf("verify: %+v", rep)
 	}
-	c, err := OpenCheckpoint(out)
+	c, err := manifest.OpenCheckpoint(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +211,7 @@ func TestConvertVerifyAndRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ti.Format != "BFP4_b" || ti.Method != MethodRTN || ti.DType != "U8" || ti.Orientation != OrientRow || ti.Tile != "32x32" {
+	if ti.Format != "BFP4_b" || ti.Method != manifest.MethodRTN || ti.DType != "U8" || ti.Orientation != manifest.OrientRow || ti.Tile != "32x32" {
 		t.Fatalf("entry %+v", ti)
 	}
 	if ti.File != "experts-l001-down-g000.safetensors" || *ti.Expert != 5 || *ti.Layer != 1 {
@@ -242,11 +245,11 @@ func TestConvertVerifyAndRead(t *testing.T) {
 			t.Fatalf("Float32s[%d] = %g, bfp.Unpack gives %g", i, vals[i], dec[i])
 		}
 	}
-	if _, err := c.TensorInfo("no.such.tensor"); !errors.Is(err, ErrNoTensor) {
+	if _, err := c.TensorInfo("no.such.tensor"); !errors.Is(err, manifest.ErrNoTensor) {
 		t.Errorf("unknown tensor: %v", err)
 	}
 	// Lossless tensors are the source bytes.
-	if ti, _ := c.TensorInfo("model.language_model.layers.0.linear_attn.A_log"); ti.DType != "F32" || ti.Method != MethodNone {
+	if ti, _ := c.TensorInfo("model.language_model.layers.0.linear_attn.A_log"); ti.DType != "F32" || ti.Method != manifest.MethodNone {
 		t.Errorf("A_log stored as %+v", ti)
 	}
 }
@@ -255,7 +258,7 @@ func TestConvertVerifyAndRead(t *testing.T) {
 // with sha256sum when it is installed.
 func TestSHA256SUMS(t *testing.T) {
 	out := reference(t, "convert")
-	data, err := os.ReadFile(filepath.Join(out, SumsName))
+	data, err := os.ReadFile(filepath.Join(out, manifest.SumsName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,12 +272,12 @@ func TestSHA256SUMS(t *testing.T) {
 		if !ok || !hexRe.MatchString(sum) {
 			t.Fatalf("bad line %q", l)
 		}
-		if b, ok := tree[name]; !ok || sha256Hex(b) != sum {
+		if b, ok := tree[name]; !ok || manifest.SHA256Hex(b) != sum {
 			t.Errorf("line %q does not match the file", l)
 		}
 	}
 	if _, err := exec.LookPath("sha256sum"); err == nil {
-		cmd := exec.Command("sha256sum", "--strict", "-c", SumsName)
+		cmd := exec.Command("sha256sum", "--strict", "-c", manifest.SumsName)
 		cmd.Dir = out
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("sha256sum -c: %v\n%s", err, b)
@@ -289,7 +292,7 @@ func TestGPTQBuildVerifies(t *testing.T) {
 	if !rep.OK {
 		t.Fatalf("%v", rep.Failures)
 	}
-	c, err := OpenCheckpoint(out)
+	c, err := manifest.OpenCheckpoint(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +300,7 @@ func TestGPTQBuildVerifies(t *testing.T) {
 	gptqCount, fallbacks := 0, 0
 	for _, ms := range m.TTQuant.Matrices {
 		switch {
-		case ms.Method == MethodGPTQ:
+		case ms.Method == manifest.MethodGPTQ:
 			gptqCount++
 			// Layer 0 expert 3 has all-zero gate rows, so its down_proj
 			// sees zero inputs and both losses are 0.
@@ -346,7 +349,7 @@ func TestGPTQBuildVerifies(t *testing.T) {
 	dir := t.TempDir()
 	copyTree(t, out, dir)
 	for i := range m.TTQuant.Matrices {
-		if m.TTQuant.Matrices[i].Method == MethodGPTQ {
+		if m.TTQuant.Matrices[i].Method == manifest.MethodGPTQ {
 			m.TTQuant.Matrices[i].Error *= 1.5
 			break
 		}
@@ -360,13 +363,13 @@ func TestGPTQBuildVerifies(t *testing.T) {
 	}
 }
 
-func rewriteManifest(t testing.TB, dir string, m *Manifest) {
+func rewriteManifest(t testing.TB, dir string, m *manifest.Manifest) {
 	t.Helper()
 	data, err := m.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, ManifestName), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, manifest.ManifestName), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -459,7 +462,7 @@ func TestCorruption(t *testing.T) {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
-		if n == ManifestName {
+		if n == manifest.ManifestName {
 			if rep := mustVerify(t, dir, VerifyOptions{}); rep.OK || !rep.Incomplete {
 				t.Errorf("without the manifest: %+v", rep)
 			}
@@ -483,31 +486,31 @@ func TestCorruption(t *testing.T) {
 
 	// Edited manifests with a recomputed integrity hash: the edits are
 	// caught by the file checks.
-	c, err := OpenCheckpoint(dir)
+	c, err := manifest.OpenCheckpoint(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb, _ := os.ReadFile(filepath.Join(dir, ManifestName))
+	mb, _ := os.ReadFile(filepath.Join(dir, manifest.ManifestName))
 	edits := []struct {
 		name string
-		edit func(m *Manifest) string // returns the file expected in a failure
+		edit func(m *manifest.Manifest) string // returns the file expected in a failure
 	}{
-		{"tensor offset", func(m *Manifest) string { m.Tensors[3].Offset += 2; return m.Tensors[3].File }},
-		{"tensor shape", func(m *Manifest) string { m.Tensors[7].Shape[0] *= 2; return m.Tensors[7].File }},
-		{"file hash", func(m *Manifest) string {
+		{"tensor offset", func(m *manifest.Manifest) string { m.Tensors[3].Offset += 2; return m.Tensors[3].File }},
+		{"tensor shape", func(m *manifest.Manifest) string { m.Tensors[7].Shape[0] *= 2; return m.Tensors[7].File }},
+		{"file hash", func(m *manifest.Manifest) string {
 			m.Files[0].SHA256 = strings.Repeat("ab", 32)
 			return m.Files[0].Name
 		}},
-		{"file dropped", func(m *Manifest) string {
+		{"file dropped", func(m *manifest.Manifest) string {
 			for i, f := range m.Files {
-				if f.Role == FileConfig {
+				if f.Role == manifest.FileConfig {
 					m.Files = append(m.Files[:i], m.Files[i+1:]...)
 					return f.Name
 				}
 			}
 			return ""
 		}},
-		{"tensor moved to another expert", func(m *Manifest) string {
+		{"tensor moved to another expert", func(m *manifest.Manifest) string {
 			for i := range m.Tensors {
 				if m.Tensors[i].Expert != nil && *m.Tensors[i].Expert == 3 {
 					m.Tensors[i].Expert = intPtr(30)
@@ -518,7 +521,7 @@ func TestCorruption(t *testing.T) {
 		}},
 	}
 	for _, e := range edits {
-		m, err := DecodeManifest(mb)
+		m, err := manifest.DecodeManifest(mb)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -532,8 +535,8 @@ func TestCorruption(t *testing.T) {
 	if bytes.Equal(edited, mb) {
 		t.Fatal("edit did not apply")
 	}
-	os.WriteFile(filepath.Join(dir, ManifestName), edited, 0o644)
-	expectFail("hand-edited manifest", ManifestName)
+	os.WriteFile(filepath.Join(dir, manifest.ManifestName), edited, 0o644)
+	expectFail("hand-edited manifest", manifest.ManifestName)
 }
 
 // interruptAt runs build with a hook that cancels the run at the n-th hook
@@ -608,7 +611,7 @@ func expectIncomplete(t *testing.T, what, dir string) {
 			t.Errorf("%s: failure %q is not about an unfinished build", what, f)
 		}
 	}
-	if _, err := OpenCheckpoint(dir); err == nil || !strings.Contains(err.Error(), "incomplete") {
+	if _, err := manifest.OpenCheckpoint(dir); err == nil || !strings.Contains(err.Error(), "incomplete") {
 		t.Errorf("%s: OpenCheckpoint: %v", what, err)
 	}
 }
@@ -620,7 +623,7 @@ func TestInterruptAndResume(t *testing.T) {
 	}
 	for _, kind := range kinds {
 		ref := reference(t, kind)
-		c, err := OpenCheckpoint(ref)
+		c, err := manifest.OpenCheckpoint(ref)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,7 +631,7 @@ func TestInterruptAndResume(t *testing.T) {
 		// data file committed.
 		total := int64(len(c.Manifest().Tensors))
 		for _, f := range c.Manifest().Files {
-			if f.Role == FileExperts || f.Role == FileDense {
+			if f.Role == manifest.FileExperts || f.Role == manifest.FileDense {
 				total++
 			}
 		}
@@ -689,7 +692,7 @@ func TestResumeRefusesDifferentBuild(t *testing.T) {
 		t.Errorf("different layout: %v", err)
 	}
 	o = convertOpts(t, out, 1)
-	o.Plan.Rules[len(o.Plan.Rules)-2].Format = StoreBFP4
+	o.Plan.Rules[len(o.Plan.Rules)-2].Format = manifest.StoreBFP4
 	_, err = Convert(context.Background(), o)
 	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "plan") {
 		t.Errorf("different plan: %v", err)
@@ -727,10 +730,10 @@ func TestResumeRefusesDifferentBuild(t *testing.T) {
 }
 
 func TestVerifyErrors(t *testing.T) {
-	if _, err := Verify(context.Background(), filepath.Join(t.TempDir(), "none"), VerifyOptions{}); !errors.Is(err, ErrNotCheckpoint) {
+	if _, err := Verify(context.Background(), filepath.Join(t.TempDir(), "none"), VerifyOptions{}); !errors.Is(err, manifest.ErrNotCheckpoint) {
 		t.Errorf("missing directory: %v", err)
 	}
-	if _, err := Verify(context.Background(), t.TempDir(), VerifyOptions{}); !errors.Is(err, ErrNotCheckpoint) {
+	if _, err := Verify(context.Background(), t.TempDir(), VerifyOptions{}); !errors.Is(err, manifest.ErrNotCheckpoint) {
 		t.Errorf("empty directory: %v", err)
 	}
 }
@@ -761,11 +764,11 @@ func TestDryRunOn35BReplica(t *testing.T) {
 
 func TestManifestEncodingIsCanonical(t *testing.T) {
 	out := reference(t, "convert")
-	data, err := os.ReadFile(filepath.Join(out, ManifestName))
+	data, err := os.ReadFile(filepath.Join(out, manifest.ManifestName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := DecodeManifest(data)
+	m, err := manifest.DecodeManifest(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -781,13 +784,13 @@ func TestManifestEncodingIsCanonical(t *testing.T) {
 	json.Unmarshal(data, &raw)
 	raw["surprise"] = 1
 	b, _ := json.Marshal(raw)
-	if _, err := DecodeManifest(b); err == nil {
+	if _, err := manifest.DecodeManifest(b); err == nil {
 		t.Error("unknown field accepted")
 	}
 	raw["format_version"] = 99
 	delete(raw, "surprise")
 	b, _ = json.Marshal(raw)
-	if _, err := DecodeManifest(b); err == nil || !strings.Contains(err.Error(), "format_version") {
+	if _, err := manifest.DecodeManifest(b); err == nil || !strings.Contains(err.Error(), "format_version") {
 		t.Errorf("format_version 99: %v", err)
 	}
 	for _, s := range []string{"time", "date", "host"} {
@@ -839,7 +842,7 @@ func TestGPTQDenseSelection(t *testing.T) {
 	methods := map[string]string{}
 	for _, ms := range res.Manifest.TTQuant.Matrices {
 		methods[ms.Tensor] = ms.Method + "|" + ms.Fallback
-		if ms.Method == MethodGPTQ && ms.Tokens != 144 {
+		if ms.Method == manifest.MethodGPTQ && ms.Tokens != 144 {
 			t.Errorf("%s: %d tokens, want the 144 calibration tokens", ms.Tensor, ms.Tokens)
 		}
 	}
@@ -859,7 +862,7 @@ func TestGPTQDenseSelection(t *testing.T) {
 		t.Errorf("%d matrices selected, want 8: %v", len(methods), methods)
 	}
 	for _, te := range res.Manifest.Tensors {
-		if te.Method == MethodGPTQ && te.Expert != nil {
+		if te.Method == manifest.MethodGPTQ && te.Expert != nil {
 			t.Errorf("expert tensor %s quantized with GPTQ though not selected", te.Name)
 		}
 	}
@@ -874,7 +877,7 @@ func TestVerifyReappliesPlan(t *testing.T) {
 	src, _ := tinyFixture(t)
 	dir := t.TempDir()
 	copyTree(t, reference(t, "convert"), dir)
-	c, err := OpenCheckpoint(dir)
+	c, err := manifest.OpenCheckpoint(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -909,7 +912,7 @@ func TestGPTQSelectionMustMatch(t *testing.T) {
 
 func TestVerifyForeignDirectory(t *testing.T) {
 	src, _ := tinyFixture(t)
-	if _, err := Verify(context.Background(), src, VerifyOptions{}); !errors.Is(err, ErrNotCheckpoint) {
+	if _, err := Verify(context.Background(), src, VerifyOptions{}); !errors.Is(err, manifest.ErrNotCheckpoint) {
 		t.Errorf("a Hugging Face directory: %v", err)
 	}
 }

@@ -1,0 +1,141 @@
+// Package atomicfile writes files so that a reader never sees a partial
+// one: the bytes go to a temporary name beside the final one, are flushed,
+// and the file is renamed into place. Every file ttquant writes goes
+// through it.
+package atomicfile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Suffix marks a file being written. A file with this suffix is never
+// part of a finished checkpoint.
+const Suffix = ".partial"
+
+// File is a file written under a temporary name (final + ".partial")
+// and renamed into place by Commit after an fsync. It hashes what is
+// written.
+type File struct {
+	f     *os.File
+	final string
+	tmp   string
+	h     hash.Hash
+	n     int64
+	w     io.Writer
+	done  bool
+}
+
+// Create starts writing final under its temporary name, creating the
+// directory if needed.
+func Create(final string) (*File, error) {
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return nil, err
+	}
+	tmp := final + Suffix
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	a := &File{f: f, final: final, tmp: tmp, h: sha256.New()}
+	a.w = io.MultiWriter(f, a.h)
+	return a, nil
+}
+
+func (a *File) Write(p []byte) (int, error) {
+	n, err := a.w.Write(p)
+	a.n += int64(n)
+	return n, err
+}
+
+// Commit flushes the file to disk and renames it into place. It returns the
+// size and sha256 of what was written.
+func (a *File) Commit() (int64, string, error) {
+	a.done = true
+	if err := a.sync(); err != nil {
+		a.f.Close()
+		os.Remove(a.tmp)
+		return 0, "", fmt.Errorf("%s: %w", a.final, err)
+	}
+	if err := a.f.Close(); err != nil {
+		os.Remove(a.tmp)
+		return 0, "", fmt.Errorf("%s: %w", a.final, err)
+	}
+	if err := os.Rename(a.tmp, a.final); err != nil {
+		os.Remove(a.tmp)
+		return 0, "", err
+	}
+	SyncDir(filepath.Dir(a.final))
+	return a.n, hex.EncodeToString(a.h.Sum(nil)), nil
+}
+
+// Abort removes the temporary file. It is a no-op after Commit.
+func (a *File) Abort() {
+	if a.done {
+		return
+	}
+	a.done = true
+	a.f.Close()
+	os.Remove(a.tmp)
+}
+
+// Durable makes Commit flush files to stable storage before renaming them.
+// Tests turn it off: they check contents, not durability, and flushing
+// makes them slow on shared disks.
+var Durable = true
+
+func (a *File) sync() error {
+	if !Durable {
+		return nil
+	}
+	return a.f.Sync()
+}
+
+// SyncDir makes a rename durable where the platform allows it; errors are
+// ignored because some file systems refuse to sync directories.
+func SyncDir(dir string) {
+	if !Durable {
+		return
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	d.Sync()
+	d.Close()
+}
+
+// WriteFile writes data to path via a temporary file and a rename and
+// returns its sha256.
+func WriteFile(path string, data []byte) (string, error) {
+	a, err := Create(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := a.Write(data); err != nil {
+		a.Abort()
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	_, sum, err := a.Commit()
+	return sum, err
+}
+
+// HashFile returns the size and sha256 of a file.
+func HashFile(path string) (int64, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
