@@ -96,6 +96,15 @@ type LayerOptions struct {
 	Grid func(expert int, matrix string) (gptq.Grid, error)
 }
 
+// Validate reports an option out of range: an unknown method or starved
+// policy, a minimum token fraction outside [0, 1], negative workers, an
+// invalid format and axis, or invalid GPTQ options. QuantizeMoELayer calls
+// it before any work.
+func (o LayerOptions) Validate() error {
+	_, err := o.withDefaults(0)
+	return err
+}
+
 func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
 	if o.Format == 0 {
 		o.Format = bfp.BFP4
@@ -138,6 +147,9 @@ func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
 		return o, fmt.Errorf("calib: %d workers", o.Workers)
 	}
 	if err := gptq.NewBFPGrid(o.Format, o.Axis).Validate(); err != nil {
+		return o, err
+	}
+	if err := o.GPTQ.Validate(); err != nil {
 		return o, err
 	}
 	return o, nil

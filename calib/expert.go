@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -167,6 +168,9 @@ func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, f *gpt
 		res, err = f.Quantize(w, rows, g, opt)
 	} else {
 		res, err = gptq.Quantize(w, rows, cols, h, g, opt)
+	}
+	if errors.Is(err, gptq.ErrOptions) {
+		return nil, MatrixStats{}, err // an invalid option is never a fallback
 	}
 	if err != nil {
 		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())

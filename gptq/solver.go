@@ -53,6 +53,32 @@ type Options struct {
 	Name string
 }
 
+// Limits of Options checked by Validate.
+const (
+	// MaxBlockSize is the largest lazy-update block size accepted.
+	MaxBlockSize = 1 << 16
+	// MaxPercDamp is the largest damping fraction accepted: the whole
+	// mean diagonal. Larger values are not a GPTQ setting but a typo; the
+	// automatic increases after a failed factorization may go beyond it.
+	MaxPercDamp = 1.0
+)
+
+// Validate reports an option out of range, wrapping ErrOptions: BlockSize
+// and SubBlock must be 0 (the default) to MaxBlockSize, PercDamp a finite
+// value from 0 to MaxPercDamp. Quantize and NewFactor call it; an invalid
+// option is an error, never a fallback.
+func (o Options) Validate() error {
+	switch {
+	case o.BlockSize < 0 || o.BlockSize > MaxBlockSize:
+		return fmt.Errorf("%w: block size %d%s: want 1 to %d (0 for the default 128)", ErrOptions, o.BlockSize, label(o.Name), MaxBlockSize)
+	case o.SubBlock < 0 || o.SubBlock > MaxBlockSize:
+		return fmt.Errorf("%w: sub-block %d%s: want 0 to %d", ErrOptions, o.SubBlock, label(o.Name), MaxBlockSize)
+	case math.IsNaN(o.PercDamp) || o.PercDamp < 0 || o.PercDamp > MaxPercDamp:
+		return fmt.Errorf("%w: damping %g%s: want 0 to %g", ErrOptions, o.PercDamp, label(o.Name), MaxPercDamp)
+	}
+	return nil
+}
+
 // DefaultOptions returns block size 128, 1% damping, no act-order, float32.
 func DefaultOptions() Options { return Options{BlockSize: 128, PercDamp: 0.01} }
 
@@ -300,9 +326,6 @@ func NewFactor(h []float64, cols int, opt Options) (*Factor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if math.IsNaN(opt.PercDamp) || opt.PercDamp < 0 || math.IsInf(opt.PercDamp, 0) {
-		return nil, fmt.Errorf("%w: damping %g%s", ErrOptions, opt.PercDamp, label(opt.Name))
-	}
 	is32 := !opt.Float64
 	f := &Factor{cols: cols, opt: opt, h: h}
 	// Dead columns: H_jj = 0 → H_jj = 1 (and W[:, j] = 0 when quantizing).
@@ -474,11 +497,11 @@ func (f *Factor) Quantize(w []float32, rows int, g Grid, opt Options) (*Result, 
 // normalizeSolveOptions fills in the default block size and checks the
 // per-matrix options.
 func normalizeSolveOptions(opt Options) (Options, error) {
+	if err := opt.Validate(); err != nil {
+		return opt, err
+	}
 	if opt.BlockSize == 0 {
 		opt.BlockSize = 128
-	}
-	if opt.BlockSize < 0 || opt.SubBlock < 0 {
-		return opt, fmt.Errorf("%w: block size %d, sub-block %d%s", ErrOptions, opt.BlockSize, opt.SubBlock, label(opt.Name))
 	}
 	return opt, nil
 }

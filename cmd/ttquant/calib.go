@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
+	"math"
 	"sort"
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -170,8 +171,11 @@ func runCalibSynth(ctx context.Context, e *env, args []string) error {
 	if *modelDir == "" || *out == "" {
 		return usageErrorf("--model and --out are required")
 	}
-	if *seqs <= 0 || *seqLen <= 0 {
-		return usageErrorf("--sequences and --seq-len must be positive")
+	if err := inRange("sequences", int64(*seqs), 1, math.MaxInt32); err != nil {
+		return err
+	}
+	if err := inRange("seq-len", int64(*seqLen), 1, math.MaxInt32); err != nil {
+		return err
 	}
 	dt, err := safetensors.ParseDType(*dtype)
 	if err != nil || (dt != safetensors.BF16 && dt != safetensors.F32) {
@@ -248,7 +252,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	minTokens := fs.Int("min-tokens", 0, "starvation threshold in routed tokens (0: 0.5% of the calibration tokens; -1: only experts without tokens)")
 	heldOut := fs.Int("held-out", 2, "trailing sequences held out for the block-error measurement")
 	workers := fs.Int("workers", 1, "experts quantized in parallel (results do not depend on it)")
-	percDamp := fs.Float64("percdamp", gptq.DefaultOptions().PercDamp, "GPTQ damping fraction")
+	gf := addGPTQFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, with per-expert statistics")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -273,12 +277,23 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if opt.Starved, err = calib.ParseStarvedPolicy(*starved); err != nil {
 		return usageErrorf("--starved: %v", err)
 	}
-	if *workers < 1 {
-		return usageErrorf("--workers must be at least 1")
+	if err := inRange("workers", int64(*workers), 1, maxWorkers); err != nil {
+		return err
 	}
-	g := gptq.DefaultOptions()
-	g.PercDamp = *percDamp
+	if err := inRange("min-tokens", int64(*minTokens), -1, math.MaxInt32); err != nil {
+		return err
+	}
+	if err := inRange("held-out", int64(*heldOut), 0, math.MaxInt32); err != nil {
+		return err
+	}
+	g, err := gf.options()
+	if err != nil {
+		return err
+	}
 	opt.GPTQ = &g
+	if err := opt.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
 	m, cfg, err := openCalibModel(*modelDir)
 	if err != nil {
 		return err

@@ -70,8 +70,8 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if *refPath == "" || *candPath == "" {
 		return usageErrorf("--reference and --candidate are required")
 	}
-	if *chunk <= 0 {
-		return usageErrorf("--chunk must be positive")
+	if err := inRange("chunk", int64(*chunk), 1, math.MaxInt32); err != nil {
+		return err
 	}
 	open := func(path string) (*safetensors.File, *emulator.SafetensorsLogits, error) {
 		f, err := safetensors.Open(path)

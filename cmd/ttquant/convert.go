@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -56,8 +57,17 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if b.preset != "" && b.planFile != "" {
 		return opt, usageErrorf("give --preset or --plan, not both")
 	}
-	if b.workers < 1 {
-		return opt, usageErrorf("--workers must be at least 1")
+	if err := inRange("workers", int64(b.workers), 1, maxWorkers); err != nil {
+		return opt, err
+	}
+	if err := inRange("experts-per-file", int64(b.expertsPerFile), 1, build.MaxExpertsPerFile); err != nil {
+		return opt, err
+	}
+	if err := inRange("dense-shard-bytes", b.denseShard, 1, math.MaxInt64); err != nil {
+		return opt, err
+	}
+	if b.parent != "" && !isSHA256(b.parent) {
+		return opt, usageErrorf("--parent %q: want the sha256 of a manifest (64 lowercase hex digits)", b.parent)
 	}
 	var pl *plan.Plan
 	var err error
@@ -176,6 +186,9 @@ func runConvert(ctx context.Context, e *env, args []string) error {
 	opt, err := bf.options(e, true)
 	if err != nil {
 		return err
+	}
+	if err := opt.Validate(); err != nil {
+		return usageErrorf("%v", err)
 	}
 	res, err := build.Convert(ctx, opt)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,11 +37,17 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q", fs.Arg(0))
 	}
-	if *workers < 1 {
-		return usageErrorf("--workers must be at least 1")
+	if err := inRange("workers", int64(*workers), 1, maxWorkers); err != nil {
+		return err
 	}
-	if *seqs < 2 || *seqLen < 1 || *heldOut < 1 || *heldOut >= *seqs {
-		return usageErrorf("need --sequences ≥ 2, --seq-len ≥ 1 and 1 ≤ --held-out < --sequences")
+	if err := inRange("sequences", int64(*seqs), 2, math.MaxInt32); err != nil {
+		return err
+	}
+	if err := inRange("seq-len", int64(*seqLen), 1, math.MaxInt32); err != nil {
+		return err
+	}
+	if err := inRange("held-out", int64(*heldOut), 1, int64(*seqs)-1); err != nil {
+		return err
 	}
 	setToolVersion()
 	scratch, err := os.MkdirTemp("", "ttquant-demo-model-")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/ttquant/ttquant/emulator"
@@ -81,6 +82,9 @@ func runEmulateCheck(ctx context.Context, e *env, args []string) error {
 	}
 	if *ckpt == "" || *dump == "" {
 		return usageErrorf("--checkpoint and --dump are required")
+	}
+	if err := inRange("limit", int64(*limit), 0, math.MaxInt32); err != nil {
+		return err
 	}
 	c, err := manifest.OpenCheckpoint(*ckpt)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -38,11 +37,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	bf := addBuildFlags(fs)
 	calibPath := fs.String("calib", "", "calibration store (required unless --dry-run)")
 	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
-	def := gptq.DefaultOptions()
-	blockSize := fs.Int("block-size", def.BlockSize, "GPTQ lazy-update block size")
-	percDamp := fs.Float64("percdamp", def.PercDamp, "GPTQ damping, as a fraction of the mean Hessian diagonal")
-	actOrder := fs.Bool("act-order", false, "process columns in order of decreasing Hessian diagonal")
-	f64 := fs.Bool("float64", false, "run the solver in float64")
+	gf := addGPTQFlags(fs)
 	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each expert layer's held-out block error against RTN")
 	estimate := fs.Duration("estimate", 5*time.Second, "with --dry-run: time spent measuring the kernels to estimate the GPTQ kernel time (0: no estimate)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the work without reading tensor data or writing anything")
@@ -59,13 +54,24 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	if *calibPath == "" && !*dryRun {
 		return usageErrorf("--calib is required")
 	}
-	g := def
-	g.BlockSize, g.PercDamp, g.ActOrder, g.Float64 = *blockSize, *percDamp, *actOrder, *f64
+	g, err := gf.options()
+	if err != nil {
+		return err
+	}
+	if err := inRange("held-out", int64(*heldOut), 0, math.MaxInt32); err != nil {
+		return err
+	}
+	if *estimate < 0 {
+		return usageErrorf("--estimate %v is out of range: want 0 or more", *estimate)
+	}
 	opt.GPTQOptions = &g
 	opt.Calib = *calibPath
 	opt.Layers = *layers
 	opt.DryRun = *dryRun
 	opt.HeldOutSequences = *heldOut
+	if err := opt.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
 	res, err := build.GPTQ(ctx, opt)
 	if err != nil {
 		return buildError(opt, err)

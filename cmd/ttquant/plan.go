@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -113,8 +115,11 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	if *preset != "" && *planFile != "" {
 		return usageErrorf("give --preset or --plan, not both")
 	}
-	if *perFile < 1 || *denseShard < 1 {
-		return usageErrorf("--experts-per-file and --dense-shard-bytes must be positive")
+	if err := inRange("experts-per-file", int64(*perFile), 1, build.MaxExpertsPerFile); err != nil {
+		return err
+	}
+	if err := inRange("dense-shard-bytes", *denseShard, 1, math.MaxInt64); err != nil {
+		return err
 	}
 	var pl *plan.Plan
 	var err error

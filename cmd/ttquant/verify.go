@@ -30,6 +30,9 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
 	}
+	if err := inRange("workers", int64(*workers), 1, maxWorkers); err != nil {
+		return err
+	}
 	rep, err := build.Verify(ctx, pos[0], build.VerifyOptions{Source: *source, Workers: *workers})
 	if err != nil {
 		return err

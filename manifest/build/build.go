@@ -211,20 +211,55 @@ type fileRecord struct {
 	Matrices []manifest.MatrixStats `json:"matrices,omitempty"`
 }
 
+// MaxExpertsPerFile bounds BuildOptions.ExpertsPerFile.
+const MaxExpertsPerFile = 1 << 16
+
+// Validate reports the first option out of range, before any I/O: a
+// missing source, output directory or plan, an invalid plan, negative
+// workers, experts per file or dense shard size, a parent that is not a
+// sha256, an invalid layer selection, negative held-out sequences or
+// invalid GPTQ options (gptq.Options.Validate). Zero values select the
+// defaults. Convert and GPTQ call it first.
+func (opt BuildOptions) Validate() error {
+	switch {
+	case opt.Source == "":
+		return errors.New("build: no source checkpoint given")
+	case opt.Out == "" && !opt.DryRun:
+		return errors.New("build: no output directory given")
+	case opt.Plan == nil:
+		return errors.New("build: no plan given")
+	case opt.Workers < 0:
+		return fmt.Errorf("build: workers %d: want at least 1 (0 for the default)", opt.Workers)
+	case opt.ExpertsPerFile < 0 || opt.ExpertsPerFile > MaxExpertsPerFile:
+		return fmt.Errorf("build: experts per file %d: want 1 to %d (0 for the default %d)", opt.ExpertsPerFile, MaxExpertsPerFile, manifest.DefaultExpertsPerFile)
+	case opt.DenseShardBytes < 0:
+		return fmt.Errorf("build: dense shard bytes %d: want at least 1 (0 for the default %d)", opt.DenseShardBytes, manifest.DefaultDenseShardBytes)
+	case opt.HeldOutSequences < 0:
+		return fmt.Errorf("build: held-out sequences %d: want 0 or more", opt.HeldOutSequences)
+	case opt.Parent != "" && !hexRe.MatchString(opt.Parent):
+		return fmt.Errorf("build: parent %q is not the sha256 (64 lowercase hex digits) of a manifest", opt.Parent)
+	}
+	if _, err := opt.Plan.Validate(); err != nil {
+		return err
+	}
+	if opt.GPTQOptions != nil {
+		if err := opt.GPTQOptions.Validate(); err != nil {
+			return err
+		}
+	}
+	if opt.Layers != "" {
+		if _, err := layerSelector(opt.Layers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult, error) {
-	if opt.Source == "" {
-		return nil, errors.New("manifest: no source checkpoint given")
+	if err := opt.Validate(); err != nil {
+		return nil, err
 	}
-	if opt.Out == "" && !opt.DryRun {
-		return nil, errors.New("manifest: no output directory given")
-	}
-	if opt.Plan == nil {
-		return nil, errors.New("manifest: no plan given")
-	}
-	if opt.Parent != "" && !hexRe.MatchString(opt.Parent) {
-		return nil, fmt.Errorf("manifest: parent %q is not the sha256 (64 lowercase hex digits) of a manifest", opt.Parent)
-	}
-	if opt.Workers <= 0 {
+	if opt.Workers == 0 {
 		opt.Workers = 1
 	}
 	if opt.ExpertsPerFile == 0 {

@@ -639,6 +639,9 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 		axis = gptq.OutputAxis
 	}
 	res, err := gptq.Quantize(w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis), b.gopt)
+	if errors.Is(err, gptq.ErrOptions) {
+		return nil, te, nil, err // an invalid option is never a fallback
+	}
 	if err != nil {
 		return rtn("gptq: " + err.Error())
 	}

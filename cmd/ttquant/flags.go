@@ -1,0 +1,80 @@
+package main
+
+import (
+	"flag"
+	"math"
+
+	"github.com/ttquant/ttquant/gptq"
+)
+
+// inRange is a usage error naming the flag and the accepted range unless
+// lo ≤ v ≤ hi.
+func inRange(flagName string, v, lo, hi int64) error {
+	if v >= lo && v <= hi {
+		return nil
+	}
+	if hi == math.MaxInt64 {
+		return usageErrorf("--%s %d is out of range: want at least %d", flagName, v, lo)
+	}
+	return usageErrorf("--%s %d is out of range: want %d to %d", flagName, v, lo, hi)
+}
+
+// inRangeFloat is inRange for a float flag; NaN is never in range.
+func inRangeFloat(flagName string, v, lo, hi float64) error {
+	if v >= lo && v <= hi {
+		return nil
+	}
+	return usageErrorf("--%s %g is out of range: want %g to %g", flagName, v, lo, hi)
+}
+
+// maxWorkers bounds every --workers flag: far more goroutines than any
+// machine has cores is a typo.
+const maxWorkers = 1 << 12
+
+// gptqFlags are the GPTQ solver flags, the same in every command that runs
+// the solver (gptq, calib quantize).
+type gptqFlags struct {
+	blockSize     int
+	percDamp      float64
+	actOrder, f64 bool
+}
+
+func addGPTQFlags(fs *flag.FlagSet) *gptqFlags {
+	def := gptq.DefaultOptions()
+	g := &gptqFlags{}
+	fs.IntVar(&g.blockSize, "block-size", def.BlockSize, "GPTQ lazy-update block size (1 to 65536)")
+	fs.Float64Var(&g.percDamp, "percdamp", def.PercDamp, "GPTQ damping, as a fraction of the mean Hessian diagonal (0 to 1)")
+	fs.BoolVar(&g.actOrder, "act-order", false, "process columns in order of decreasing Hessian diagonal")
+	fs.BoolVar(&g.f64, "float64", false, "run the solver in float64")
+	return g
+}
+
+// options checks the flags' ranges (a usage error naming the flag) and
+// returns the solver options.
+func (g *gptqFlags) options() (gptq.Options, error) {
+	if err := inRange("block-size", int64(g.blockSize), 1, gptq.MaxBlockSize); err != nil {
+		return gptq.Options{}, err
+	}
+	if err := inRangeFloat("percdamp", g.percDamp, 0, gptq.MaxPercDamp); err != nil {
+		return gptq.Options{}, err
+	}
+	o := gptq.DefaultOptions()
+	o.BlockSize, o.PercDamp, o.ActOrder, o.Float64 = g.blockSize, g.percDamp, g.actOrder, g.f64
+	if err := o.Validate(); err != nil {
+		return gptq.Options{}, usageErrorf("%v", err)
+	}
+	return o, nil
+}
+
+// isSHA256 reports whether s is a sha256 in lowercase hex.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

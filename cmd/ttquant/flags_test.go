@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestOutOfRangeFlags: every numeric flag out of its range is a usage
+// error (exit 2) naming the flag, reported before anything is read or
+// written: the output directory stays absent. The model and store paths do
+// not exist, so a check that ran after opening them would fail differently.
+func TestOutOfRangeFlags(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	model := filepath.Join(dir, "no-model")
+	store := filepath.Join(dir, "no-store")
+	gptqArgs := []string{"gptq", "--model", model, "--calib", store, "--out", out}
+	convertArgs := []string{"convert", "--model", model, "--out", out}
+	quantArgs := []string{"calib", "quantize", "--model", model, "--store", store}
+	cases := []struct {
+		args []string
+		flag string
+	}{
+		{append(gptqArgs, "--percdamp", "-1"), "--percdamp"},
+		{append(gptqArgs, "--percdamp", "NaN"), "--percdamp"},
+		{append(gptqArgs, "--percdamp", "2"), "--percdamp"},
+		{append(gptqArgs, "--block-size", "0"), "--block-size"},
+		{append(gptqArgs, "--block-size", "-5"), "--block-size"},
+		{append(gptqArgs, "--block-size", "100000"), "--block-size"},
+		{append(gptqArgs, "--workers", "-3"), "--workers"},
+		{append(gptqArgs, "--workers", "0"), "--workers"},
+		{append(gptqArgs, "--held-out", "-1"), "--held-out"},
+		{append(gptqArgs, "--experts-per-file", "0"), "--experts-per-file"},
+		{append(gptqArgs, "--dense-shard-bytes", "-1"), "--dense-shard-bytes"},
+		{append(gptqArgs, "--estimate", "-1s"), "--estimate"},
+		{append(gptqArgs, "--parent", "xyz"), "--parent"},
+		{append(convertArgs, "--workers", "-3"), "--workers"},
+		{append(convertArgs, "--experts-per-file", "-1"), "--experts-per-file"},
+		{append(convertArgs, "--dense-shard-bytes", "0"), "--dense-shard-bytes"},
+		{append(quantArgs, "--percdamp", "-1"), "--percdamp"},
+		{append(quantArgs, "--block-size", "0"), "--block-size"},
+		{append(quantArgs, "--workers", "-3"), "--workers"},
+		{append(quantArgs, "--min-tokens", "-2"), "--min-tokens"},
+		{append(quantArgs, "--held-out", "-1"), "--held-out"},
+		{[]string{"calib", "synth", "--model", model, "--out", out, "--sequences", "0"}, "--sequences"},
+		{[]string{"calib", "synth", "--model", model, "--out", out, "--seq-len", "-1"}, "--seq-len"},
+		{[]string{"demo", "--out", out, "--workers", "-3"}, "--workers"},
+		{[]string{"demo", "--out", out, "--sequences", "1"}, "--sequences"},
+		{[]string{"demo", "--out", out, "--seq-len", "0"}, "--seq-len"},
+		{[]string{"demo", "--out", out, "--held-out", "16"}, "--held-out"},
+		{[]string{"demo", "--out", out, "--held-out", "0"}, "--held-out"},
+		{[]string{"plan", "--model", model, "--experts-per-file", "0"}, "--experts-per-file"},
+		{[]string{"plan", "--model", model, "--dense-shard-bytes", "0"}, "--dense-shard-bytes"},
+		{[]string{"verify", out, "--workers", "0"}, "--workers"},
+		{[]string{"compare", "--reference", model, "--candidate", model, "--chunk", "0"}, "--chunk"},
+		{[]string{"emulate", "check", "--checkpoint", model, "--dump", model, "--limit", "-1"}, "--limit"},
+	}
+	for _, c := range cases {
+		code, _, errs := runCLI(t, c.args...)
+		if code != exitUsage || !strings.Contains(errs, c.flag) {
+			t.Errorf("%s: status %d, stderr %q; want %d naming %s", strings.Join(c.args, " "), code, errs, exitUsage, c.flag)
+		}
+		if strings.Contains(c.flag, "percdamp") || strings.Contains(c.flag, "block-size") {
+			if !strings.Contains(errs, " to ") {
+				t.Errorf("%s: stderr %q does not state the accepted range", strings.Join(c.args, " "), errs)
+			}
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%s: %s was created", strings.Join(c.args, " "), out)
+		}
+	}
+}
