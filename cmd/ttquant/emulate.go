@@ -22,11 +22,15 @@ func init() {
 }
 
 func runEmulate(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(e.stderr, "usage: ttquant emulate matmul|check [flags]")
-		fmt.Fprintln(e.stderr, "  matmul  y = x·Wᵀ for a checkpoint weight, as the device's Matrix Unit computes it")
-		fmt.Fprintln(e.stderr, "  check   compare tensors read back from a device with the emulated decode, bit for bit")
-		return &statusError{status: exitUsage}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		w, status := e.stderr, exitUsage
+		if len(args) > 0 {
+			w, status = e.stdout, exitOK
+		}
+		fmt.Fprintln(w, "usage: ttquant emulate matmul|check [flags]")
+		fmt.Fprintln(w, "  matmul  y = x·Wᵀ for a checkpoint weight, as the device's Matrix Unit computes it")
+		fmt.Fprintln(w, "  check   compare tensors read back from a device with the emulated decode, bit for bit")
+		return &statusError{status: status}
 	}
 	switch args[0] {
 	case "matmul":

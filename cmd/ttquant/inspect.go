@@ -20,13 +20,13 @@ func init() {
 
 // inspectTensor is one tensor of the --json document.
 type inspectTensor struct {
-	Name  string  `json:"name"`
-	DType string  `json:"dtype"`
-	Shape []int64 `json:"shape"`
-	Bytes int64   `json:"bytes"`
-	Shard string  `json:"shard"`
-	Begin int64   `json:"begin"` // data-section offsets within the shard
-	End   int64   `json:"end"`
+	Name  string   `json:"name"`
+	DType string   `json:"dtype"`
+	Shape []uint64 `json:"shape"` // exact, dimensions above 2⁶³−1 included
+	Bytes int64    `json:"bytes"`
+	Shard string   `json:"shard"`
+	Begin int64    `json:"begin"` // data-section offsets within the shard
+	End   int64    `json:"end"`
 }
 
 type inspectFile struct {
@@ -97,7 +97,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	for _, name := range m.Names() {
 		f, t, _ := m.Lookup(name)
-		doc.Tensors = append(doc.Tensors, inspectTensor{Name: name, DType: t.DType.String(), Shape: t.Shape,
+		doc.Tensors = append(doc.Tensors, inspectTensor{Name: name, DType: t.DType.String(), Shape: t.Dims(),
 			Bytes: t.Size(), Shard: filepath.Base(f.Path()), Begin: t.Begin, End: t.End})
 		doc.Totals.Tensors++
 		doc.Totals.Bytes += t.Size()
@@ -156,7 +156,7 @@ func inspectQuote(s string) string {
 	return s
 }
 
-func inspectShape(s []int64) string {
+func inspectShape(s []uint64) string {
 	b := []byte{'['}
 	for i, d := range s {
 		if i > 0 {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,5 +91,29 @@ func TestInspectUsage(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "none.safetensors")
 	if code, _, errs := runCLI(t, "inspect", missing); code != exitError || !strings.Contains(errs, "none.safetensors") {
 		t.Errorf("missing file: status %d, stderr %q", code, errs)
+	}
+}
+
+// TestInspectHugeDimension: a dimension above 2⁶³−1 (legal in a tensor
+// with no elements) is printed exactly, in the table and in JSON.
+func TestInspectHugeDimension(t *testing.T) {
+	hdr := []byte(`{"huge":{"dtype":"F32","shape":[18446744073709551615,0],"data_offsets":[0,0]}}`)
+	for len(hdr)%8 != 0 {
+		hdr = append(hdr, ' ')
+	}
+	file := make([]byte, 8, 8+len(hdr))
+	binary.LittleEndian.PutUint64(file, uint64(len(hdr)))
+	file = append(file, hdr...)
+	path := filepath.Join(t.TempDir(), "huge.safetensors")
+	if err := os.WriteFile(path, file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "inspect", path)
+	if code != exitOK || !strings.Contains(out, "[18446744073709551615,0]") {
+		t.Fatalf("inspect: status %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, _ = runCLI(t, "inspect", "--json", path)
+	if code != exitOK || !strings.Contains(out, "18446744073709551615") || strings.Contains(out, "-1") {
+		t.Fatalf("inspect --json: status %d, stdout %q", code, out)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Exit statuses.
@@ -71,26 +72,49 @@ func usageErrorf(format string, args ...any) error {
 	return &statusError{status: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// newFlagSet returns a flag set for a subcommand whose parse errors are usage
-// errors and whose usage text goes to stderr.
+// flagEnvs maps every flag set made by newFlagSet to its command's streams,
+// for parseFlags.
+var flagEnvs sync.Map // *flag.FlagSet → *env
+
+// newFlagSet returns a flag set for a subcommand: -h and --help print its
+// usage on stdout (exit 0), a bad flag is reported with the usage on
+// stderr (exit 2).
 func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("ttquant "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: ttquant %s %s\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "usage: ttquant %s %s\n", name, synopsis)
 		fs.PrintDefaults()
 	}
+	flagEnvs.Store(fs, e)
 	return fs
 }
 
-// parseFlags parses args, turning -h and bad flags into usage errors.
+// parseFlags parses args: -h/--help print the usage on stdout and end the
+// command with status 0; a bad flag is a usage error (status 2) reported
+// once, with the usage, on stderr.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		// -h or a bad flag: the flag package has already printed the
-		// problem (if any) and the usage.
-		return &statusError{status: exitUsage}
+	v, _ := flagEnvs.Load(fs)
+	e, _ := v.(*env)
+	if e == nil {
+		e = &env{stdout: io.Discard, stderr: io.Discard}
 	}
-	return nil
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		fs.SetOutput(e.stderr)
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(e.stdout)
+		fs.Usage()
+		fs.SetOutput(e.stderr)
+		return &statusError{status: exitOK}
+	}
+	fs.SetOutput(e.stderr)
+	fmt.Fprintln(e.stderr, err)
+	fs.Usage()
+	return &statusError{status: exitUsage}
 }
 
 func usage(w io.Writer) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,37 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "convert", "--preset", "no-such-preset", "--model", "m", "--out", "o"); code != exitUsage || !strings.Contains(errs, "no-such-preset") {
 		t.Errorf("unknown preset: status %d, stderr %q", code, errs)
+	}
+}
+
+// TestBuildInfoRevision: the revision comes from the go command's
+// vcs.revision stamp, else from the -X fallback; vcs.modified is kept.
+func TestBuildInfoRevision(t *testing.T) {
+	stamped := &debug.BuildInfo{GoVersion: "go1.x", Main: debug.Module{Path: "github.com/ttquant/ttquant", Version: "(devel)"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}}
+	if b := buildInfoOf(stamped, "fallback"); b.Revision != "abc123" || !b.Modified || b.Version != "(devel)" {
+		t.Errorf("stamped build: %+v", b)
+	}
+	bare := &debug.BuildInfo{GoVersion: "go1.x", Main: debug.Module{Path: "github.com/ttquant/ttquant"}}
+	if b := buildInfoOf(bare, "def456"); b.Revision != "def456" || b.Modified {
+		t.Errorf("unstamped build with -X revision: %+v", b)
+	}
+	if b := buildInfoOf(nil, ""); b.Revision != "" || b.Version != "(unknown)" {
+		t.Errorf("no build info: %+v", b)
+	}
+}
+
+// TestHelpExitsZero: -h and --help print the usage on stdout and exit 0,
+// for commands and subcommands alike; a bad flag stays a usage error.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"gptq", "-h"}, {"convert", "--help"}, {"calib", "-h"},
+		{"calib", "synth", "-h"}, {"emulate", "-h"}, {"emulate", "check", "--help"}, {"verify", "-h"}, {"demo", "-h"}} {
+		code, out, _ := runCLI(t, args...)
+		if code != exitOK || !strings.Contains(out, "usage: ttquant") {
+			t.Errorf("%v: status %d, stdout %q", args, code, out)
+		}
+	}
+	if code, _, errs := runCLI(t, "gptq", "--bogus"); code != exitUsage || !strings.Contains(errs, "usage: ttquant gptq") {
+		t.Errorf("bad flag: status %d, stderr %q", code, errs)
 	}
 }

@@ -20,10 +20,24 @@ type buildInfo struct {
 	GoVersion     string `json:"go_version"`
 }
 
+// revision is the VCS revision when the build stamps none, set with
+// -ldflags "-X main.revision=$(git rev-parse HEAD)". The go command stamps
+// vcs.revision itself only when VCS stamping is on (-buildvcs, off when
+// GOFLAGS says -buildvcs=false) and it recognises the checkout: it looks
+// for a .git directory, so a linked git worktree, whose .git is a file, is
+// not recognised (docs/cli.md).
+var revision string
+
 func readBuildInfo() buildInfo {
-	b := buildInfo{SchemaVersion: schemaVersion, Module: "github.com/ttquant/ttquant", Version: "(unknown)"}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	info, _ := debug.ReadBuildInfo()
+	return buildInfoOf(info, revision)
+}
+
+// buildInfoOf extracts the identity from build information (nil when the
+// binary has none) and the -X fallback revision.
+func buildInfoOf(info *debug.BuildInfo, fallbackRev string) buildInfo {
+	b := buildInfo{SchemaVersion: schemaVersion, Module: "github.com/ttquant/ttquant", Version: "(unknown)", Revision: fallbackRev}
+	if info == nil {
 		return b
 	}
 	b.GoVersion = info.GoVersion
@@ -56,7 +70,7 @@ func runVersion(ctx context.Context, e *env, args []string) error {
 	}
 	rev := b.Revision
 	if rev == "" {
-		rev = "unknown revision"
+		rev = "unknown revision (built without VCS stamping: see docs/cli.md)"
 	}
 	if b.Modified {
 		rev += " (modified)"
