@@ -313,7 +313,7 @@ func TestQwen36PresetFormats(t *testing.T) {
 		model.RoleRouter: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleSharedExpertGate: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleNorm: {manifest.StoreAsIs, manifest.MethodNone},
 		model.RoleGDNNorm: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleConv1D: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleALog: {manifest.StoreAsIs, manifest.MethodNone},
 		model.RoleDTBias: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleEmbedding: {manifest.StoreAsIs, manifest.MethodNone},
-		model.RoleGDNInA: {manifest.StoreAsIs, manifest.MethodNone}, model.RoleGDNInB: {manifest.StoreAsIs, manifest.MethodNone},
+		model.RoleGDNInA: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleGDNInB: {manifest.StoreBFP8, manifest.MethodRTN},
 	}
 	seen := map[model.Role]int{}
 	for _, pt := range r.Tensors {
@@ -335,14 +335,14 @@ func TestQwen36PresetFormats(t *testing.T) {
 	tiles := func(rows, cols int64) int64 { return (rows / 32) * (cols / 32) }
 	const blocks, experts = 41, 256
 	bfp4 := blocks * (experts*(tiles(1024, 2048)+tiles(2048, 512)) + 2*tiles(512, 2048) + tiles(2048, 512))
-	bfp8 := 30*(tiles(8192, 2048)+tiles(4096, 2048)+tiles(2048, 4096)) + // GDN qkv, z, out
+	bfp8 := 30*(tiles(8192, 2048)+tiles(4096, 2048)+2*tiles(32, 2048)+tiles(2048, 4096)) + // GDN qkv, z, a, b, out
 		11*(tiles(8192, 2048)+2*tiles(512, 2048)+tiles(2048, 4096)) + // attention (10 layers + MTP)
 		tiles(248320, 2048) + tiles(2048, 4096) // lm_head, mtp.fc
-	var lossless int64 = 248320 * 2048 * 2                          // embedding
-	lossless += blocks * (256*2048 + 2048) * 2                      // router, shared-expert gate
-	lossless += 30 * (2*32*2048*2 + 8192*4*2 + 32*2 + 32*4 + 128*4) // in_proj_a/b, conv1d, dt_bias, A_log, norm
-	lossless += (40*2*2048 + 10*2*256 + 2048) * 2                   // trunk: layer norms, q/k norms, final norm
-	lossless += (3*2048 + 2*2048 + 2*256) * 2                       // MTP: embedding/hidden/final norms, layer norms, q/k norms
+	var lossless int64 = 248320 * 2048 * 2            // embedding
+	lossless += blocks * (256*2048 + 2048) * 2        // router, shared-expert gate
+	lossless += 30 * (8192*4*2 + 32*2 + 32*4 + 128*4) // conv1d, dt_bias, A_log, norm
+	lossless += (40*2*2048 + 10*2*256 + 2048) * 2     // trunk: layer norms, q/k norms, final norm
+	lossless += (3*2048 + 2*2048 + 2*256) * 2         // MTP: embedding/hidden/final norms, layer norms, q/k norms
 	wantBytes := bfp4*576 + bfp8*1088 + lossless
 	if r.StoredBytes != wantBytes {
 		t.Errorf("stored bytes %d, independent count %d", r.StoredBytes, wantBytes)
@@ -653,7 +653,7 @@ func TestQwen3NextPlans(t *testing.T) {
 	}
 	want := map[string]string{
 		"model.layers.0.linear_attn.in_proj_qkvz.weight": manifest.StoreBFP8,
-		"model.layers.0.linear_attn.in_proj_ba.weight":   manifest.StoreAsIs,
+		"model.layers.0.linear_attn.in_proj_ba.weight":   manifest.StoreBFP8,
 		"model.layers.1.mlp.experts.7.gate_up_proj":      manifest.StoreBFP4,
 		"mtp.layers.0.mlp.experts.15.down_proj":          manifest.StoreBFP4,
 		"model.embed_tokens.weight":                      manifest.StoreAsIs,

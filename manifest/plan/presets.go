@@ -18,16 +18,26 @@ const (
 
 // losslessRules keep, in their source dtype, every tensor that a
 // quantized Qwen3.x checkpoint keeps lossless: all RMSNorm weights, the
-// Gated DeltaNet conv1d, A_log, dt_bias and its one-row-per-head a/b
-// projections, the router and the shared expert's gate, and the token
-// embedding.
+// Gated DeltaNet conv1d, A_log and dt_bias, the router and the shared
+// expert's gate, and the token embedding.
 var losslessRules = []Rule{
 	{Pattern: "*norm*", Format: manifest.StoreAsIs, Note: "RMSNorm weights (layer, q/k, final, gated DeltaNet and MTP norms)"},
 	{Pattern: "*.linear_attn.{conv1d.weight,A_log,dt_bias}", Format: manifest.StoreAsIs, Note: "Gated DeltaNet conv1d, decay and time-step parameters (A_log stays F32)"},
-	{Pattern: "*.linear_attn.{in_proj_a,in_proj_b,in_proj_ba}.weight", Format: manifest.StoreAsIs, Note: "Gated DeltaNet decay/beta projections: one row per value head"},
 	{Pattern: "*.mlp.{gate,shared_expert_gate}.weight", Format: manifest.StoreAsIs, Note: "router and shared-expert gate"},
 	{Pattern: "*.embed_tokens.weight", Format: manifest.StoreAsIs, Note: "token embedding (a lookup table, not a matmul)"},
 }
+
+// gdnABPattern names the Gated DeltaNet decay/beta input projections (one
+// row per value head; fused as in_proj_ba in Qwen3-Next).
+const gdnABPattern = "*.linear_attn.{in_proj_a,in_proj_b,in_proj_ba}.weight"
+
+// gdnABLossless keeps them as stored (the dense presets); the 35B preset
+// stores them in BFP8_b like the other in-projections, as the published
+// precision table of Qwen3.6-35B-A3B does.
+var (
+	gdnABLossless = []Rule{{Pattern: gdnABPattern, Format: manifest.StoreAsIs, Note: "Gated DeltaNet decay/beta projections: one row per value head"}}
+	gdnABBFP8     = []Rule{{Pattern: gdnABPattern, Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "Gated DeltaNet decay/beta projections, BFP8_b like qkv and z"}}
+)
 
 // tailRules store the remaining projections, the LM head and MTP's fc in
 // BFP8 and pass vision tensors through.
@@ -51,9 +61,9 @@ var presets = map[string]Plan{
 	PresetQwen36MoE: {
 		Name: PresetQwen36MoE,
 		Description: "Qwen3.6-35B-A3B: routed experts (every layer and the MTP layer) and the shared expert BFP4_b with GPTQ; " +
-			"Gated DeltaNet and attention projections, MTP fc and LM head BFP8_b (RTN); norms, conv1d, A_log, dt_bias, " +
-			"the a/b projections, router, shared-expert gate and embedding kept as stored",
-		Rules: concatRules(losslessRules, []Rule{
+			"Gated DeltaNet (qkv, z, a, b, out) and attention projections, MTP fc and LM head BFP8_b (RTN); norms, conv1d, A_log, dt_bias, " +
+			"router, shared-expert gate and embedding kept as stored",
+		Rules: concatRules(losslessRules, gdnABBFP8, []Rule{
 			{Pattern: "*.mlp.experts.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "routed experts"},
 			{Pattern: "*.mlp.shared_expert.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "shared expert"},
 		}, tailRules),
@@ -62,7 +72,7 @@ var presets = map[string]Plan{
 		Name: PresetDense27B,
 		Description: "Qwen3.x 27B-style dense: MLP gate/up/down (and any routed or shared expert) BFP4_b with GPTQ; " +
 			"other projections and the LM head BFP8_b (RTN); lossless tensors kept as stored",
-		Rules: concatRules(losslessRules, []Rule{
+		Rules: concatRules(losslessRules, gdnABLossless, []Rule{
 			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "dense MLP"},
 			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "MLP experts, should the model have them"},
 		}, tailRules),
@@ -70,7 +80,7 @@ var presets = map[string]Plan{
 	PresetDense9B: {
 		Name:        PresetDense9B,
 		Description: "Qwen3.x 9B-style dense: every matrix BFP8_b (RTN) except the lossless tensors, kept as stored",
-		Rules: concatRules(losslessRules, []Rule{
+		Rules: concatRules(losslessRules, gdnABLossless, []Rule{
 			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "dense MLP"},
 			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "MLP experts, should the model have them"},
 		}, tailRules),
