@@ -49,7 +49,8 @@ var allowed = map[string][]string{
 var allowedInTests = map[string][]string{
 	"*":                  {"internal/testdata", "internal/testmodel"},
 	"gptq":               {"safetensors"},
-	"manifest":           {"emulator"},
+	"manifest":           {"manifest/plan", "manifest/build"},
+	"manifest/build":     {"emulator"},
 	"internal/testmodel": {},
 }
 
