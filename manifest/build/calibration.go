@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/ttquant/ttquant/calib"
-	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
@@ -167,40 +165,11 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 	if err != nil {
 		return nil, 0, "", err
 	}
-	h := gptq.NewHessian(cols)
-	var a []float32
-	err = s.store.Stream(layer, calib.SiteMoE, 0, s.calibTokens, 1024, func(_ int64, rows []float32) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n := len(rows) / hidden
-		a = swigluRows(a[:0], rows, n, hidden, g, u, cols)
-		return h.Add(a, n)
-	})
+	h, err := s.store.SwiGLUHessian(ctx, layer, calib.SiteMoE, s.calibTokens, g, u, cols)
 	if err != nil {
 		return nil, 0, "", err
 	}
 	return h.Matrix(), h.Tokens(), "", nil
-}
-
-// swigluRows appends silu(x·Gᵀ) ⊙ (x·Uᵀ) for n rows of x (n×hidden) with
-// G, U of shape inter×hidden, in float32 with float64 dot products.
-func swigluRows(dst, x []float32, n, hidden int, g, u []float32, inter int) []float32 {
-	for t := 0; t < n; t++ {
-		row := x[t*hidden : (t+1)*hidden]
-		for j := 0; j < inter; j++ {
-			var sg, su float64
-			gr, ur := g[j*hidden:(j+1)*hidden], u[j*hidden:(j+1)*hidden]
-			for k, v := range row {
-				sg += float64(v) * float64(gr[k])
-				su += float64(v) * float64(ur[k])
-			}
-			gv := float32(sg)
-			silu := gv / (1 + float32(math.Exp(float64(-gv))))
-			dst = append(dst, silu*float32(su))
-		}
-	}
-	return dst
 }
 
 type hessEntry struct {
@@ -230,13 +199,7 @@ func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, exper
 		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the matrix %d inputs", site, layer, si.Cols, cols), nil
 	}
 	return s.cached(fmt.Sprintf("%d/%s", layer, site), cols, func() ([]float64, int64, string, error) {
-		h := gptq.NewHessian(cols)
-		err := s.store.Stream(layer, site, 0, s.calibTokens, 4096, func(_ int64, rows []float32) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return h.Add(rows, len(rows)/cols)
-		})
+		h, err := s.store.SiteHessian(ctx, layer, site, s.calibTokens)
 		if err != nil {
 			return nil, 0, "", err
 		}
