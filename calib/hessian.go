@@ -3,7 +3,6 @@ package calib
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/ttquant/ttquant/gptq"
 )
@@ -43,37 +42,17 @@ func (s *Store) SwiGLUHessian(ctx context.Context, layer int, site string, token
 		return nil, fmt.Errorf("calib: SwiGLU Hessian of layer %d: gate and up have %d and %d values, want %d×%d (the site's width)", layer, len(gate), len(up), inter, hidden)
 	}
 	h := gptq.NewHessian(inter)
-	var a []float32
+	w := &ExpertWeights{Gate: gate, Up: up}
+	var ws expertScratch
 	err := s.Stream(layer, site, 0, tokens, 1024, func(_ int64, rows []float32) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := len(rows) / hidden
-		a = swigluRows(a[:0], rows, n, hidden, gate, up, inter)
-		return h.Add(a, n)
+		return h.Add(ws.intermediate(w, rows, n, hidden, inter), n)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return h, nil
-}
-
-// swigluRows appends silu(x·Gᵀ) ⊙ (x·Uᵀ) for n rows of x (n×hidden) with
-// G, U of shape inter×hidden, in float32 with float64 dot products.
-func swigluRows(dst, x []float32, n, hidden int, g, u []float32, inter int) []float32 {
-	for t := 0; t < n; t++ {
-		row := x[t*hidden : (t+1)*hidden]
-		for j := 0; j < inter; j++ {
-			var sg, su float64
-			gr, ur := g[j*hidden:(j+1)*hidden], u[j*hidden:(j+1)*hidden]
-			for k, v := range row {
-				sg += float64(v) * float64(gr[k])
-				su += float64(v) * float64(ur[k])
-			}
-			gv := float32(sg)
-			silu := gv / (1 + float32(math.Exp(float64(-gv))))
-			dst = append(dst, silu*float32(su))
-		}
-	}
-	return dst
 }
