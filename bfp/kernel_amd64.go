@@ -2,33 +2,14 @@
 
 package bfp
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/ttquant/ttquant/internal/cpu"
+)
 
 // hasAVX2 is set when the CPU and the operating system support AVX2.
-var hasAVX2 = detectAVX2()
-
-func detectAVX2() bool {
-	maxID, _, _, _ := cpuid(0, 0)
-	if maxID < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // XMM and YMM state enabled
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	return ebx7&(1<<5) != 0
-}
-
-//go:noescape
-func cpuid(eax, ecx uint32) (a, b, c, d uint32)
-
-//go:noescape
-func xgetbv() (eax, edx uint32)
+var hasAVX2 = cpu.AVX2
 
 // The assembly row kernels. pack*: nt tiles of fc groups from src; the
 // exponent of group c of tile t goes to exp+t*tb+c*se, its codes to

@@ -2,7 +2,11 @@
 
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/ttquant/ttquant/internal/cpu"
+)
 
 //go:noescape
 func sgemmKernAVX2(kc int, a, b, c *float32, ldc int)
@@ -18,7 +22,7 @@ func fmaLoop64AVX2(n int)
 
 // useAsm selects the AVX2/FMA micro-kernels. It is fixed at start-up by
 // CPU feature detection.
-var useAsm = detectAVX2FMA()
+var useAsm = cpu.AVX2 && cpu.FMA
 
 // implName names the micro-kernels in use.
 func implName() string {
