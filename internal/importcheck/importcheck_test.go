@@ -1,6 +1,6 @@
 // Package importcheck holds the test that keeps the module's imports pointing
-// one way: leaves import nothing of ours but the internal/cpu leaf, and every package imports only the
-// packages below it.
+// one way: leaves import nothing of ours but the internal/cpu leaf, and every
+// package imports only the packages below it.
 package importcheck
 
 import (
