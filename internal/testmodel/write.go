@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ttquant/ttquant/internal/atomicfile"
 )
 
 // Variant selects the layout of a generated tiny checkpoint.
@@ -201,12 +203,7 @@ func writeCheckpoint(dir string, cfg Config, shards []shard, fp8 bool) error {
 }
 
 func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("testmodel: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if _, err := atomicfile.WriteFile(path, data); err != nil {
 		return fmt.Errorf("testmodel: %w", err)
 	}
 	return nil

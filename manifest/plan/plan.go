@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -158,15 +159,8 @@ func (p *Plan) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("plan %q: %w", p.Name, err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	_, err = atomicfile.WriteFile(path, b)
+	return err
 }
 
 // ParsePlan decodes a plan file. Unknown fields, a plan_version other than
