@@ -2,11 +2,11 @@ package calib
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"runtime"
-	"sync"
-	"sync/atomic"
+
+	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model"
 )
 
 // Routing is the router's decision for a batch of tokens: for every token
@@ -57,30 +57,23 @@ func Route(x []float32, tokens int, router []float32, cfg model.MoEConfig) (*Rou
 	for i, v := range router {
 		r64[i] = float64(v)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			logits := make([]float32, ne)
-			probs := make([]float32, ne)
-			x64 := make([]float64, h)
-			for {
-				b := int(next.Add(1)) - 1
-				if b >= nblocks {
-					return
-				}
-				for t := b * block; t < min(tokens, (b+1)*block); t++ {
-					for i, v := range x[t*h : (t+1)*h] {
-						x64[i] = float64(v)
-					}
-					routeToken(r, t, x64, r64, cfg, logits, probs)
-				}
-			}
-		}()
+	type scratch struct {
+		logits, probs []float32
+		x64           []float64
 	}
-	wg.Wait()
+	ws := make([]scratch, workers)
+	for i := range ws {
+		ws[i] = scratch{make([]float32, ne), make([]float32, ne), make([]float64, h)}
+	}
+	kernels.ParallelFor(nblocks, workers, func(b, w int) {
+		s := &ws[w]
+		for t := b * block; t < min(tokens, (b+1)*block); t++ {
+			for i, v := range x[t*h : (t+1)*h] {
+				s.x64[i] = float64(v)
+			}
+			routeToken(r, t, s.x64, r64, cfg, s.logits, s.probs)
+		}
+	})
 	r.index()
 	return r, nil
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/par"
 )
 
 // DecodeBFP returns the BF16 bit patterns the device unpacker writes into a
@@ -106,34 +105,16 @@ func MatMul(ctx context.Context, x []uint16, tokens, in int, w []uint16, out int
 	y := make([]uint32, tokens*out)
 	phases := cfg.Fidelity.Phases()
 	workers := min(runtime.GOMAXPROCS(0), max(out, 1))
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	var ctxErr error
-	var once sync.Once
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				n := int(next.Add(1) - 1)
-				if n >= out {
-					return
-				}
-				if n%64 == 0 && ctx.Err() != nil {
-					once.Do(func() { ctxErr = ctx.Err() })
-					return
-				}
-				a := ws[n*kp : (n+1)*kp]
-				for m := 0; m < tokens; m++ {
-					b := xs[m*kp : (m+1)*kp]
-					y[m*out+n] = dotSteps(a, b, phases, cfg.Dst, cfg.Arch)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if ctxErr != nil {
-		return nil, ctxErr
+	err := par.For(ctx, out, workers, func(n int) error {
+		a := ws[n*kp : (n+1)*kp]
+		for m := 0; m < tokens; m++ {
+			b := xs[m*kp : (m+1)*kp]
+			y[m*out+n] = dotSteps(a, b, phases, cfg.Dst, cfg.Arch)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return y, nil
 }

@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 	"manifest":             {"bfp", "safetensors", "internal/atomicfile", "internal/par"},
 	"manifest/plan":        {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/atomicfile", "internal/par"},
-	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels"},
+	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par"},
 	"internal/importcheck": {"internal/testdata"},
 	"cmd":                  {"*"},
 }
