@@ -235,3 +235,25 @@ func SquaredError(a, b []float32) float64 {
 	}
 	return s
 }
+
+// PackExact packs values that must lie on the format's grid (a quantizer's
+// output) and checks that they do: the packed bytes decode to the same
+// values, compared as numbers (so −0 and +0 are the same value). It returns
+// the packed bytes and the decoded values, or an error naming the first
+// value that is not representable; it never panics.
+func PackExact(f bfp.Format, t bfp.Tile, q []float32, shape []int64, orient string) ([]byte, []float32, error) {
+	packed, err := PackBFP(f, t, q, shape, orient)
+	if err != nil {
+		return nil, nil, err
+	}
+	back, err := UnpackBFP(f, t, packed, shape, orient)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range back {
+		if back[i] != q[i] {
+			return nil, nil, fmt.Errorf("quantized value %d (%g) is not representable in %s: it packs to %g", i, q[i], f, back[i])
+		}
+	}
+	return packed, back, nil
+}

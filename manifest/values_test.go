@@ -3,7 +3,10 @@ package manifest
 import (
 	"encoding/binary"
 	"math"
+	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/bfp"
 )
 
 // TestFiniteFloats checks the chunked finiteness test against decoding the
@@ -57,5 +60,19 @@ func putFloat(dt string, b []byte, v float64) {
 		binary.LittleEndian.PutUint16(b, h)
 	case "F64":
 		binary.LittleEndian.PutUint64(b, math.Float64bits(v))
+	}
+}
+
+// TestPackExact: values on the grid pack and come back (−0 counts as 0);
+// a value off the grid is an error naming it, not a panic.
+func TestPackExact(t *testing.T) {
+	shape := []int64{1, 3}
+	tile, _ := bfp.ParseTile("32x32")
+	packed, back, err := PackExact(bfp.BFP8, tile, []float32{1, float32(math.Copysign(0, -1)), 0.5}, shape, OrientRow)
+	if err != nil || len(packed) == 0 || back[0] != 1 || back[1] != 0 || back[2] != 0.5 {
+		t.Fatalf("on-grid values: %v %v", back, err)
+	}
+	if _, _, err := PackExact(bfp.BFP4, tile, []float32{1, 0.0001}, []int64{1, 2}, OrientRow); err == nil || !strings.Contains(err.Error(), "value 1") {
+		t.Fatalf("off-grid value: %v", err)
 	}
 }

@@ -307,18 +307,9 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 	if len(q) != len(w) {
 		return nil, fmt.Errorf("the driver returned %d values for %d weights", len(q), len(w))
 	}
-	packed, err := manifest.PackBFP(st.bfpF, st.tile, q, st.shape, st.orient)
+	packed, back, err := manifest.PackExact(st.bfpF, st.tile, q, st.shape, st.orient)
 	if err != nil {
 		return nil, err
-	}
-	back, err := manifest.UnpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
-	if err != nil {
-		return nil, err
-	}
-	for i := range back {
-		if back[i] != q[i] {
-			return nil, fmt.Errorf("quantized value %d (%g) is not representable in %s: it packs to %g", i, q[i], st.bfpF, back[i])
-		}
 	}
 	ms := &manifest.MatrixStats{Tensor: st.name, Layer: intPtr(st.layer), Expert: intPtr(st.expert), Method: manifest.MethodRTN, Tokens: int64(r.Stats.Tokens), Error: manifest.SquaredError(w, back)}
 	var reasons []string

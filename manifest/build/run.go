@@ -645,18 +645,9 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if err != nil {
 		return rtn("gptq: " + err.Error())
 	}
-	packed, err := manifest.PackBFP(st.bfpF, st.tile, res.Q, st.shape, st.orient)
+	packed, back, err := manifest.PackExact(st.bfpF, st.tile, res.Q, st.shape, st.orient)
 	if err != nil {
-		return nil, te, nil, err
-	}
-	back, err := manifest.UnpackBFP(st.bfpF, st.tile, packed, st.shape, st.orient)
-	if err != nil {
-		return nil, te, nil, err
-	}
-	for i := range back {
-		if back[i] != res.Q[i] && !(back[i] == 0 && res.Q[i] == 0) {
-			panic(fmt.Sprintf("manifest: GPTQ value %d of %s (%g) is not representable in %s (packs to %g)", i, st.name, res.Q[i], st.bfpF, back[i]))
-		}
+		return nil, te, nil, fmt.Errorf("GPTQ: %w", err)
 	}
 	ms.Damp = res.Damp
 	ms.ProxyLoss = res.ProxyLoss
