@@ -251,7 +251,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	starved := fs.String("starved", "rtn", "starved-expert policy: rtn, identity or all-tokens")
 	minTokens := fs.Int("min-tokens", 0, "starvation threshold in routed tokens (0: 0.5% of the calibration tokens; -1: only experts without tokens)")
 	heldOut := fs.Int("held-out", 2, "trailing sequences held out for the block-error measurement")
-	workers := fs.Int("workers", 1, "experts quantized in parallel (results do not depend on it)")
+	workers := addWorkersFlag(fs, "experts quantized")
 	gf := addGPTQFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, with per-expert statistics")
 	pos, err := parseInterleaved(fs, args)
@@ -277,7 +277,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if opt.Starved, err = calib.ParseStarvedPolicy(*starved); err != nil {
 		return usageErrorf("--starved: %v", err)
 	}
-	if err := inRange("workers", int64(*workers), 1, maxWorkers); err != nil {
+	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
 	if err := inRange("min-tokens", int64(*minTokens), -1, math.MaxInt32); err != nil {

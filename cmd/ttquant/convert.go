@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +27,7 @@ type buildFlags struct {
 	workers, expertsPerFile              int
 	denseShard                           int64
 	quiet, asJSON                        bool
+	workersFlag                          *int
 }
 
 func addBuildFlags(fs *flag.FlagSet) *buildFlags {
@@ -37,7 +37,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.StringVar(&b.preset, "preset", "", "precision plan preset (default qwen36-35b-a3b unless --plan is given)")
 	fs.StringVar(&b.planFile, "plan", "", "precision plan JSON file")
 	fs.StringVar(&b.parent, "parent", "", "sha256 of the manifest this checkpoint derives from")
-	fs.IntVar(&b.workers, "workers", runtime.NumCPU(), "files produced at once; the output does not depend on it")
+	b.workersFlag = addWorkersFlag(fs, "files produced")
 	fs.IntVar(&b.expertsPerFile, "experts-per-file", manifest.DefaultExpertsPerFile, "routed experts per grouped expert file")
 	fs.Int64Var(&b.denseShard, "dense-shard-bytes", manifest.DefaultDenseShardBytes, "target size of a dense shard file")
 	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
@@ -57,7 +57,8 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if b.preset != "" && b.planFile != "" {
 		return opt, usageErrorf("give --preset or --plan, not both")
 	}
-	if err := inRange("workers", int64(b.workers), 1, maxWorkers); err != nil {
+	b.workers = *b.workersFlag
+	if err := checkWorkers(b.workers); err != nil {
 		return opt, err
 	}
 	if err := inRange("experts-per-file", int64(b.expertsPerFile), 1, build.MaxExpertsPerFile); err != nil {

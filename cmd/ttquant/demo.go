@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest/build"
@@ -26,7 +25,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "demo", "[--out DIR] [--json]")
 	out := fs.String("out", "", "keep the checkpoint in this directory (default: a temporary directory, removed)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	workers := fs.Int("workers", runtime.NumCPU(), "workers; the checkpoint does not depend on it")
+	workers := addWorkersFlag(fs, "files produced and checked")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	seqs := fs.Int("sequences", 16, "synthetic calibration sequences")
 	seqLen := fs.Int("seq-len", 128, "tokens per synthetic calibration sequence")
@@ -37,7 +36,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q", fs.Arg(0))
 	}
-	if err := inRange("workers", int64(*workers), 1, maxWorkers); err != nil {
+	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
 	if err := inRange("sequences", int64(*seqs), 2, math.MaxInt32); err != nil {

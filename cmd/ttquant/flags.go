@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"math"
+	"runtime"
 
 	"github.com/ttquant/ttquant/gptq"
 )
@@ -30,6 +31,16 @@ func inRangeFloat(flagName string, v, lo, hi float64) error {
 // maxWorkers bounds every --workers flag: far more goroutines than any
 // machine has cores is a typo.
 const maxWorkers = 1 << 12
+
+// addWorkersFlag defines --workers, the same in every command that runs
+// work in parallel: default one per CPU, range 1 to maxWorkers, results
+// independent of it. what says what runs at once.
+func addWorkersFlag(fs *flag.FlagSet, what string) *int {
+	return fs.Int("workers", runtime.NumCPU(), what+" at once (1 to 4096); the results do not depend on it")
+}
+
+// checkWorkers is the range check of --workers.
+func checkWorkers(n int) error { return inRange("workers", int64(n), 1, maxWorkers) }
 
 // gptqFlags are the GPTQ solver flags, the same in every command that runs
 // the solver (gptq, calib quantize).

@@ -22,7 +22,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json]")
 	source := fs.String("source", "", "source checkpoint to compare every tensor against")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	workers := fs.Int("workers", 2, "files checked at once")
+	workers := addWorkersFlag(fs, "files checked")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -30,7 +30,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
 	}
-	if err := inRange("workers", int64(*workers), 1, maxWorkers); err != nil {
+	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
 	rep, err := build.Verify(ctx, pos[0], build.VerifyOptions{Source: *source, Workers: *workers})
