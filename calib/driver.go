@@ -89,11 +89,37 @@ type LayerOptions struct {
 	Workers int
 	// SkipShared leaves the shared expert unquantized (no result for it).
 	SkipShared bool
-	// Grid, when non-nil, chooses the grid of each matrix instead of
-	// Format and Axis: expert is 0 … experts−1 or SharedExpert, matrix is
-	// "gate_proj", "up_proj" or "down_proj". It must be deterministic and
-	// safe for concurrent use. The RTN baseline uses the same grids.
-	Grid func(expert int, matrix string) (gptq.Grid, error)
+	// Grids, when non-nil, gives the grids of every routed expert's
+	// matrices instead of Format and Axis: Grids[e] for expert e, one entry
+	// per expert. SharedGrids does the same for the shared expert (nil:
+	// Format and Axis). The caller computes them up front; the RTN
+	// baseline uses the same grids.
+	Grids       []ExpertGrids
+	SharedGrids *ExpertGrids
+}
+
+// ExpertGrids are the grids of one expert's gate_proj, up_proj and
+// down_proj.
+type ExpertGrids struct {
+	Gate, Up, Down gptq.Grid
+}
+
+func (g ExpertGrids) of(matrix int) gptq.Grid {
+	return [3]gptq.Grid{g.Gate, g.Up, g.Down}[matrix]
+}
+
+// validate checks that every grid is set and valid.
+func (g ExpertGrids) validate(expert int) error {
+	for m := range matrixNames {
+		gr := g.of(m)
+		if gr == nil {
+			return fmt.Errorf("calib: grid of %s %s: no grid", expertName(expert), matrixNames[m])
+		}
+		if err := gr.Validate(); err != nil {
+			return fmt.Errorf("calib: grid of %s %s: %w", expertName(expert), matrixNames[m], err)
+		}
+	}
+	return nil
 }
 
 // Validate reports an option out of range: an unknown method or starved
@@ -151,6 +177,16 @@ func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
 	}
 	if err := o.GPTQ.Validate(); err != nil {
 		return o, err
+	}
+	for e, g := range o.Grids {
+		if err := g.validate(e); err != nil {
+			return o, err
+		}
+	}
+	if o.SharedGrids != nil {
+		if err := o.SharedGrids.validate(SharedExpert); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }
@@ -305,7 +341,10 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 	d := &driver{layer: layer, cfg: cfg, opt: opt, calib: calib, held: heldOut,
 		grid: gptq.NewBFPGrid(opt.Format, opt.Axis)}
 	rep := &LayerReport{Method: opt.Method, Policy: opt.Starved, Tokens: calib.Tokens, MinTokens: opt.MinTokens, Starved: []int{}}
-	if opt.Grid == nil {
+	if opt.Grids != nil && len(opt.Grids) != cfg.Experts {
+		return nil, fmt.Errorf("calib: grids for %d experts, the layer has %d", len(opt.Grids), cfg.Experts)
+	}
+	if opt.Grids == nil && opt.SharedGrids == nil {
 		rep.Format, rep.Axis = opt.Format.String(), opt.Axis.String()
 	}
 	if d.route, err = Route(calib.X, calib.Tokens, layer.Router, cfg); err != nil {
@@ -394,20 +433,13 @@ func meanSqDiff(a, b []float32) float64 {
 
 // gridFor returns the grid of one matrix.
 func (d *driver) gridFor(expert, matrix int) (gptq.Grid, error) {
-	if d.opt.Grid == nil {
-		return d.grid, nil
+	switch {
+	case expert == SharedExpert && d.opt.SharedGrids != nil:
+		return d.opt.SharedGrids.of(matrix), nil
+	case expert >= 0 && d.opt.Grids != nil:
+		return d.opt.Grids[expert].of(matrix), nil
 	}
-	g, err := d.opt.Grid(expert, matrixNames[matrix])
-	if err == nil && g == nil {
-		err = errors.New("no grid")
-	}
-	if err == nil {
-		err = g.Validate()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("calib: grid of %s %s: %w", expertName(expert), matrixNames[matrix], err)
-	}
-	return g, nil
+	return d.grid, nil
 }
 
 func expertName(e int) string {

@@ -428,13 +428,13 @@ func TestGridPerMatrix(t *testing.T) {
 	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 16, NormTopK: true}
 	l := testLayer(cfg, 9)
 	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
-	grid := func(expert int, matrix string) (gptq.Grid, error) {
-		if matrix == "down_proj" || expert == SharedExpert {
-			return gptq.NewBFPGrid(bfp.BFP8, gptq.OutputAxis), nil
-		}
-		return gptq.NewBFPGrid(bfp.BFP4, gptq.InputAxis), nil
+	b4, b8 := gptq.NewBFPGrid(bfp.BFP4, gptq.InputAxis), gptq.NewBFPGrid(bfp.BFP8, gptq.OutputAxis)
+	grids := make([]ExpertGrids, cfg.Experts)
+	for e := range grids {
+		grids[e] = ExpertGrids{Gate: b4, Up: b4, Down: b8}
 	}
-	rep, res := collect(t, l, cal, held, LayerOptions{Grid: grid})
+	shared := &ExpertGrids{Gate: b8, Up: b8, Down: b8}
+	rep, res := collect(t, l, cal, held, LayerOptions{Grids: grids, SharedGrids: shared})
 	base, baseRes := collect(t, l, cal, held, LayerOptions{})
 	if rep.Format != "" || base.Format != "BFP4_b" {
 		t.Errorf("report formats %q and %q", rep.Format, base.Format)
@@ -459,9 +459,18 @@ func TestGridPerMatrix(t *testing.T) {
 	if !(rep.HeldOut.MSE < base.HeldOut.MSE) {
 		t.Errorf("BFP8 down projections did not lower the held-out error: %g vs %g", rep.HeldOut.MSE, base.HeldOut.MSE)
 	}
-	bad := func(int, string) (gptq.Grid, error) { return nil, errTest("no grid for you") }
-	if _, err := QuantizeMoELayer(context.Background(), l, cal, held, LayerOptions{Grid: bad}, nil); err == nil || !strings.Contains(err.Error(), "no grid for you") {
-		t.Errorf("grid error: %v", err)
+	missing := append([]ExpertGrids(nil), grids...)
+	missing[2].Up = nil
+	if _, err := QuantizeMoELayer(context.Background(), l, cal, held, LayerOptions{Grids: missing}, nil); err == nil || !strings.Contains(err.Error(), "expert 2 up_proj: no grid") {
+		t.Errorf("missing grid: %v", err)
+	}
+	if _, err := QuantizeMoELayer(context.Background(), l, cal, held, LayerOptions{Grids: grids[:3]}, nil); err == nil || !strings.Contains(err.Error(), "grids for 3 experts") {
+		t.Errorf("grids for too few experts: %v", err)
+	}
+	badGrid := append([]ExpertGrids(nil), grids...)
+	badGrid[1].Down = gptq.NewBFPGrid(bfp.Format(99), gptq.InputAxis)
+	if err := (LayerOptions{Grids: badGrid}).Validate(); err == nil {
+		t.Error("an invalid grid passed Validate")
 	}
 }
 

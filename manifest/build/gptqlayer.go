@@ -209,16 +209,12 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	done := map[string]*produced{}
 	count := map[string]int{}
 	g := b.gopt
-	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true,
-		Grid: func(expert int, matrix string) (gptq.Grid, error) {
-			if expert < 0 || expert >= len(ex) {
-				return nil, fmt.Errorf("manifest: layer %d has no routed expert %d", layer, expert)
-			}
-			if matrix == "down_proj" {
-				return gridOf(ex[expert].down), nil
-			}
-			return gridOf(ex[expert].gu), nil
-		}}
+	grids := make([]calib.ExpertGrids, len(ex))
+	for e, p := range ex {
+		gu := gridOf(p.gu)
+		grids[e] = calib.ExpertGrids{Gate: gu, Up: gu, Down: gridOf(p.down)}
+	}
+	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true, Grids: grids}
 	emit := func(r *calib.ExpertResult) error {
 		if r.Expert < 0 {
 			return nil
