@@ -54,32 +54,6 @@ func mergeLayerStats(agg, layers []manifest.LayerStats) []manifest.LayerStats {
 // expertPair is one routed expert's stored tensors.
 type expertPair struct{ gu, down *storedTensor }
 
-// sourceExperts reads routed experts from the source checkpoint on demand.
-type sourceExperts struct {
-	ex            map[int]*expertPair
-	hidden, inter int
-}
-
-func (s *sourceExperts) Expert(e int) (*calib.ExpertWeights, error) {
-	p := s.ex[e]
-	if p == nil || p.gu == nil || p.down == nil {
-		return nil, fmt.Errorf("expert %d: gate_up or down missing from the source", e)
-	}
-	gu, err := sourceFloats(p.gu)
-	if err != nil {
-		return nil, err
-	}
-	down, err := sourceFloats(p.down)
-	if err != nil {
-		return nil, err
-	}
-	n := s.inter * s.hidden
-	if len(gu) != 2*n || len(down) != n {
-		return nil, fmt.Errorf("expert %d: gate_up holds %d values and down %d, want %d and %d", e, len(gu), len(down), 2*n, n)
-	}
-	return &calib.ExpertWeights{Gate: gu[:n], Up: gu[n:], Down: down}, nil
-}
-
 func sourceFloats(st *storedTensor) ([]float32, error) {
 	raw, err := readSlice(st)
 	if err != nil {
@@ -92,33 +66,17 @@ func sourceFloats(st *storedTensor) ([]float32, error) {
 	return v, nil
 }
 
-// moeLayer assembles the calibration driver's view of one MoE layer from
-// the source checkpoint.
+// moeLayer loads one MoE layer for the calibration driver with
+// calib.LoadMoELayer (router and shared expert now, routed experts on
+// demand, whatever the source's expert layout) and pairs every routed
+// expert with its stored tensors.
 func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, error) {
-	cfg := b.modelCfg.MoE
 	ex := map[int]*expertPair{}
-	l := &calib.MoELayer{Config: cfg}
-	var shared calib.ExpertWeights
-	haveShared := 0
 	for _, st := range b.tensors {
 		if st.layer != layer {
 			continue
 		}
-		var err error
 		switch model.Role(st.role) {
-		case model.RoleRouter:
-			l.Router, err = sourceFloats(st)
-		case model.RoleSharedExpertGate:
-			l.SharedGate, err = sourceFloats(st)
-		case model.RoleSharedGate:
-			shared.Gate, err = sourceFloats(st)
-			haveShared++
-		case model.RoleSharedUp:
-			shared.Up, err = sourceFloats(st)
-			haveShared++
-		case model.RoleSharedDown:
-			shared.Down, err = sourceFloats(st)
-			haveShared++
 		case model.RoleExpertGateUp, model.RoleExpertDown:
 			p := ex[st.expert]
 			if p == nil {
@@ -131,23 +89,19 @@ func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, err
 				p.down = st
 			}
 		}
-		if err != nil {
-			return nil, nil, err
+	}
+	if len(ex) != b.modelCfg.MoE.Experts {
+		return nil, nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), b.modelCfg.MoE.Experts)
+	}
+	for e, p := range ex {
+		if p.gu == nil || p.down == nil {
+			return nil, nil, fmt.Errorf("expert %d: gate_up or down missing from the source", e)
 		}
 	}
-	if l.Router == nil {
-		return nil, nil, fmt.Errorf("no router (mlp.gate.weight) in the source")
+	l, err := calib.LoadMoELayer(b.model, b.modelCfg, layer)
+	if err != nil {
+		return nil, nil, err
 	}
-	if len(ex) != cfg.Experts {
-		return nil, nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), cfg.Experts)
-	}
-	if haveShared == 3 {
-		l.Shared = &shared
-	} else {
-		l.Config.SharedInter = 0
-		l.SharedGate = nil
-	}
-	l.Experts = &sourceExperts{ex: ex, hidden: cfg.Hidden, inter: cfg.ExpertInter}
 	return l, ex, l.Check()
 }
 
