@@ -253,154 +253,15 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		return nil, err
 	}
 
-	srcs := make([]rawSource, 0, len(names))
 	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
-	var unknown []string
-	var firstFile string
-	for _, n := range names {
-		f, info, _ := m.Lookup(n)
-		c, err := model.ClassifyTensor(n)
-		if err != nil {
-			if len(unknown) == 0 {
-				firstFile = f.Path()
-			}
-			unknown = append(unknown, n)
-			continue
-		}
-		if err := checkSourceShape(c, info); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Path(), err)
-		}
-		if c.Layer >= 0 {
-			if c.MTP {
-				r.NumMTPLayers = max(r.NumMTPLayers, c.Layer+1)
-			} else {
-				r.NumLayers = max(r.NumLayers, c.Layer+1)
-			}
-		}
-		srcs = append(srcs, rawSource{info, c})
-		r.SourceBytes += info.Size()
-	}
-	if len(unknown) > 0 {
-		more := ""
-		if len(unknown) > 1 {
-			more = fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(firstN(unknown[1:], 5), ", "))
-		}
-		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", firstFile, unknown[0], ErrUnknownTensor, more)
+	srcs, err := r.classify(m, names)
+	if err != nil {
+		return nil, err
 	}
 
-	layerOfClass := func(c model.SourceClass) int {
-		if c.MTP && c.Layer >= 0 {
-			return r.NumLayers + c.Layer
-		}
-		return c.Layer
-	}
-	var planned []PlannedTensor
-	// Per-expert sources, gathered by (block, expert).
-	type pe struct {
-		gate, up, down *rawSource
-		class          model.SourceClass
-	}
-	perExpert := map[string]*pe{}
-	var peKeys []string
-	blockShapes := map[string][2][]int64{} // fused gate_up and down shapes per block
-	for i := range srcs {
-		s := &srcs[i]
-		c := s.class
-		switch {
-		case c.Role.IsExpert() && c.Fused:
-			dims := s.info.Shape
-			E, rows, cols := dims[0], dims[1], dims[2]
-			per := s.info.Size() / max(E, 1)
-			kind := "down"
-			if c.Role == model.RoleExpertGateUp {
-				kind = "gate_up"
-				if rows%2 != 0 {
-					return nil, fmt.Errorf("tensor %s: fused gate_up_proj %v has an odd row count %d (want gate rows then up rows)", s.info.Name, dims, rows)
-				}
-			}
-			bs := blockShapes[c.Block]
-			if kind == "gate_up" {
-				bs[0] = dims
-			} else {
-				bs[1] = dims
-			}
-			blockShapes[c.Block] = bs
-			r.Experts = max(r.Experts, int(E))
-			for e := int64(0); e < E; e++ {
-				planned = append(planned, PlannedTensor{
-					Name: c.Block + "experts." + strconv.FormatInt(e, 10) + "." + kind + "_proj",
-					Role: c.Role, Source: s.info.Name, Expert: int(e), ExpertKind: kind,
-					Sources: []SourceSlice{{Tensor: s.info.Name, Expert: int(e), Offset: e * per, Bytes: per}},
-					Layer:   layerOfClass(c), MTP: c.MTP,
-					SourceDType: s.info.DType.String(), Shape: []int64{rows, cols}, SourceBytes: per,
-				})
-			}
-		case c.Role.IsExpert():
-			key := c.Block + "\x00" + strconv.Itoa(c.Expert)
-			x := perExpert[key]
-			if x == nil {
-				x = &pe{class: c}
-				perExpert[key] = x
-				peKeys = append(peKeys, key)
-			}
-			switch c.Part {
-			case "gate":
-				x.gate = s
-			case "up":
-				x.up = s
-			default:
-				x.down = s
-			}
-		default:
-			planned = append(planned, PlannedTensor{
-				Name: s.info.Name, Role: c.Role, Source: s.info.Name, Expert: -1,
-				Sources: []SourceSlice{{Tensor: s.info.Name, Expert: -1, Offset: 0, Bytes: s.info.Size()}},
-				Layer:   layerOfClass(c), MTP: c.MTP,
-				SourceDType: s.info.DType.String(), Shape: append([]int64(nil), s.info.Shape...), SourceBytes: s.info.Size(),
-			})
-		}
-	}
-	for block, bs := range blockShapes {
-		gu, dn := bs[0], bs[1]
-		if gu == nil || dn == nil {
-			missing := "experts.down_proj"
-			if gu == nil {
-				missing = "experts.gate_up_proj"
-			}
-			return nil, fmt.Errorf("MoE block %s: fused %s%s is missing", strings.TrimSuffix(block, "."), block, missing)
-		}
-		if gu[0] != dn[0] || gu[2] != dn[1] || gu[1] != 2*dn[2] {
-			return nil, fmt.Errorf("MoE block %s: gate_up_proj %v and down_proj %v disagree (want [E, 2I, H] and [E, H, I])", strings.TrimSuffix(block, "."), gu, dn)
-		}
-	}
-	for _, key := range peKeys {
-		x := perExpert[key]
-		c := x.class
-		where := fmt.Sprintf("%sexperts.%d", c.Block, c.Expert)
-		if x.gate == nil || x.up == nil || x.down == nil {
-			return nil, fmt.Errorf("expert %s: needs gate_proj, up_proj and down_proj; some are missing", where)
-		}
-		g, u, d := x.gate.info, x.up.info, x.down.info
-		if !slices.Equal(g.Shape, u.Shape) || g.DType != u.DType || g.Shape[1] != d.Shape[0] || g.Shape[0] != d.Shape[1] {
-			return nil, fmt.Errorf("expert %s: gate_proj %s%v, up_proj %s%v and down_proj %v disagree (want [I, H], [I, H], [H, I])", where, g.DType, g.Shape, u.DType, u.Shape, d.Shape)
-		}
-		r.Experts = max(r.Experts, c.Expert+1)
-		planned = append(planned,
-			PlannedTensor{
-				Name: where + ".gate_up_proj", Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
-				Sources: []SourceSlice{
-					{Tensor: g.Name, Expert: -1, Offset: 0, Bytes: g.Size()},
-					{Tensor: u.Name, Expert: -1, Offset: 0, Bytes: u.Size()},
-				},
-				Layer: layerOfClass(c), MTP: c.MTP, SourceDType: g.DType.String(),
-				Shape: []int64{2 * g.Shape[0], g.Shape[1]}, SourceBytes: g.Size() + u.Size(),
-			},
-			PlannedTensor{
-				Name: where + ".down_proj", Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
-				Sources: []SourceSlice{{Tensor: d.Name, Expert: -1, Offset: 0, Bytes: d.Size()}},
-				Layer:   layerOfClass(c), MTP: c.MTP, SourceDType: d.DType.String(),
-				Shape: append([]int64(nil), d.Shape...), SourceBytes: d.Size(),
-			})
+	planned, err := r.plannedFromSources(srcs)
+	if err != nil {
+		return nil, err
 	}
 
 	sortNatural(planned)
@@ -447,6 +308,55 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		ft.StoredBytes += t.StoredBytes
 		r.StoredBytes += t.StoredBytes
 	}
+	if err := r.finish(planned, totals); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// classify classifies every source tensor (an unknown name is an error
+// naming it and counting the others), checks its shape, and records the
+// layer counts and source bytes in r.
+func (r *Resolved) classify(m *safetensors.Model, names []string) ([]rawSource, error) {
+	srcs := make([]rawSource, 0, len(names))
+	var unknown []string
+	var firstFile string
+	for _, n := range names {
+		f, info, _ := m.Lookup(n)
+		c, err := model.ClassifyTensor(n)
+		if err != nil {
+			if len(unknown) == 0 {
+				firstFile = f.Path()
+			}
+			unknown = append(unknown, n)
+			continue
+		}
+		if err := checkSourceShape(c, info); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Path(), err)
+		}
+		if c.Layer >= 0 {
+			if c.MTP {
+				r.NumMTPLayers = max(r.NumMTPLayers, c.Layer+1)
+			} else {
+				r.NumLayers = max(r.NumLayers, c.Layer+1)
+			}
+		}
+		srcs = append(srcs, rawSource{info, c})
+		r.SourceBytes += info.Size()
+	}
+	if len(unknown) > 0 {
+		more := ""
+		if len(unknown) > 1 {
+			more = fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(firstN(unknown[1:], 5), ", "))
+		}
+		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", firstFile, unknown[0], ErrUnknownTensor, more)
+	}
+	return srcs, nil
+}
+
+// finish records the planned tensors, counts the files manifest.Layout
+// gives them and lists the per-format totals in a fixed order.
+func (r *Resolved) finish(planned []PlannedTensor, totals map[string]*FormatTotal) error {
 	r.Tensors = planned
 	r.byName = make(map[string]int, len(planned))
 	for i, t := range planned {
@@ -456,9 +366,9 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	for i, t := range planned {
 		items[i] = manifest.LayoutItem{Name: t.Name, Layer: t.Layer, Expert: t.Expert, Kind: t.ExpertKind, Bytes: t.StoredBytes}
 	}
-	files, err := manifest.Layout(items, opt.ExpertsPerFile, opt.DenseShardBytes)
+	files, err := manifest.Layout(items, r.ExpertsPerFile, r.DenseShardBytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, f := range files {
 		if f.Role == manifest.FileExperts {
@@ -472,7 +382,141 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 			r.Totals = append(r.Totals, *ft)
 		}
 	}
-	return r, nil
+	return nil
+}
+
+// perExpertSource gathers the three source tensors of one per-expert
+// routed expert.
+type perExpertSource struct {
+	gate, up, down *rawSource
+	class          model.SourceClass
+}
+
+// layerIndex is the layer index of a classified source in the manifest's
+// numbering: trunk layers first, then MTP layer k as NumLayers+k.
+func (r *Resolved) layerIndex(c model.SourceClass) int {
+	if c.MTP && c.Layer >= 0 {
+		return r.NumLayers + c.Layer
+	}
+	return c.Layer
+}
+
+// plannedFromSources turns the classified sources into stored tensors:
+// every non-expert tensor as it is, a fused expert tensor split per
+// expert, the gate, up and down of a per-expert source joined into the
+// canonical gate_up and down (joinPerExpert).
+func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error) {
+	var planned []PlannedTensor
+	// Per-expert sources, gathered by (block, expert).
+	perExpert := map[string]*perExpertSource{}
+	var peKeys []string
+	blockShapes := map[string][2][]int64{} // fused gate_up and down shapes per block
+	for i := range srcs {
+		s := &srcs[i]
+		c := s.class
+		switch {
+		case c.Role.IsExpert() && c.Fused:
+			dims := s.info.Shape
+			E, rows, cols := dims[0], dims[1], dims[2]
+			per := s.info.Size() / max(E, 1)
+			kind := "down"
+			if c.Role == model.RoleExpertGateUp {
+				kind = "gate_up"
+				if rows%2 != 0 {
+					return nil, fmt.Errorf("tensor %s: fused gate_up_proj %v has an odd row count %d (want gate rows then up rows)", s.info.Name, dims, rows)
+				}
+			}
+			bs := blockShapes[c.Block]
+			if kind == "gate_up" {
+				bs[0] = dims
+			} else {
+				bs[1] = dims
+			}
+			blockShapes[c.Block] = bs
+			r.Experts = max(r.Experts, int(E))
+			for e := int64(0); e < E; e++ {
+				planned = append(planned, PlannedTensor{
+					Name: c.Block + "experts." + strconv.FormatInt(e, 10) + "." + kind + "_proj",
+					Role: c.Role, Source: s.info.Name, Expert: int(e), ExpertKind: kind,
+					Sources: []SourceSlice{{Tensor: s.info.Name, Expert: int(e), Offset: e * per, Bytes: per}},
+					Layer:   r.layerIndex(c), MTP: c.MTP,
+					SourceDType: s.info.DType.String(), Shape: []int64{rows, cols}, SourceBytes: per,
+				})
+			}
+		case c.Role.IsExpert():
+			key := c.Block + "\x00" + strconv.Itoa(c.Expert)
+			x := perExpert[key]
+			if x == nil {
+				x = &perExpertSource{class: c}
+				perExpert[key] = x
+				peKeys = append(peKeys, key)
+			}
+			switch c.Part {
+			case "gate":
+				x.gate = s
+			case "up":
+				x.up = s
+			default:
+				x.down = s
+			}
+		default:
+			planned = append(planned, PlannedTensor{
+				Name: s.info.Name, Role: c.Role, Source: s.info.Name, Expert: -1,
+				Sources: []SourceSlice{{Tensor: s.info.Name, Expert: -1, Offset: 0, Bytes: s.info.Size()}},
+				Layer:   r.layerIndex(c), MTP: c.MTP,
+				SourceDType: s.info.DType.String(), Shape: append([]int64(nil), s.info.Shape...), SourceBytes: s.info.Size(),
+			})
+		}
+	}
+	for block, bs := range blockShapes {
+		gu, dn := bs[0], bs[1]
+		if gu == nil || dn == nil {
+			missing := "experts.down_proj"
+			if gu == nil {
+				missing = "experts.gate_up_proj"
+			}
+			return nil, fmt.Errorf("MoE block %s: fused %s%s is missing", strings.TrimSuffix(block, "."), block, missing)
+		}
+		if gu[0] != dn[0] || gu[2] != dn[1] || gu[1] != 2*dn[2] {
+			return nil, fmt.Errorf("MoE block %s: gate_up_proj %v and down_proj %v disagree (want [E, 2I, H] and [E, H, I])", strings.TrimSuffix(block, "."), gu, dn)
+		}
+	}
+	return r.joinPerExpert(planned, perExpert, peKeys)
+}
+
+// joinPerExpert appends the canonical gate_up and down tensors of every
+// per-expert routed expert, in the order the experts were met.
+func (r *Resolved) joinPerExpert(planned []PlannedTensor, perExpert map[string]*perExpertSource, keys []string) ([]PlannedTensor, error) {
+	for _, key := range keys {
+		x := perExpert[key]
+		c := x.class
+		where := fmt.Sprintf("%sexperts.%d", c.Block, c.Expert)
+		if x.gate == nil || x.up == nil || x.down == nil {
+			return nil, fmt.Errorf("expert %s: needs gate_proj, up_proj and down_proj; some are missing", where)
+		}
+		g, u, d := x.gate.info, x.up.info, x.down.info
+		if !slices.Equal(g.Shape, u.Shape) || g.DType != u.DType || g.Shape[1] != d.Shape[0] || g.Shape[0] != d.Shape[1] {
+			return nil, fmt.Errorf("expert %s: gate_proj %s%v, up_proj %s%v and down_proj %v disagree (want [I, H], [I, H], [H, I])", where, g.DType, g.Shape, u.DType, u.Shape, d.Shape)
+		}
+		r.Experts = max(r.Experts, c.Expert+1)
+		planned = append(planned,
+			PlannedTensor{
+				Name: where + ".gate_up_proj", Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
+				Sources: []SourceSlice{
+					{Tensor: g.Name, Expert: -1, Offset: 0, Bytes: g.Size()},
+					{Tensor: u.Name, Expert: -1, Offset: 0, Bytes: u.Size()},
+				},
+				Layer: r.layerIndex(c), MTP: c.MTP, SourceDType: g.DType.String(),
+				Shape: []int64{2 * g.Shape[0], g.Shape[1]}, SourceBytes: g.Size() + u.Size(),
+			},
+			PlannedTensor{
+				Name: where + ".down_proj", Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
+				Sources: []SourceSlice{{Tensor: d.Name, Expert: -1, Offset: 0, Bytes: d.Size()}},
+				Layer:   r.layerIndex(c), MTP: c.MTP, SourceDType: d.DType.String(),
+				Shape: append([]int64(nil), d.Shape...), SourceBytes: d.Size(),
+			})
+	}
+	return planned, nil
 }
 
 // sizeTensor fills the stored dtype, packed geometry and stored bytes of t
