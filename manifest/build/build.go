@@ -75,6 +75,9 @@ type BuildOptions struct {
 	DryRun bool
 	// Parent is the sha256 of the manifest this checkpoint derives from.
 	Parent string
+	// Family is the source's model family (default model.Qwen3): its
+	// tensor roles, config.json and calibration sites.
+	Family model.Family
 
 	// testHook, when set, is called after every tensor written (with the
 	// file and tensor name) and after every file committed (tensor "").
@@ -262,6 +265,9 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if opt.Workers == 0 {
 		opt.Workers = 1
 	}
+	if opt.Family == nil {
+		opt.Family = model.Qwen3
+	}
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
@@ -303,7 +309,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	defer m.Close()
 	b.model = m
-	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes}); err != nil {
+	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family}); err != nil {
 		return nil, err
 	}
 	if kind == kindGPTQ {

@@ -84,7 +84,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 		if fi, err := os.Stat(cfgPath); err == nil && !fi.IsDir() {
 			cfgPath = filepath.Dir(cfgPath)
 		}
-		if b.modelCfg, err = model.ReadConfig(cfgPath); err != nil {
+		if b.modelCfg, err = b.opt.Family.ReadConfig(cfgPath); err != nil {
 			return fmt.Errorf("manifest: GPTQ of routed experts needs the model's config.json: %w", err)
 		}
 	}
@@ -99,7 +99,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	for _, t := range b.tensors {
 		roles[t.name] = t.role
 	}
-	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles, tensors: b.tensors}
+	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles, tensors: b.tensors, family: b.opt.Family}
 	return nil
 }
 
@@ -117,6 +117,7 @@ type storeHessians struct {
 	mu          sync.Mutex
 	cache       map[string]*hessEntry
 	roles       map[string]string // tensor name → role
+	family      model.Family
 	tensors     []*storedTensor
 }
 
@@ -187,7 +188,7 @@ func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, exper
 			return s.downHessian(ctx, r, layer, cols)
 		})
 	}
-	site := model.Site(model.Role(s.roles[tensor]))
+	site := s.family.Site(model.Role(s.roles[tensor]))
 	if site == "" || layer < 0 {
 		return nil, 0, "no calibration inputs are defined for this matrix", nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	modelpkg "github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -23,6 +24,8 @@ type VerifyOptions struct {
 	Source string
 	// Workers is the number of files checked at once (default 1).
 	Workers int
+	// Family is the source's model family (default model.Qwen3).
+	Family modelpkg.Family
 }
 
 // Verify is manifest.Verify followed, when opt.Source is set and the
@@ -110,7 +113,7 @@ func verifySource(ctx context.Context, dir string, m *manifest.Manifest, opt Ver
 		}
 	}
 
-	out = append(out, checkPlan(m, model)...)
+	out = append(out, checkPlan(m, model, opt.Family)...)
 
 	stats := map[string]manifest.MatrixStats{}
 	for _, s := range m.TTQuant.Matrices {
@@ -236,7 +239,7 @@ func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorE
 // checkPlan resolves the recorded plan against the source again and
 // compares the planned tensors with the stored ones: the same names, rules,
 // formats and shapes.
-func checkPlan(m *manifest.Manifest, model *safetensors.Model) []manifest.Failure {
+func checkPlan(m *manifest.Manifest, model *safetensors.Model, fam modelpkg.Family) []manifest.Failure {
 	p := &plan.Plan{Name: m.Plan.Name}
 	for _, r := range m.Plan.Rules {
 		p.Rules = append(p.Rules, plan.Rule{Pattern: r.Pattern, Format: r.Format, Method: r.Method, Axis: r.Axis, Tile: r.Tile})
@@ -244,7 +247,7 @@ func checkPlan(m *manifest.Manifest, model *safetensors.Model) []manifest.Failur
 	if planInfo(p).SHA256 != m.Plan.SHA256 {
 		return []manifest.Failure{{File: manifest.ManifestName, What: "plan.sha256 does not match the recorded rules"}}
 	}
-	sts, err := resolveStored(p, model, plan.ResolveOptions{ExpertsPerFile: m.Layout.ExpertsPerFile, DenseShardBytes: m.Layout.DenseShardBytes})
+	sts, err := resolveStored(p, model, plan.ResolveOptions{ExpertsPerFile: m.Layout.ExpertsPerFile, DenseShardBytes: m.Layout.DenseShardBytes, Family: fam})
 	if err != nil {
 		return []manifest.Failure{{File: manifest.ManifestName, What: "the recorded plan does not apply to the source: " + err.Error()}}
 	}

@@ -704,3 +704,23 @@ func TestBadShapesNamed(t *testing.T) {
 		}
 	}
 }
+
+// noFamily knows no tensor: Resolve must ask the family it is given.
+type noFamily struct{ model.Family }
+
+func (noFamily) Name() string { return "NoSuchFamily" }
+func (noFamily) ClassifyTensor(name string) (model.SourceClass, error) {
+	return model.SourceClass{}, errors.New("unknown")
+}
+
+func TestResolveAsksTheFamily(t *testing.T) {
+	m := microModel(t, testmodel.Default)
+	p := mustPreset(t, PresetQwen36MoE)
+	if _, err := p.ResolveWith(m, ResolveOptions{Family: model.Qwen3}); err != nil {
+		t.Fatalf("Qwen3 family: %v", err)
+	}
+	_, err := p.ResolveWith(m, ResolveOptions{Family: noFamily{model.Qwen3}})
+	if !errors.Is(err, ErrUnknownTensor) || !strings.Contains(err.Error(), "NoSuchFamily") {
+		t.Fatalf("a family that knows no tensor: %v", err)
+	}
+}

@@ -194,6 +194,8 @@ type ResolveOptions struct {
 	// DenseShardBytes is the size limit of a dense shard (default
 	// manifest.DefaultDenseShardBytes).
 	DenseShardBytes int64
+	// Family says what the model's tensors are (default model.Qwen3).
+	Family model.Family
 }
 
 // ErrAlreadyQuantized is wrapped by the error Resolve returns for a source
@@ -254,7 +256,11 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	}
 
 	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
-	srcs, err := r.classify(m, names)
+	fam := opt.Family
+	if fam == nil {
+		fam = model.Qwen3
+	}
+	srcs, err := r.classify(m, names, fam)
 	if err != nil {
 		return nil, err
 	}
@@ -317,13 +323,13 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 // classify classifies every source tensor (an unknown name is an error
 // naming it and counting the others), checks its shape, and records the
 // layer counts and source bytes in r.
-func (r *Resolved) classify(m *safetensors.Model, names []string) ([]rawSource, error) {
+func (r *Resolved) classify(m *safetensors.Model, names []string, fam model.Family) ([]rawSource, error) {
 	srcs := make([]rawSource, 0, len(names))
 	var unknown []string
 	var firstFile string
 	for _, n := range names {
 		f, info, _ := m.Lookup(n)
-		c, err := model.ClassifyTensor(n)
+		c, err := fam.ClassifyTensor(n)
 		if err != nil {
 			if len(unknown) == 0 {
 				firstFile = f.Path()
@@ -349,7 +355,7 @@ func (r *Resolved) classify(m *safetensors.Model, names []string) ([]rawSource, 
 		if len(unknown) > 1 {
 			more = fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(firstN(unknown[1:], 5), ", "))
 		}
-		return nil, fmt.Errorf("%s: tensor %q: %w: not a Qwen3/Qwen3-Next/Qwen3.5/Qwen3.6 text tensor%s", firstFile, unknown[0], ErrUnknownTensor, more)
+		return nil, fmt.Errorf("%s: tensor %q: %w: not a %s text tensor%s", firstFile, unknown[0], ErrUnknownTensor, fam.Name(), more)
 	}
 	return srcs, nil
 }
