@@ -1,47 +1,65 @@
 package manifest
 
-import "github.com/ttquant/ttquant/bfp"
+import (
+	"fmt"
+	"slices"
+	"strings"
 
-// Stored formats a plan rule may assign (Rule.Format, canonical spelling).
-const (
-	StoreBFP8 = "BFP8_B" // Tenstorrent BFP8_b tiles
-	StoreBFP4 = "BFP4_B" // Tenstorrent BFP4_b tiles
-	StoreBFP2 = "BFP2_B" // Tenstorrent BFP2_b tiles
-	StoreBF16 = "BF16"   // bfloat16 (a BF16 source is copied; F32/F16 are rounded to nearest even)
-	StoreF32  = "F32"    // float32 (exact from BF16/F16/F32)
-	StoreAsIs = "AS_IS"  // the source bytes and dtype, unchanged
+	"github.com/ttquant/ttquant/bfp"
 )
 
-// Block axes of a BFP rule (Rule.Axis): the direction of a weight [out, in]
-// along which the 16-value exponent groups run.
+// StoredFormat is how a tensor is stored: BFP tiles, BF16, F32 or the
+// source bytes unchanged. The zero value is invalid. Its one spelling, in
+// plans, manifests and JSON alike, is String's (BFP formats as bfp.Format
+// spells them); ParseStoredFormat accepts any case.
+type StoredFormat string
+
+// Stored formats.
 const (
-	AxisInput  = "input"  // along the input features (the last dimension)
-	AxisOutput = "output" // along the output features (the stored matrix is transposed)
+	StoreBFP8 StoredFormat = "BFP8_b" // Tenstorrent BFP8_b tiles
+	StoreBFP4 StoredFormat = "BFP4_b" // Tenstorrent BFP4_b tiles
+	StoreBFP2 StoredFormat = "BFP2_b" // Tenstorrent BFP2_b tiles
+	StoreBF16 StoredFormat = "BF16"   // bfloat16 (a BF16 source is copied; F32/F16 are rounded to nearest even)
+	StoreF32  StoredFormat = "F32"    // float32 (exact from BF16/F16/F32)
+	StoreAsIs StoredFormat = "AS_IS"  // the source bytes and dtype, unchanged
 )
 
-// DefaultTile is the tile shape of a BFP rule that names none.
-const DefaultTile = "32x32"
+// StoredFormats lists the stored formats, BFP first, narrowest first.
+var StoredFormats = []StoredFormat{StoreBFP2, StoreBFP4, StoreBFP8, StoreBF16, StoreF32, StoreAsIs}
 
-// IsBFPFormat reports whether a canonical stored format is a BFP format.
-func IsBFPFormat(format string) bool {
-	return format == StoreBFP8 || format == StoreBFP4 || format == StoreBFP2
-}
-
-// IsLosslessFormat reports whether a canonical stored format keeps every
-// value of a source of dtype srcDType exactly.
-func IsLosslessFormat(format, srcDType string) bool {
-	switch format {
-	case StoreAsIs, StoreF32:
-		return true
-	case StoreBF16:
-		return srcDType == "BF16"
+// ParseStoredFormat returns the stored format named s (any case, surrounding
+// space ignored).
+func ParseStoredFormat(s string) (StoredFormat, error) {
+	t := strings.TrimSpace(s)
+	for _, f := range StoredFormats {
+		if strings.EqualFold(t, string(f)) {
+			return f, nil
+		}
 	}
-	return false
+	return "", fmt.Errorf("unknown format %q (want BFP8_b, BFP4_b, BFP2_b, BF16, F32 or AS_IS)", s)
 }
 
-// BFPFormat returns the bfp format of a canonical BFP stored format.
-func BFPFormat(format string) (bfp.Format, bool) {
-	switch format {
+// Valid reports whether f is one of the stored formats, in its canonical
+// spelling.
+func (f StoredFormat) Valid() bool { return slices.Contains(StoredFormats, f) }
+
+func (f StoredFormat) String() string { return string(f) }
+
+// MarshalText gives the canonical spelling and refuses an invalid format,
+// so that no manifest or plan is written with one.
+func (f StoredFormat) MarshalText() ([]byte, error) {
+	if !f.Valid() {
+		return nil, fmt.Errorf("manifest: invalid stored format %q", string(f))
+	}
+	return []byte(f), nil
+}
+
+// IsBFP reports whether f is a BFP format.
+func (f StoredFormat) IsBFP() bool { return f == StoreBFP8 || f == StoreBFP4 || f == StoreBFP2 }
+
+// BFP returns the bfp format of a BFP stored format.
+func (f StoredFormat) BFP() (bfp.Format, bool) {
+	switch f {
 	case StoreBFP8:
 		return bfp.BFP8, true
 	case StoreBFP4:
@@ -51,6 +69,87 @@ func BFPFormat(format string) (bfp.Format, bool) {
 	}
 	return 0, false
 }
+
+// Lossless reports whether f keeps every value of a source of dtype
+// srcDType exactly.
+func (f StoredFormat) Lossless(srcDType string) bool {
+	switch f {
+	case StoreAsIs, StoreF32:
+		return true
+	case StoreBF16:
+		return srcDType == "BF16"
+	}
+	return false
+}
+
+// Method is how a tensor's stored values were obtained. The zero value is
+// invalid.
+type Method string
+
+// Methods recorded per tensor and named in plan rules.
+const (
+	MethodGPTQ Method = "gptq"
+	MethodRTN  Method = "rtn"
+	MethodNone Method = "none"
+)
+
+// ParseMethod returns the method named s (any case).
+func ParseMethod(s string) (Method, error) {
+	switch m := Method(strings.ToLower(strings.TrimSpace(s))); m {
+	case MethodGPTQ, MethodRTN, MethodNone:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown method %q (want gptq, rtn or none)", s)
+}
+
+// Valid reports whether m is a method in its canonical spelling.
+func (m Method) Valid() bool { return m == MethodGPTQ || m == MethodRTN || m == MethodNone }
+
+func (m Method) String() string { return string(m) }
+
+// MarshalText gives the canonical spelling and refuses an invalid method.
+func (m Method) MarshalText() ([]byte, error) {
+	if !m.Valid() {
+		return nil, fmt.Errorf("manifest: invalid method %q", string(m))
+	}
+	return []byte(m), nil
+}
+
+// Axis is the direction of a weight [out, in] along which a BFP format's
+// 16-value exponent groups run. The zero value is invalid (and means "no
+// axis" where a field is optional).
+type Axis string
+
+// Block axes.
+const (
+	AxisInput  Axis = "input"  // along the input features (the last dimension)
+	AxisOutput Axis = "output" // along the output features (the stored matrix is transposed)
+)
+
+// ParseAxis returns the axis named s (any case).
+func ParseAxis(s string) (Axis, error) {
+	switch a := Axis(strings.ToLower(strings.TrimSpace(s))); a {
+	case AxisInput, AxisOutput:
+		return a, nil
+	}
+	return "", fmt.Errorf("unknown axis %q (want input or output)", s)
+}
+
+// Valid reports whether a is an axis in its canonical spelling.
+func (a Axis) Valid() bool { return a == AxisInput || a == AxisOutput }
+
+func (a Axis) String() string { return string(a) }
+
+// MarshalText gives the canonical spelling and refuses an invalid axis.
+func (a Axis) MarshalText() ([]byte, error) {
+	if !a.Valid() {
+		return nil, fmt.Errorf("manifest: invalid axis %q", string(a))
+	}
+	return []byte(a), nil
+}
+
+// DefaultTile is the tile shape of a BFP rule that names none.
+const DefaultTile = "32x32"
 
 // WithTile completes a format lookup with the parsed tile shape; ok is false
 // when either the format or the tile is not a BFP one.

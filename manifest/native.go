@@ -41,13 +41,6 @@ const (
 	OrientTransposed = "transposed"
 )
 
-// Methods recorded per tensor.
-const (
-	MethodGPTQ = "gptq"
-	MethodRTN  = "rtn"
-	MethodNone = "none"
-)
-
 // File roles.
 const (
 	FileExperts  = "experts"
@@ -102,11 +95,11 @@ type PlanInfo struct {
 
 // RuleInfo is one plan rule as recorded in the manifest.
 type RuleInfo struct {
-	Pattern string `json:"pattern"`
-	Format  string `json:"format"`
-	Method  string `json:"method"`
-	Axis    string `json:"axis,omitempty"`
-	Tile    string `json:"tile,omitempty"`
+	Pattern string       `json:"pattern"`
+	Format  StoredFormat `json:"format"`
+	Method  Method       `json:"method"`
+	Axis    Axis         `json:"axis,omitempty"`
+	Tile    string       `json:"tile,omitempty"`
 }
 
 // LayoutInfo records the layout parameters.
@@ -139,7 +132,7 @@ type TensorEntry struct {
 	Layer       *int    `json:"layer,omitempty"`
 	Role        string  `json:"role"`
 	Rule        int     `json:"rule"`
-	Method      string  `json:"method"`
+	Method      Method  `json:"method"`
 	Format      string  `json:"format"`
 	SourceDType string  `json:"source_dtype"`
 	DType       string  `json:"dtype"`
@@ -229,7 +222,7 @@ type MatrixStats struct {
 	Tensor       string  `json:"tensor"`
 	Layer        *int    `json:"layer,omitempty"`
 	Expert       *int    `json:"expert,omitempty"`
-	Method       string  `json:"method"`
+	Method       Method  `json:"method"`
 	Tokens       int64   `json:"tokens"`
 	Damp         float64 `json:"damp"`
 	ProxyLoss    float64 `json:"proxy_loss"`

@@ -45,24 +45,24 @@ type planDoc struct {
 // 1-based, as in error messages; sources are listed only when the tensor is
 // a slice of its source or a concatenation of several.
 type planTensorDoc struct {
-	Name        string             `json:"name"`
-	Role        model.Role         `json:"role"`
-	Rule        int                `json:"rule"`
-	Format      string             `json:"format"`
-	Method      string             `json:"method"`
-	Axis        string             `json:"axis,omitempty"`
-	Tile        string             `json:"tile,omitempty"`
-	StoredDType string             `json:"stored_dtype,omitempty"`
-	Shape       []int64            `json:"shape"`
-	Source      string             `json:"source"`
-	Sources     []plan.SourceSlice `json:"sources,omitempty"`
-	SourceDType string             `json:"source_dtype"`
-	Expert      *int               `json:"expert,omitempty"`
-	ExpertGroup *int               `json:"expert_group,omitempty"`
-	Layer       *int               `json:"layer,omitempty"`
-	MTP         bool               `json:"mtp,omitempty"`
-	SourceBytes int64              `json:"source_bytes"`
-	StoredBytes int64              `json:"stored_bytes"`
+	Name        string                `json:"name"`
+	Role        model.Role            `json:"role"`
+	Rule        int                   `json:"rule"`
+	Format      manifest.StoredFormat `json:"format"`
+	Method      manifest.Method       `json:"method"`
+	Axis        manifest.Axis         `json:"axis,omitempty"`
+	Tile        string                `json:"tile,omitempty"`
+	StoredDType string                `json:"stored_dtype,omitempty"`
+	Shape       []int64               `json:"shape"`
+	Source      string                `json:"source"`
+	Sources     []plan.SourceSlice    `json:"sources,omitempty"`
+	SourceDType string                `json:"source_dtype"`
+	Expert      *int                  `json:"expert,omitempty"`
+	ExpertGroup *int                  `json:"expert_group,omitempty"`
+	Layer       *int                  `json:"layer,omitempty"`
+	MTP         bool                  `json:"mtp,omitempty"`
+	SourceBytes int64                 `json:"source_bytes"`
+	StoredBytes int64                 `json:"stored_bytes"`
 }
 
 func tensorDocs(ts []plan.PlannedTensor) []planTensorDoc {
@@ -254,11 +254,11 @@ func printResolved(w io.Writer, r *plan.Resolved, all bool) error {
 				src = "per-expert tensors"
 			}
 		}
-		method := t.Method
+		method := t.Method.String()
 		if t.Axis != "" {
-			method += "/" + t.Axis
+			method += "/" + t.Axis.String()
 		}
-		format := t.Format
+		format := t.Format.String()
 		if t.Format == manifest.StoreAsIs {
 			format += "(" + t.StoredDType + ")"
 		}

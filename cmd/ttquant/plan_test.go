@@ -22,7 +22,7 @@ func TestTestModelAndPlanEveryVariant(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("plan on %s: status %d: %s", v, code, errs)
 		}
-		for _, want := range []string{"plan qwen36-35b-a3b", "BFP4_B", "10 grouped expert files", "predicted checkpoint"} {
+		for _, want := range []string{"plan qwen36-35b-a3b", "BFP4_b", "10 grouped expert files", "predicted checkpoint"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("plan on %s: output lacks %q:\n%s", v, want, out)
 			}

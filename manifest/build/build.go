@@ -369,7 +369,7 @@ func (b *builder) summary() *WorkSummary {
 			}
 		}
 		w.Tensors++
-		w.Methods[st.method]++
+		w.Methods[string(st.method)]++
 		w.Formats[st.format]++
 		w.SourceBytes += st.srcLen
 		w.OutputBytes += st.outSize

@@ -501,7 +501,7 @@ func TestCorruption(t *testing.T) {
 		// without the source.)
 		{"tensor shape", func(m *manifest.Manifest) string {
 			for i := 7; i < len(m.Tensors); i++ {
-				if !manifest.IsBFPFormat(m.Tensors[i].Format) && !strings.HasPrefix(m.Tensors[i].Format, "BFP") {
+				if !manifest.StoredFormat(m.Tensors[i].Format).IsBFP() {
 					m.Tensors[i].Shape[0] *= 2
 					return m.Tensors[i].File
 				}
@@ -852,7 +852,7 @@ func TestGPTQDenseSelection(t *testing.T) {
 	}
 	methods := map[string]string{}
 	for _, ms := range res.Manifest.TTQuant.Matrices {
-		methods[ms.Tensor] = ms.Method + "|" + ms.Fallback
+		methods[ms.Tensor] = string(ms.Method) + "|" + ms.Fallback
 		if ms.Method == manifest.MethodGPTQ && ms.Tokens != 144 {
 			t.Errorf("%s: %d tokens, want the 144 calibration tokens", ms.Tensor, ms.Tokens)
 		}

@@ -267,7 +267,7 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		reasons = append(reasons, r.Stats.Reason)
 	}
 	for _, m := range mats {
-		if string(m.Method) == manifest.MethodGPTQ {
+		if string(m.Method) == string(manifest.MethodGPTQ) {
 			ms.Method = manifest.MethodGPTQ
 		}
 		ms.Damp = max(ms.Damp, m.Damp)

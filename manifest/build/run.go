@@ -662,7 +662,32 @@ func planInfo(p *plan.Plan) manifest.PlanInfo {
 	for _, r := range p.Rules {
 		pi.Rules = append(pi.Rules, manifest.RuleInfo{Pattern: r.Pattern, Format: r.Format, Method: r.Method, Axis: r.Axis, Tile: r.Tile})
 	}
-	data, _ := json.Marshal(pi)
-	pi.SHA256 = manifest.SHA256Hex(data)
+	pi.SHA256 = planSHA256(pi)
 	return pi
+}
+
+// planSHA256 is the sha256 of the plan section's JSON with an empty sha256,
+// over the rules as spelled: manifests written before the spellings were
+// made canonical ("BFP4_B") still check.
+func planSHA256(pi manifest.PlanInfo) string {
+	type ruleText struct {
+		Pattern string `json:"pattern"`
+		Format  string `json:"format"`
+		Method  string `json:"method"`
+		Axis    string `json:"axis,omitempty"`
+		Tile    string `json:"tile,omitempty"`
+	}
+	doc := struct {
+		Name   string     `json:"name"`
+		Rules  []ruleText `json:"rules"`
+		SHA256 string     `json:"sha256"`
+	}{Name: pi.Name}
+	for _, r := range pi.Rules {
+		doc.Rules = append(doc.Rules, ruleText{r.Pattern, string(r.Format), string(r.Method), string(r.Axis), r.Tile})
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		panic(err) // strings and slices of strings always encode
+	}
+	return manifest.SHA256Hex(data)
 }

@@ -59,7 +59,7 @@ func resolveStored(p *plan.Plan, m *safetensors.Model, opt plan.ResolveOptions) 
 				panic(fmt.Sprintf("manifest: %s packs to %d bytes, the plan says %d", pt.Name, st.outSize, pt.StoredBytes))
 			}
 		} else {
-			st.format = pt.Format
+			st.format = string(pt.Format)
 			st.outDType = pt.StoredDType
 			st.outSize = pt.StoredBytes
 			st.method = manifest.MethodNone
@@ -82,12 +82,12 @@ type storedTensor struct {
 	role   string
 	kind   string // "gate_up" or "down" for routed experts
 	rule   int
-	method string
+	method manifest.Method
 	format string // "BFP8_b", "BFP4_b", "BFP2_b", "BF16", "AS_IS"
 	bfpF   bfp.Format
 	isBFP  bool
 	tile   bfp.Tile
-	axis   string
+	axis   manifest.Axis
 	orient string
 
 	parts    []sourcePart // concatenated in order

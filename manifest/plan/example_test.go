@@ -41,8 +41,8 @@ func ExamplePlan_Resolve() {
 	fmt.Println("files:", r.ExpertFiles, "expert +", r.DenseFiles, "dense")
 	// Output:
 	// source tensors 91 → stored tensors 161
-	// BFP4_B 95
-	// BFP8_B 25
+	// BFP4_b 95
+	// BFP8_b 25
 	// AS_IS 41
 	// files: 10 expert + 1 dense
 }

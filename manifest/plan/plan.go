@@ -28,16 +28,16 @@ const PlanVersion = 1
 // is literal. A pattern starting with `re:` is instead a Go regular
 // expression (RE2) that must match the whole name.
 //
-// Format is one of BFP8_B, BFP4_B, BFP2_B, BF16, F32, AS_IS (case does not
-// matter). Method is gptq or rtn for BFP formats (default rtn) and none
+// Format is one of BFP8_b, BFP4_b, BFP2_b, BF16, F32, AS_IS (case does not
+// matter; Validate gives the canonical spelling). Method is gptq or rtn for BFP formats (default rtn) and none
 // otherwise (the default). Axis (input or output, default input) and Tile
 // ("HxW", default 32x32) apply to BFP formats only.
 type Rule struct {
-	Pattern string `json:"pattern"`
-	Format  string `json:"format"`
-	Method  string `json:"method,omitempty"`
-	Axis    string `json:"axis,omitempty"`
-	Tile    string `json:"tile,omitempty"`
+	Pattern string                `json:"pattern"`
+	Format  manifest.StoredFormat `json:"format"`
+	Method  manifest.Method       `json:"method,omitempty"`
+	Axis    manifest.Axis         `json:"axis,omitempty"`
+	Tile    string                `json:"tile,omitempty"`
 	// Note says why the rule exists; it is carried into reports only.
 	Note string `json:"note,omitempty"`
 }
@@ -63,18 +63,17 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 	if _, err := compilePattern(r.Pattern); err != nil {
 		return bad("%v", err)
 	}
-	f := strings.ToUpper(strings.TrimSpace(r.Format))
-	switch f {
-	case manifest.StoreBFP8, manifest.StoreBFP4, manifest.StoreBFP2, manifest.StoreBF16, manifest.StoreF32, manifest.StoreAsIs:
-	case "":
-		return bad("no format (want BFP8_B, BFP4_B, BFP2_B, BF16, F32 or AS_IS)")
-	default:
-		return bad("unknown format %q (want BFP8_B, BFP4_B, BFP2_B, BF16, F32 or AS_IS)", r.Format)
+	if strings.TrimSpace(string(r.Format)) == "" {
+		return bad("no format (want BFP8_b, BFP4_b, BFP2_b, BF16, F32 or AS_IS)")
+	}
+	f, err := manifest.ParseStoredFormat(string(r.Format))
+	if err != nil {
+		return bad("%v", err)
 	}
 	r.Format = f
-	m := strings.ToLower(strings.TrimSpace(r.Method))
-	a := strings.ToLower(strings.TrimSpace(r.Axis))
-	if manifest.IsBFPFormat(f) {
+	m := manifest.Method(strings.ToLower(strings.TrimSpace(string(r.Method))))
+	a := manifest.Axis(strings.ToLower(strings.TrimSpace(string(r.Axis))))
+	if f.IsBFP() {
 		switch m {
 		case "":
 			m = manifest.MethodRTN

@@ -272,7 +272,7 @@ func TestPresetsOnReplica(t *testing.T) {
 				t.Errorf("expert files %d, want 1312", r.ExpertFiles)
 			}
 			for _, pt := range r.Tensors {
-				lossless := manifest.IsLosslessFormat(pt.Format, pt.SourceDType)
+				lossless := pt.Format.Lossless(pt.SourceDType)
 				if (pt.Role.MustStayLossless() || pt.Role == model.RoleEmbedding) && !lossless {
 					t.Errorf("%s (role %s) stored lossily as %s", pt.Name, pt.Role, pt.Format)
 				}
@@ -304,7 +304,10 @@ func TestQwen36PresetFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[model.Role][2]string{
+	want := map[model.Role]struct {
+		f manifest.StoredFormat
+		m manifest.Method
+	}{
 		model.RoleExpertGateUp: {manifest.StoreBFP4, manifest.MethodGPTQ}, model.RoleExpertDown: {manifest.StoreBFP4, manifest.MethodGPTQ},
 		model.RoleSharedGate: {manifest.StoreBFP4, manifest.MethodGPTQ}, model.RoleSharedUp: {manifest.StoreBFP4, manifest.MethodGPTQ}, model.RoleSharedDown: {manifest.StoreBFP4, manifest.MethodGPTQ},
 		model.RoleGDNInQKV: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleGDNInZ: {manifest.StoreBFP8, manifest.MethodRTN}, model.RoleGDNOut: {manifest.StoreBFP8, manifest.MethodRTN},
@@ -323,8 +326,8 @@ func TestQwen36PresetFormats(t *testing.T) {
 			continue
 		}
 		seen[pt.Role]++
-		if pt.Format != w[0] || pt.Method != w[1] {
-			t.Errorf("%s (%s): %s/%s, want %s/%s", pt.Name, pt.Role, pt.Format, pt.Method, w[0], w[1])
+		if pt.Format != w.f || pt.Method != w.m {
+			t.Errorf("%s (%s): %s/%s, want %s/%s", pt.Name, pt.Role, pt.Format, pt.Method, w.f, w.m)
 		}
 	}
 	if len(seen) != len(want) {
@@ -651,7 +654,7 @@ func TestQwen3NextPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{
+	want := map[string]manifest.StoredFormat{
 		"model.layers.0.linear_attn.in_proj_qkvz.weight": manifest.StoreBFP8,
 		"model.layers.0.linear_attn.in_proj_ba.weight":   manifest.StoreBFP8,
 		"model.layers.1.mlp.experts.7.gate_up_proj":      manifest.StoreBFP4,

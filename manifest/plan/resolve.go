@@ -54,11 +54,11 @@ type PlannedTensor struct {
 	Layer int  `json:"layer"`
 	MTP   bool `json:"mtp,omitempty"`
 
-	RuleIndex int    `json:"rule"` // index into Plan.Rules (0-based)
-	Format    string `json:"format"`
-	Method    string `json:"method"`
-	Axis      string `json:"axis,omitempty"`
-	Tile      string `json:"tile,omitempty"`
+	RuleIndex int                   `json:"rule"` // index into Plan.Rules (0-based)
+	Format    manifest.StoredFormat `json:"format"`
+	Method    manifest.Method       `json:"method"`
+	Axis      manifest.Axis         `json:"axis,omitempty"`
+	Tile      string                `json:"tile,omitempty"`
 
 	SourceDType string `json:"source_dtype"`
 	// StoredDType is the element dtype of a non-BFP stored tensor ("" for BFP).
@@ -74,11 +74,11 @@ type PlannedTensor struct {
 }
 
 // IsBFP reports whether the tensor is stored in a BFP format.
-func (t *PlannedTensor) IsBFP() bool { return manifest.IsBFPFormat(t.Format) }
+func (t *PlannedTensor) IsBFP() bool { return t.Format.IsBFP() }
 
 // BFP returns the bfp format and tile of a BFP tensor.
 func (t *PlannedTensor) BFP() (bfp.Format, bfp.Tile, bool) {
-	f, ok := manifest.BFPFormat(t.Format)
+	f, ok := t.Format.BFP()
 	return manifest.WithTile(f, ok, t.Tile)
 }
 
@@ -129,11 +129,11 @@ func (t *PlannedTensor) SourceFloat32s(m *safetensors.Model) ([]float32, error) 
 
 // FormatTotal sums the planned tensors stored in one format.
 type FormatTotal struct {
-	Format      string `json:"format"`
-	Tensors     int    `json:"tensors"`
-	Elements    int64  `json:"elements"`
-	SourceBytes int64  `json:"source_bytes"`
-	StoredBytes int64  `json:"stored_bytes"`
+	Format      manifest.StoredFormat `json:"format"`
+	Tensors     int                   `json:"tensors"`
+	Elements    int64                 `json:"elements"`
+	SourceBytes int64                 `json:"source_bytes"`
+	StoredBytes int64                 `json:"stored_bytes"`
 }
 
 // Resolved is a plan applied to a model: every stored tensor with its rule,
@@ -278,7 +278,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		}
 	}
 
-	totals := map[string]*FormatTotal{}
+	totals := map[manifest.StoredFormat]*FormatTotal{}
 	for i := range planned {
 		t := &planned[i]
 		ri := mt.match(t.Name)
@@ -294,7 +294,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 		if err := sizeTensor(t); err != nil {
 			return nil, fmt.Errorf("plan %q rule %d (pattern %q): %w", plan.Name, ri+1, rule.Pattern, err)
 		}
-		if t.Role.MustStayLossless() && !manifest.IsLosslessFormat(t.Format, t.SourceDType) {
+		if t.Role.MustStayLossless() && !t.Format.Lossless(t.SourceDType) {
 			return nil, fmt.Errorf("plan %q rule %d (pattern %q) stores %s (role %s, %s) as %s, but this role must stay lossless (use AS_IS or F32)",
 				plan.Name, ri+1, rule.Pattern, t.Name, t.Role, t.SourceDType, t.Format)
 		}
@@ -362,7 +362,7 @@ func (r *Resolved) classify(m *safetensors.Model, names []string, fam model.Fami
 
 // finish records the planned tensors, counts the files manifest.Layout
 // gives them and lists the per-format totals in a fixed order.
-func (r *Resolved) finish(planned []PlannedTensor, totals map[string]*FormatTotal) error {
+func (r *Resolved) finish(planned []PlannedTensor, totals map[manifest.StoredFormat]*FormatTotal) error {
 	r.Tensors = planned
 	r.byName = make(map[string]int, len(planned))
 	for i, t := range planned {
@@ -383,7 +383,7 @@ func (r *Resolved) finish(planned []PlannedTensor, totals map[string]*FormatTota
 			r.DenseFiles++
 		}
 	}
-	for _, f := range []string{manifest.StoreBFP2, manifest.StoreBFP4, manifest.StoreBFP8, manifest.StoreBF16, manifest.StoreF32, manifest.StoreAsIs} {
+	for _, f := range manifest.StoredFormats {
 		if ft := totals[f]; ft != nil {
 			r.Totals = append(r.Totals, *ft)
 		}
