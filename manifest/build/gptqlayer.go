@@ -169,7 +169,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 		grids[e] = calib.ExpertGrids{Gate: gu, Up: gu, Down: gridOf(p.down)}
 	}
 	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true, Grids: grids}
-	emit := func(r *calib.ExpertResult) error {
+	take := func(r *calib.ExpertResult) error {
 		if r.Expert < 0 {
 			return nil
 		}
@@ -200,7 +200,13 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 		}
 		return nil
 	}
-	rep, err := calib.QuantizeMoELayer(ctx, ml, cal, held, lo, emit)
+	run := calib.NewLayerRun(ctx, ml, cal, held, lo)
+	for r := range run.Results() {
+		if err := take(r); err != nil {
+			return nil, err
+		}
+	}
+	rep, err := run.Report()
 	if err != nil {
 		return nil, err
 	}
