@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"sync"
 
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -195,22 +195,13 @@ func CompareLogits(ctx context.Context, ref, cand LogitsSource, targets []int64,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		var wg sync.WaitGroup
-		per := (b.n + workers - 1) / workers
-		for w0 := 0; w0 < b.n; w0 += per {
-			wg.Add(1)
-			go func(lo, hi int) {
-				defer wg.Done()
-				for i := lo; i < hi; i++ {
-					target := -1
-					if targets != nil && targets[b.start+i] >= 0 {
-						target = int(targets[b.start+i])
-					}
-					res[i], errs[i] = CompareToken(b.ref[i*vocab:(i+1)*vocab], b.cand[i*vocab:(i+1)*vocab], target)
-				}
-			}(w0, min(w0+per, b.n))
-		}
-		wg.Wait()
+		kernels.ParallelFor(b.n, workers, func(i, _ int) {
+			target := -1
+			if targets != nil && targets[b.start+i] >= 0 {
+				target = int(targets[b.start+i])
+			}
+			res[i], errs[i] = CompareToken(b.ref[i*vocab:(i+1)*vocab], b.cand[i*vocab:(i+1)*vocab], target)
+		})
 		for i := 0; i < b.n; i++ {
 			if errs[i] != nil {
 				return nil, fmt.Errorf("emulator: token %d: %w (reference %s, candidate %s)", b.start+i, errs[i], ref.Name(), cand.Name())
