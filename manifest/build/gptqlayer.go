@@ -94,6 +94,9 @@ func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, err
 		return nil, nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), b.modelCfg.MoE.Experts)
 	}
 	for e, p := range ex {
+		if e < 0 || e >= b.modelCfg.MoE.Experts {
+			return nil, nil, fmt.Errorf("routed expert %d outside 0..%d of config.json", e, b.modelCfg.MoE.Experts-1)
+		}
 		if p.gu == nil || p.down == nil {
 			return nil, nil, fmt.Errorf("expert %d: gate_up or down missing from the source", e)
 		}
@@ -143,17 +146,6 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if si, _ := b.store.Site(layer, calib.SiteMoE); si.Cols != ml.Config.Hidden {
 		return nil, fmt.Errorf("calibration site %q has %d features, the model %d", calib.SiteMoE, si.Cols, ml.Config.Hidden)
 	}
-	// One driver run covers the whole layer: each matrix gets the grid of
-	// the tensor it is stored in, so a down projection's Hessian always
-	// comes from the gate and up projections exactly as they are stored,
-	// whatever formats the plan gives them.
-	gridOf := func(st *storedTensor) gptq.Grid {
-		axis := gptq.InputAxis
-		if st.axis == manifest.AxisOutput {
-			axis = gptq.OutputAxis
-		}
-		return gptq.NewBFPGrid(st.bfpF, axis)
-	}
 	jobOf := map[string]*job{}
 	for _, i := range pending {
 		for _, st := range b.jobs[i].tensors {
@@ -163,12 +155,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	done := map[string]*produced{}
 	count := map[string]int{}
 	g := b.gopt
-	grids := make([]calib.ExpertGrids, len(ex))
-	for e, p := range ex {
-		gu := gridOf(p.gu)
-		grids[e] = calib.ExpertGrids{Gate: gu, Up: gu, Down: gridOf(p.down)}
-	}
-	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true, Grids: grids}
+	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true, Grids: layerGrids(ex)}
 	take := func(r *calib.ExpertResult) error {
 		if r.Expert < 0 {
 			return nil
@@ -210,6 +197,41 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if err != nil {
 		return nil, err
 	}
+	ls := layerStatsOf(layer, rep)
+	for f := range pending {
+		if count[f] != len(b.jobs[pending[f]].tensors) {
+			return nil, fmt.Errorf("manifest: layer %d: file %s received %d of its %d tensors", layer, f, count[f], len(b.jobs[pending[f]].tensors))
+		}
+	}
+	if err := writeJSONAtomic(recPath, ls); err != nil {
+		return nil, err
+	}
+	return ls, nil
+}
+
+// layerGrids gives every routed expert's matrices the grid of the tensor
+// they are stored in, so that one driver run covers the whole layer and a
+// down projection's Hessian always comes from the gate and up projections
+// exactly as they are stored, whatever formats the plan gives them.
+func layerGrids(ex map[int]*expertPair) []calib.ExpertGrids {
+	gridOf := func(st *storedTensor) gptq.Grid {
+		axis := gptq.InputAxis
+		if st.axis == manifest.AxisOutput {
+			axis = gptq.OutputAxis
+		}
+		return gptq.NewBFPGrid(st.bfpF, axis)
+	}
+	grids := make([]calib.ExpertGrids, len(ex))
+	for e, p := range ex {
+		gu := gridOf(p.gu)
+		grids[e] = calib.ExpertGrids{Gate: gu, Up: gu, Down: gridOf(p.down)}
+	}
+	return grids
+}
+
+// layerStatsOf turns the driver's layer report into the manifest's layer
+// statistics.
+func layerStatsOf(layer int, rep *calib.LayerReport) *manifest.LayerStats {
 	ls := &manifest.LayerStats{Layer: layer, CalibTokens: int64(rep.Tokens), Starved: rep.Starved}
 	if rep.HeldOut != nil {
 		ls.HeldOutTokens = int64(rep.HeldOut.Tokens)
@@ -220,15 +242,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if len(ls.Starved) == 0 {
 		ls.Starved = nil
 	}
-	for f := range pending {
-		if count[f] != len(b.jobs[pending[f]].tensors) {
-			return nil, fmt.Errorf("manifest: layer %d: file %s received %d of its %d tensors", layer, f, count[f], len(b.jobs[pending[f]].tensors))
-		}
-	}
-	if err := writeJSONAtomic(recPath, ls); err != nil {
-		return nil, err
-	}
-	return ls, nil
+	return ls
 }
 
 // produceExpert packs one routed expert tensor from the driver's result.

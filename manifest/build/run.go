@@ -241,19 +241,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	b.progress(ProgressEvent{Kind: "start", FilesTotal: len(b.jobs), BytesTotal: total})
 
-	// Copy the config and tokenizer files.
-	var files []manifest.FileEntry
-	for _, c := range configs {
-		data, err := os.ReadFile(c)
-		if err != nil {
-			return nil, err
-		}
-		name := filepath.Base(c)
-		sum, err := atomicfile.WriteFile(filepath.Join(out, name), data)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, manifest.FileEntry{Name: name, Role: manifest.FileConfig, Size: int64(len(data)), SHA256: sum})
+	files, err := b.copyConfigs(configs)
+	if err != nil {
+		return nil, err
 	}
 
 	// Per layer, the number of files still to finish, for "layer" events.
@@ -337,47 +327,8 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		layerOut = append(layerOut, *ls)
 	}
 
-	m := &manifest.Manifest{
-		FormatVersion: manifest.FormatVersion,
-		Format:        manifest.FormatName,
-		Tool:          ToolVersion,
-		Source:        si,
-		Plan:          planInfo(b.opt.Plan),
-		Layout:        manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
-		TTQuant: manifest.TTQuantSection{
-			Command:     b.command(),
-			Options:     b.params,
-			Calibration: b.calib,
-			Parent:      b.opt.Parent,
-		},
-	}
-	var dataBytes int64
-	for _, r := range results {
-		m.Files = append(m.Files, r.File)
-		m.Tensors = append(m.Tensors, r.Tensors...)
-		m.TTQuant.Matrices = append(m.TTQuant.Matrices, r.Matrices...)
-		dataBytes += r.File.Size
-	}
-	m.TTQuant.Layers = mergeLayerStats(layerStats(m.TTQuant.Matrices), layerOut)
-	m.Files = append(m.Files, files...)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	sums := manifest.EncodeSums(m.Files)
-	sumsHash, err := atomicfile.WriteFile(filepath.Join(out, manifest.SumsName), sums)
+	m, data, sums, dataBytes, err := b.writeManifest(ctx, si, results, layerOut, files)
 	if err != nil {
-		return nil, err
-	}
-	m.Files = append(m.Files, manifest.FileEntry{Name: manifest.SumsName, Role: manifest.FileChecksum, Size: int64(len(sums)), SHA256: sumsHash})
-	data, err := m.Encode()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := atomicfile.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
-		return nil, err
-	}
-	atomicfile.SyncDir(out)
-	if err := os.RemoveAll(filepath.Join(out, manifest.PartialDir)); err != nil {
 		return nil, err
 	}
 	id := manifest.Identity(data)
@@ -690,4 +641,75 @@ func planSHA256(pi manifest.PlanInfo) string {
 		panic(err) // strings and slices of strings always encode
 	}
 	return manifest.SHA256Hex(data)
+}
+
+// copyConfigs copies the config and tokenizer files into the output
+// directory.
+func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
+	var files []manifest.FileEntry
+	for _, c := range configs {
+		data, err := os.ReadFile(c)
+		if err != nil {
+			return nil, err
+		}
+		name := filepath.Base(c)
+		sum, err := atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, manifest.FileEntry{Name: name, Role: manifest.FileConfig, Size: int64(len(data)), SHA256: sum})
+	}
+	return files, nil
+}
+
+// writeManifest assembles the manifest from the finished files, writes
+// SHA256SUMS and then the manifest, last, and removes the bookkeeping of
+// the unfinished build. It returns the manifest, its bytes, the checksum
+// list and the data files' total size.
+func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, results []*fileRecord, layerOut []manifest.LayerStats, files []manifest.FileEntry) (*manifest.Manifest, []byte, []byte, int64, error) {
+	out := b.opt.Out
+	m := &manifest.Manifest{
+		FormatVersion: manifest.FormatVersion,
+		Format:        manifest.FormatName,
+		Tool:          ToolVersion,
+		Source:        si,
+		Plan:          planInfo(b.opt.Plan),
+		Layout:        manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
+		TTQuant: manifest.TTQuantSection{
+			Command:     b.command(),
+			Options:     b.params,
+			Calibration: b.calib,
+			Parent:      b.opt.Parent,
+		},
+	}
+	var dataBytes int64
+	for _, r := range results {
+		m.Files = append(m.Files, r.File)
+		m.Tensors = append(m.Tensors, r.Tensors...)
+		m.TTQuant.Matrices = append(m.TTQuant.Matrices, r.Matrices...)
+		dataBytes += r.File.Size
+	}
+	m.TTQuant.Layers = mergeLayerStats(layerStats(m.TTQuant.Matrices), layerOut)
+	m.Files = append(m.Files, files...)
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, 0, err
+	}
+	sums := manifest.EncodeSums(m.Files)
+	sumsHash, err := atomicfile.WriteFile(filepath.Join(out, manifest.SumsName), sums)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	m.Files = append(m.Files, manifest.FileEntry{Name: manifest.SumsName, Role: manifest.FileChecksum, Size: int64(len(sums)), SHA256: sumsHash})
+	data, err := m.Encode()
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	if _, err := atomicfile.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
+		return nil, nil, nil, 0, err
+	}
+	atomicfile.SyncDir(out)
+	if err := os.RemoveAll(filepath.Join(out, manifest.PartialDir)); err != nil {
+		return nil, nil, nil, 0, err
+	}
+	return m, data, sums, dataBytes, nil
 }
