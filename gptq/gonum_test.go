@@ -10,10 +10,10 @@ import (
 // TestHessianAgainstGonum: the Hessian accumulated in two batches against
 // gonum's (2/n)·XᵀX formed in float64 from the same inputs, an oracle that
 // shares no code with ours. The accumulator multiplies in float32 (as the
-// reference does), sums blocks of 256 rows in float32 and the block sums
-// in float64, so the two agree to float32
-// rounding of the products, not exactly. (The kernels' Cholesky and
-// products are checked against gonum in internal/kernels.)
+// reference does), sums blocks of 256 rows in float32 and the block sums in
+// float64, so the two agree to float32 rounding, not exactly. (The
+// kernels' Cholesky and products are checked against gonum in
+// internal/kernels.)
 func TestHessianAgainstGonum(t *testing.T) {
 	for _, sz := range [][2]int{{5, 3}, {200, 48}, {300, 130}} {
 		tokens, cols := sz[0], sz[1]
