@@ -25,17 +25,18 @@ const module = "github.com/ttquant/ttquant"
 // internal/testdata and the package under test's allowed set plus anything
 // named in allowedInTests.
 var allowed = map[string][]string{
-	"bfp":                  {},
-	"safetensors":          {},
-	"internal/testdata":    {},
-	"internal/kernels":     {},
-	"internal/testmodel":   {"safetensors"},
-	"gptq":                 {"bfp", "internal/kernels"},
-	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
-	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
-	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
-	"internal/importcheck": {"internal/testdata"},
-	"cmd":                  {"*"},
+	"bfp":                    {},
+	"safetensors":            {},
+	"internal/testdata":      {},
+	"internal/kernels":       {},
+	"internal/testmodel":     {"safetensors"},
+	"gptq":                   {"bfp", "internal/kernels"},
+	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
+	"manifest":               {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
+	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
+	"internal/importcheck":   {"internal/testdata"},
+	"internal/testdatacheck": {},
+	"cmd":                    {"*"},
 }
 
 // allowedInTests are extra module packages that test files may import.
