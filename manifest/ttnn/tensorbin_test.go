@@ -134,7 +134,7 @@ func TestWriteReadRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v %v: %v", spec.Shape, mesh, err)
 			}
-			if err := verifyFile(data); err != nil {
+			if err := checkWholeFile(data); err != nil {
 				t.Fatalf("%v %v: %v", spec.Shape, mesh, err)
 			}
 			f, got, err := Parse(data)
@@ -174,11 +174,11 @@ func TestWriteReadRoundTrip(t *testing.T) {
 	}
 }
 
-// verifyFile applies the loader's checks to a whole file: 8-byte header
+// checkWholeFile applies the loader's checks to a whole file: 8-byte header
 // length, the flatbuffers verifier over exactly header_size bytes, data
 // region 8- (and here 64-) aligned, and the zero padding between the
 // flatbuffer and the data region.
-func verifyFile(data []byte) error {
+func checkWholeFile(data []byte) error {
 	if len(data) < 8 {
 		return errors.New("short file")
 	}
