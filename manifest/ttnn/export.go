@@ -656,7 +656,7 @@ func checkOutput(dir string, files []planFile, overwrite bool) ([]string, error)
 			more = fmt.Sprintf(" and %d more", len(clash)-3)
 			clash = clash[:3]
 		}
-		return nil, fmt.Errorf("%w: %s already holds %s%s (use overwrite to replace an earlier export)", ErrOutput, dir, strings.Join(clash, ", "), more)
+		return nil, fmt.Errorf("%w: %s already holds %s%s (Overwrite, --overwrite on the command line, replaces an earlier export)", ErrOutput, dir, strings.Join(clash, ", "), more)
 	}
 	old, err := ReadRecord(dir)
 	if err != nil {

@@ -351,6 +351,24 @@ func (f *File) Aligned() bool {
 // header_size bytes, as ttnn's loader does), an 8-aligned data region, and
 // the header's meaning (Header.Check) against the data region's size.
 func ReadHeader(r io.ReaderAt, size int64) (*File, error) {
+	f, err := ReadHeaderRaw(r, size)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Check(uint64(size - f.DataStart)); err != nil {
+		return nil, err
+	}
+	if f.PayloadSize, err = f.Spec.PayloadSize(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReadHeaderRaw reads a tensor file's header as far as the loader does
+// before using it (header length, flatbuffer verification, 8-aligned data
+// region) without checking its meaning, so that a tool can show a header
+// whose payload does not fit it. PayloadSize is set when the spec allows.
+func ReadHeaderRaw(r io.ReaderAt, size int64) (*File, error) {
 	if size < 8 {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than the 8-byte header length", ErrFormat, size)
 	}
@@ -374,12 +392,7 @@ func ReadHeader(r io.ReaderAt, size int64) (*File, error) {
 	if f.DataStart%8 != 0 {
 		return nil, fmt.Errorf("%w: data region at file offset %d is not 8-aligned (ttnn refuses it)", ErrFormat, f.DataStart)
 	}
-	if err := f.Check(uint64(size - f.DataStart)); err != nil {
-		return nil, err
-	}
-	if f.PayloadSize, err = f.Spec.PayloadSize(); err != nil {
-		return nil, err
-	}
+	f.PayloadSize, _ = f.Spec.PayloadSize()
 	return f, nil
 }
 
