@@ -111,8 +111,8 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// parseMesh parses a mesh shape: "RxC" or "N" (1×N); each dimension 1 to
-// 1024.
+// parseMesh parses a mesh shape: "RxC" or "N" (1×N), at most 4096
+// devices.
 func parseMesh(s string) ([]uint32, error) {
 	parts := strings.Split(strings.ToLower(s), "x")
 	if len(parts) == 1 {
@@ -124,10 +124,13 @@ func parseMesh(s string) ([]uint32, error) {
 	out := make([]uint32, 2)
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 1024 {
-			return nil, fmt.Errorf("%q: each dimension must be an integer from 1 to 1024", s)
+		if err != nil || n < 1 || n > 4096 {
+			return nil, fmt.Errorf("%q: each dimension must be an integer from 1 to 4096", s)
 		}
 		out[i] = uint32(n)
+	}
+	if out[0]*out[1] > 4096 {
+		return nil, fmt.Errorf("%q: at most 4096 devices", s)
 	}
 	return out, nil
 }

@@ -93,7 +93,7 @@ func TestParseMesh(t *testing.T) {
 			t.Errorf("%s: %v %v", s, got, err)
 		}
 	}
-	for _, s := range []string{"", "x", "0x1", "1x-2", "2x2x2", "1x2000", "a"} {
+	for _, s := range []string{"", "x", "0x1", "1x-2", "2x2x2", "1x5000", "100x100", "a"} {
 		if _, err := parseMesh(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}

@@ -542,6 +542,9 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 	if rep.Identity != c.Identity() {
 		return nil, fmt.Errorf("%w: %s changed since it was opened (identity %s, now %s)", ErrCheckpoint, c.Dir(), c.Identity(), rep.Identity)
 	}
+	if inside(opt.Out, c.Dir()) {
+		return nil, fmt.Errorf("%w: %s is inside the checkpoint %s (its verification would fail on the extra files)", ErrOutput, opt.Out, c.Dir())
+	}
 	stale, err := checkOutput(opt.Out, files, opt.Overwrite)
 	if err != nil {
 		return nil, err
@@ -608,19 +611,26 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 }
 
 func writeTensorFile(path string, spec Spec, mesh []uint32, payload []byte) (int64, string, error) {
-	data, err := Marshal(spec, mesh, payload)
-	if err != nil {
-		return 0, "", fmt.Errorf("%s: %w", path, err)
-	}
 	a, err := manifest.CreateAtomic(path)
 	if err != nil {
 		return 0, "", err
 	}
-	if _, err := a.Write(data); err != nil {
+	if _, err := Write(a, spec, mesh, payload); err != nil {
 		a.Abort()
 		return 0, "", fmt.Errorf("%s: %w", path, err)
 	}
 	return a.Commit()
+}
+
+// inside reports whether path is dir or below it.
+func inside(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // checkOutput refuses an output directory holding a file the export would

@@ -441,3 +441,17 @@ func TestNameMapErrors(t *testing.T) {
 		t.Error("FileName")
 	}
 }
+
+func TestExportRefusesOutputInsideCheckpoint(t *testing.T) {
+	c := demoCheckpoint(t)
+	out := filepath.Join(c.Dir(), "ttnn")
+	if _, err := Export(context.Background(), c, exampleMap(t), Options{Out: out}); !errors.Is(err, ErrOutput) {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("wrote into the checkpoint")
+	}
+	if inside(c.Dir()+"-ttnn", c.Dir()) || !inside(c.Dir(), c.Dir()) {
+		t.Fatal("inside")
+	}
+}

@@ -19,6 +19,10 @@ const Ext = ".tensorbin"
 // same, older readers need 8).
 const DataAlign = 64
 
+// maxDevices bounds the devices of a mesh (the largest tt-metal systems
+// have a few hundred).
+const maxDevices = 4096
+
 // maxElements bounds the element count of a shape so that size arithmetic
 // cannot overflow.
 const maxElements = 1 << 50
@@ -119,7 +123,7 @@ func Replicated(mesh []uint32, size uint64) ([]Shard, *Topology, error) {
 	}
 	n := 1
 	for _, d := range mesh {
-		if d == 0 || d > 1<<16 || n*int(d) > 1<<16 {
+		if d == 0 || d > maxDevices || n*int(d) > maxDevices {
 			return nil, nil, fmt.Errorf("%w: mesh shape %v", ErrShape, mesh)
 		}
 		n *= int(d)
@@ -254,7 +258,7 @@ func (h *Header) Check(dataSize uint64) error {
 		if d == 0 {
 			return fmt.Errorf("%w: mesh shape %v has a zero dimension", ErrFormat, h.MeshShape)
 		}
-		if devices *= uint64(d); devices > 1<<16 {
+		if devices *= uint64(d); devices > maxDevices {
 			return fmt.Errorf("%w: mesh shape %v is too large", ErrFormat, h.MeshShape)
 		}
 	}
@@ -291,7 +295,7 @@ func (h *Header) Check(dataSize uint64) error {
 		}
 		n := uint64(1)
 		for _, d := range t.DistributionShape {
-			if n *= uint64(d); n > 1<<16 {
+			if n *= uint64(d); n > maxDevices {
 				return fmt.Errorf("%w: topology: distribution shape %v too large", ErrFormat, t.DistributionShape)
 			}
 		}
@@ -424,6 +428,9 @@ func Parse(data []byte) (*File, []byte, error) {
 	first := f.Shards[0]
 	payload := data[f.DataStart+int64(first.Offset):][:first.Size]
 	for i, s := range f.Shards[1:] {
+		if s.Offset == first.Offset {
+			continue // the same bytes
+		}
 		b := data[f.DataStart+int64(s.Offset):][:s.Size]
 		if !bytes.Equal(b, payload) {
 			return nil, nil, fmt.Errorf("%w: shard %d differs from shard 0 in a replicated tensor", ErrFormat, i+1)
