@@ -364,3 +364,44 @@ func TestTransposeLast2(t *testing.T) {
 		t.Fatal("transpose twice is not the identity")
 	}
 }
+
+// TestGoldenWalkThrough pins the byte positions docs/ttnn-export.md walks
+// through, read straight from the file without the package's accessors.
+func TestGoldenWalkThrough(t *testing.T) {
+	d, err := os.ReadFile(filepath.Join("testdata", "golden_bfp8_40x48_dtype_BFLOAT8_B_layout_TILE.tensorbin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u32 := func(at int) uint32 { return binary.LittleEndian.Uint32(d[at:]) }
+	u64 := func(at int) uint64 { return binary.LittleEndian.Uint64(d[at:]) }
+	checks := []struct {
+		what      string
+		got, want uint64
+	}{
+		{"header_size", u64(0), 376},
+		{"root offset", uint64(u32(8)), 20},
+		{"Tensor soffset", uint64(u32(28)), 12},
+		{"InlineFileStorage.offset", u64(168), 0},
+		{"InlineFileStorage.size", u64(176), 4352},
+		{"TensorShard buffer_type", uint64(d[152+15]), 1},
+		{"page_config_type", uint64(d[252+16]), 2},
+		{"data_type", uint64(d[252+17]), 3},
+		{"tile w", uint64(u32(296)), 32},
+		{"tile h", uint64(u32(300)), 32},
+		{"alignment length", uint64(u32(312)), 2},
+		{"shape length", uint64(u32(324)), 2},
+		{"shape[0]", uint64(u32(328)), 40},
+		{"shape[1]", uint64(u32(332)), 48},
+		{"file size", uint64(len(d)), 384 + 4352},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: %d, the walk-through says %d", c.what, c.got, c.want)
+		}
+	}
+	for i := 336; i < 384; i++ {
+		if d[i] != 0 {
+			t.Fatalf("padding byte %d is %#x", i, d[i])
+		}
+	}
+}
