@@ -455,3 +455,35 @@ func TestExportRefusesOutputInsideCheckpoint(t *testing.T) {
 		t.Fatal("inside")
 	}
 }
+
+// TestExportOverwriteRemovesStale: an export over an earlier one removes
+// the earlier files it does not write, so ttnn finds no stale cache file.
+func TestExportOverwriteRemovesStale(t *testing.T) {
+	c := demoCheckpoint(t)
+	two := parseMap(t, `{"format": "ttquant-ttnn-names", "version": 1, "rules": [
+		{"match": "lm_head\\.weight", "name": "output"},
+		{"match": "model\\.language_model\\.norm\\.weight", "name": "norm"},
+		{"match": ".*", "skip": true}]}`)
+	one := parseMap(t, `{"format": "ttquant-ttnn-names", "version": 1, "rules": [
+		{"match": "lm_head\\.weight", "name": "output"},
+		{"match": ".*", "skip": true}]}`)
+	out := t.TempDir()
+	if _, err := Export(context.Background(), c, two, Options{Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	unrelated := filepath.Join(out, "other_model_dtype_BFLOAT16_layout_TILE.tensorbin")
+	os.WriteFile(unrelated, []byte("not ours"), 0o644)
+	if _, err := Export(context.Background(), c, one, Options{Out: out, Overwrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "norm_dtype_BFLOAT16_layout_ROW_MAJOR.tensorbin")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale file kept: %v", err)
+	}
+	if _, err := os.Stat(unrelated); err != nil {
+		t.Errorf("a file no export wrote was removed: %v", err)
+	}
+	rep, err := VerifyExport(context.Background(), out, VerifyOptions{Checkpoint: c})
+	if err != nil || !rep.OK || rep.Files != 1 || !slices.Equal(rep.Unlisted, []string{filepath.Base(unrelated)}) {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}

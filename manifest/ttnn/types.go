@@ -268,25 +268,29 @@ func (p PlacementKind) String() string {
 	return fmt.Sprintf("PlacementKind(%d)", int(p))
 }
 
+// MarshalText gives the kind's name (replicate or shard).
+func (p PlacementKind) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
 // Placement is one entry of a topology's placements.
 type Placement struct {
-	Kind PlacementKind
+	Kind PlacementKind `json:"kind"`
 	// Dim is the tensor dimension sharded (ShardDim only).
-	Dim int32
+	Dim int32 `json:"dim,omitempty"`
 }
 
 // Topology is the tensor topology: how the tensor is distributed.
 type Topology struct {
-	DistributionShape []uint32
-	Placements        []Placement
-	MeshCoords        [][]uint32
+	DistributionShape []uint32    `json:"distribution_shape"`
+	Placements        []Placement `json:"placements"`
+	MeshCoords        [][]uint32  `json:"mesh_coords"`
 }
 
 // Shard is one device's buffer: a byte range of the data region.
 type Shard struct {
 	// Offset is relative to the start of the data region; Size in bytes.
-	Offset, Size uint64
-	Coord        []uint32
+	Offset uint64   `json:"offset"`
+	Size   uint64   `json:"size"`
+	Coord  []uint32 `json:"mesh_coordinate"`
 }
 
 // Header is the decoded flatbuffer of a tensor file.
