@@ -271,6 +271,19 @@ func (p PlacementKind) String() string {
 // MarshalText gives the kind's name (replicate or shard).
 func (p PlacementKind) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
+// UnmarshalText parses replicate or shard.
+func (p *PlacementKind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "replicate":
+		*p = Replicate
+	case "shard":
+		*p = ShardDim
+	default:
+		return fmt.Errorf("ttnn: unknown placement %q (want replicate or shard)", b)
+	}
+	return nil
+}
+
 // Placement is one entry of a topology's placements.
 type Placement struct {
 	Kind PlacementKind `json:"kind"`
