@@ -3,6 +3,7 @@ module github.com/ttquant/ttquant
 go 1.26.0
 
 require (
+	github.com/google/flatbuffers v25.12.19+incompatible
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/x448/float16 v0.8.4 // indirect

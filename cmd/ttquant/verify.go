@@ -18,13 +18,17 @@ type verifyReport struct {
 }
 
 func runVerify(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json]")
+	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json] | --ttnn EXPORT [CKPT] [--json]")
 	source := fs.String("source", "", "source checkpoint to compare every tensor against")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	workers := fs.Int("workers", 2, "files checked at once")
+	ttnnDir := fs.String("ttnn", "", "check a ttnn export directory (and, given CKPT, against that checkpoint)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
+	}
+	if *ttnnDir != "" {
+		return runVerifyTTNN(ctx, e, *ttnnDir, pos, *asJSON)
 	}
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))

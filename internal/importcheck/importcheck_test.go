@@ -21,7 +21,9 @@ const module = "github.com/ttquant/ttquant"
 
 // allowed lists, for every package directory of the module (relative to the
 // repository root, subdirectories included), the module packages that its
-// non-test files may import. Test files may in addition import
+// non-test files may import; an entry "=p" permits p but not the packages
+// under it (so manifest/ttnn reads the checkpoint format without linking the
+// build pipelines). Test files may in addition import
 // internal/testdata and the package under test's allowed set plus anything
 // named in allowedInTests.
 var allowed = map[string][]string{
@@ -34,6 +36,7 @@ var allowed = map[string][]string{
 	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
 	"manifest":               {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
 	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
+	"manifest/ttnn":          {"bfp", "safetensors", "=manifest"},
 	"internal/importcheck":   {"internal/testdata"},
 	"internal/testdatacheck": {},
 	"cmd":                    {"*"},
@@ -61,6 +64,12 @@ func owner(dir string) (string, bool) {
 
 func permits(list []string, pkg string) bool {
 	for _, p := range list {
+		if exact, ok := strings.CutPrefix(p, "="); ok {
+			if pkg == exact {
+				return true
+			}
+			continue
+		}
 		if p == "*" || pkg == p || strings.HasPrefix(pkg, p+"/") {
 			return true
 		}
@@ -148,6 +157,10 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"manifest", "emulator", false},
 		{"emulator", "manifest", true},
 		{"cmd/ttquant", "emulator", true},
+		{"manifest/ttnn", "manifest", true},
+		{"manifest/ttnn", "manifest/build", false},
+		{"manifest/ttnn", "calib", false},
+		{"manifest/ttnn", "gptq", false},
 	}
 	for _, c := range cases {
 		key, ok := owner(c.dir)
