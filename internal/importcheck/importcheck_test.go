@@ -33,7 +33,8 @@ var allowed = map[string][]string{
 	"gptq":                 {"bfp", "internal/kernels"},
 	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
 	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
-	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
+	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel", "emulator/eval"},
+	"emulator/eval":        {},
 	"internal/importcheck": {"internal/testdata"},
 	"cmd":                  {"*"},
 }
@@ -146,6 +147,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"calib", "manifest", false},
 		{"manifest", "emulator", false},
 		{"emulator", "manifest", true},
+		{"emulator", "emulator/eval", true},
+		{"emulator/eval", "emulator", false},
+		{"emulator/eval", "manifest", false},
+		{"emulator/eval", "gptq", false},
+		{"emulator/eval", "calib", false},
 		{"cmd/ttquant", "emulator", true},
 	}
 	for _, c := range cases {
