@@ -77,6 +77,45 @@ func (o *srcOperand) set(i int, s Src, a bool) {
 type DeviceWeights struct {
 	out, in int
 	a       srcOperand
+
+	panelOnce sync.Once
+	panel     []int16 // column blocks of 8 for the vector kernel
+}
+
+// Layouts of the vector kernel (device_amd64.s): per column block of 8 and
+// per k, 8 exponents, 8 phase-even and 8 phase-odd slices (int16); per token
+// and per k, exponent, phase-even and phase-odd slices and a pad (int32).
+const (
+	panelCols   = 8
+	panelStride = 3 * panelCols
+	rowStride   = 4
+	scratchLen  = 340
+)
+
+// panels returns the weights in the vector kernel's layout, building it on
+// first use. Columns past out are zero operands.
+func (w *DeviceWeights) panels() []int16 {
+	w.panelOnce.Do(func() {
+		kp := w.a.kp
+		blocks := (w.out + panelCols - 1) / panelCols
+		p := make([]int16, blocks*kp*panelStride)
+		for nb := 0; nb < blocks; nb++ {
+			for j := 0; j < panelCols; j++ {
+				n := nb*panelCols + j
+				for k := 0; k < kp; k++ {
+					o := (nb*kp+k)*panelStride + j
+					if n >= w.out {
+						p[o] = zeroExp
+						continue
+					}
+					i := n*kp + k
+					p[o], p[o+panelCols], p[o+2*panelCols] = w.a.e[i], w.a.s[0][i], w.a.s[1][i]
+				}
+			}
+		}
+		w.panel = p
+	})
+	return w.panel
 }
 
 // Shape returns the weight's [out, in] shape.
@@ -267,10 +306,26 @@ func PrepareActivationsBF16(x []uint16, tokens, in int) (*DeviceActivations, err
 	return a, nil
 }
 
-// DeviceActivations are activations prepared for the fast path (SrcB).
+// DeviceActivations are activations prepared for the fast path (SrcB). They
+// are safe for concurrent use.
 type DeviceActivations struct {
 	tokens, in int
 	b          srcOperand
+
+	rowsOnce sync.Once
+	rows     []int32 // the vector kernel's layout
+}
+
+func (x *DeviceActivations) kernelRows() []int32 {
+	x.rowsOnce.Do(func() {
+		kp := x.b.kp
+		r := make([]int32, x.tokens*kp*rowStride)
+		for i := range x.b.e {
+			r[i*rowStride], r[i*rowStride+1], r[i*rowStride+2] = int32(x.b.e[i]), int32(x.b.s[0][i]), int32(x.b.s[1][i])
+		}
+		x.rows = r
+	})
+	return x.rows
 }
 
 // DeviceMatMul computes y = x·Wᵀ for float32 activations x [tokens, in] as
@@ -329,10 +384,15 @@ func deviceDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg 
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	// Work items: blocks of up to 8 output columns, all tokens.
-	const cols = 8
-	items := (out + cols - 1) / cols
+	// Work items: blocks of 8 output columns, all tokens.
+	items := (out + panelCols - 1) / panelCols
 	workers = min(workers, items)
+	vector := deviceAsm && cfg.Dst == DstFP32 && cfg.Arch == Blackhole
+	var panel []int16
+	var rows []int32
+	if vector {
+		panel, rows = w.panels(), x.kernelRows()
+	}
 	var wg sync.WaitGroup
 	var next atomic.Int64
 	var stop atomic.Bool
@@ -340,6 +400,11 @@ func deviceDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var scratch []int32
+			if vector {
+				scratch = make([]int32, scratchLen)
+			}
+			var d8 [panelCols]uint32
 			for !stop.Load() {
 				it := int(next.Add(1) - 1)
 				if it >= items {
@@ -349,7 +414,16 @@ func deviceDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg 
 					stop.Store(true)
 					return
 				}
-				for n := it * cols; n < min(it*cols+cols, out); n++ {
+				n0, n1 := it*panelCols, min(it*panelCols+panelCols, out)
+				if vector {
+					pa := panel[it*kp*panelStride : (it+1)*kp*panelStride]
+					for m := 0; m < tokens; m++ {
+						devKern(kp/TileDim, pa, rows[m*kp*rowStride:(m+1)*kp*rowStride], phases, scratch, &d8)
+						copy(y[m*out+n0:m*out+n1], d8[:n1-n0])
+					}
+					continue
+				}
+				for n := n0; n < n1; n++ {
 					ao := n * kp
 					for m := 0; m < tokens; m++ {
 						bo := m * kp
