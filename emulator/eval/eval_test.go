@@ -364,13 +364,13 @@ func TestResultJSONAndMarkdown(t *testing.T) {
 	type ident struct {
 		Digest string `json:"digest"`
 	}
-	res, err := NewResult(Model{Label: "BF16", Identity: ident{"src"}},
-		[]Model{{Label: "RTN", Identity: ident{"aa"}, Numerics: "cpu"}, {Label: "GPTQ", Identity: ident{"bb"}, Numerics: "device:HiFi2"}},
+	res, err := NewResult(RunInfo{Label: "BF16", Identity: ident{"src"}},
+		[]RunInfo{{Label: "RTN", Identity: ident{"aa"}, Numerics: "cpu"}, {Label: "GPTQ", Identity: ident{"bb"}, Numerics: "device:HiFi2"}},
 		s, map[string]string{"eval": "eval-dev.jsonl"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewResult(Model{}, []Model{{}}, s, nil, nil); err == nil {
+	if _, err := NewResult(RunInfo{}, []RunInfo{{}}, s, nil, nil); err == nil {
 		t.Error("wrong number of candidates accepted")
 	}
 	var buf bytes.Buffer

@@ -13,8 +13,8 @@ import (
 // changes when a field changes meaning or disappears.
 const SchemaVersion = 1
 
-// Model names one run of an evaluation: the reference or a candidate.
-type Model struct {
+// RunInfo describes one run of an evaluation: the reference or a candidate.
+type RunInfo struct {
 	// Label is the short name used in tables ("BF16", "RTN", "GPTQ").
 	Label string `json:"label"`
 	// Identity records what was run, opaque to this package: a
@@ -27,7 +27,7 @@ type Model struct {
 
 // CandidateResult is one candidate's table.
 type CandidateResult struct {
-	Model
+	RunInfo
 	Rows []Row `json:"rows"`
 }
 
@@ -35,7 +35,7 @@ type CandidateResult struct {
 // Markdown report (WriteMarkdown).
 type Result struct {
 	SchemaVersion int               `json:"schema_version"`
-	Reference     Model             `json:"reference"`
+	Reference     RunInfo           `json:"reference"`
 	Candidates    []CandidateResult `json:"candidates"`
 	// Vocab is the number of logits per position.
 	Vocab int `json:"vocab"`
@@ -48,16 +48,16 @@ type Result struct {
 	Settings any `json:"settings,omitempty"`
 }
 
-// NewResult builds the result of a scorer's run: the reference, one Model
+// NewResult builds the result of a scorer's run: the reference, one RunInfo
 // per candidate (in the scorer's order), and the provenance to record.
-func NewResult(ref Model, cands []Model, s *Scorer, data, settings any) (*Result, error) {
+func NewResult(ref RunInfo, cands []RunInfo, s *Scorer, data, settings any) (*Result, error) {
 	acc := s.Accumulator()
 	if len(cands) != acc.Candidates() {
 		return nil, fmt.Errorf("eval: %d candidate descriptions for %d candidates", len(cands), acc.Candidates())
 	}
 	r := &Result{SchemaVersion: SchemaVersion, Reference: ref, Vocab: s.vocab, Positions: s.Positions(), Data: data, Settings: settings}
 	for i, c := range cands {
-		r.Candidates = append(r.Candidates, CandidateResult{Model: c, Rows: acc.Rows(i)})
+		r.Candidates = append(r.Candidates, CandidateResult{RunInfo: c, Rows: acc.Rows(i)})
 	}
 	return r, nil
 }
