@@ -73,7 +73,9 @@ func (o *srcOperand) set(i int, s Src, a bool) {
 
 // DeviceWeights is a weight matrix W [out, in] prepared once for
 // DeviceMatMul: the values the unpacker places in SrcA, sliced for the
-// Matrix Unit. It is safe for concurrent use.
+// Matrix Unit. It holds 6 bytes per weight (the inner dimension padded to
+// whole tiles), 12 once the vector kernel has used it. It is safe for
+// concurrent use.
 type DeviceWeights struct {
 	out, in int
 	a       srcOperand
