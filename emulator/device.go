@@ -202,15 +202,25 @@ const (
 	OutDst OutputFormat = iota
 	// OutBF16: Dst packed to a BF16 output by the packer (PackDstBF16).
 	OutBF16
+	// OutBFP8 and OutBFP4: Dst packed to a BFP8_b or BFP4_b output by the
+	// packer's default path (PackDstBFP, blocks of 16 along each output
+	// row; padding columns are +0), returned as the values the unpacker
+	// reads back (UnpackBFP8, UnpackBFP4).
+	OutBFP8
+	OutBFP4
 )
 
-// String returns "dst" or "bf16".
+// String returns "dst", "bf16", "bfp8" or "bfp4".
 func (o OutputFormat) String() string {
 	switch o {
 	case OutDst:
 		return "dst"
 	case OutBF16:
 		return "bf16"
+	case OutBFP8:
+		return "bfp8"
+	case OutBFP4:
+		return "bfp4"
 	}
 	return fmt.Sprintf("OutputFormat(%d)", int(o))
 }
@@ -233,7 +243,7 @@ func (c DeviceConfig) Validate() error {
 	if c.Input != ActBF16 && c.Input != ActTF32 {
 		return fmt.Errorf("emulator: invalid activation format %d", int(c.Input))
 	}
-	if c.Output != OutDst && c.Output != OutBF16 {
+	if c.Output < OutDst || c.Output > OutBFP4 {
 		return fmt.Errorf("emulator: invalid output format %d", int(c.Output))
 	}
 	return nil
@@ -353,6 +363,13 @@ func DeviceMatMulPrepared(ctx context.Context, x *DeviceActivations, w *DeviceWe
 		return nil, err
 	}
 	y := make([]float32, len(dst))
+	switch cfg.Output {
+	case OutBFP8, OutBFP4:
+		if err := packBFPOutput(y, dst, x.tokens, w.out, cfg); err != nil {
+			return nil, err
+		}
+		return y, nil
+	}
 	for i, d := range dst {
 		if cfg.Output == OutBF16 {
 			if cfg.Dst == DstBF16 {
@@ -364,6 +381,41 @@ func DeviceMatMulPrepared(ctx context.Context, x *DeviceActivations, w *DeviceWe
 		y[i] = math.Float32frombits(d)
 	}
 	return y, nil
+}
+
+// packBFPOutput packs the Dst matrix [rows, cols] to BFP8_b or BFP4_b, 16
+// values per block along each row (columns padded with +0 to a multiple of
+// 16), and writes the values the unpacker reads back into y.
+func packBFPOutput(y []float32, dst []uint32, rows, cols int, cfg DeviceConfig) error {
+	f := BFP8b
+	if cfg.Output == OutBFP4 {
+		f = BFP4b
+	}
+	cp := (cols + 15) / 16 * 16
+	padded := dst
+	if cp != cols {
+		padded = make([]uint32, rows*cp)
+		for r := 0; r < rows; r++ {
+			copy(padded[r*cp:], dst[r*cols:(r+1)*cols])
+		}
+	}
+	exps, datums, err := PackDstBFP(padded, rows, cp, cfg.Dst, f, false)
+	if err != nil {
+		return err
+	}
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			i := r*cp + c
+			var h uint16
+			if f == BFP4b {
+				h = UnpackBFP4(datums[i], exps[i/16])
+			} else {
+				h = UnpackBFP8(datums[i], exps[i/16])
+			}
+			y[r*cols+c] = math.Float32frombits(uint32(h) << 16)
+		}
+	}
+	return nil
 }
 
 // DeviceMatMulDst is DeviceMatMulPrepared returning the raw Dst values (FP32

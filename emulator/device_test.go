@@ -248,6 +248,43 @@ func TestDeviceMatMulFloat(t *testing.T) {
 			}
 		}
 	}
+	// BFP outputs: each row's Dst in blocks of 16 (zero-padded), cut to
+	// E8M6 and rounded to the block's shared exponent, read back by the
+	// unpacker.
+	for _, of := range []OutputFormat{OutBFP8, OutBFP4} {
+		cfg := Config{Fidelity: HiFi2}
+		dst, err := MatMul(ctx, xb, tokens, in, wdec, out, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DeviceMatMul(ctx, x, tokens, w, DeviceConfig{Config: cfg, Output: of})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := 0; m < tokens; m++ {
+			for c0 := 0; c0 < out; c0 += 16 {
+				var blk [16]uint16
+				for i := 0; i < 16 && c0+i < out; i++ {
+					blk[i] = PackFP32ToE8M6(dst[m*out+c0+i])
+				}
+				f := BFP8b
+				if of == OutBFP4 {
+					f = BFP4b
+				}
+				exp, codes := PackBFPBlock(f, &blk)
+				for i := 0; i < 16 && c0+i < out; i++ {
+					want := UnpackBFP8(codes[i], exp)
+					if f == BFP4b {
+						want = UnpackBFP4(codes[i], exp)
+					}
+					if g := math.Float32bits(got[m*out+c0+i]); g != uint32(want)<<16 {
+						t.Fatalf("%v (%d,%d): %08x, want %04x", of, m, c0+i, g, want)
+					}
+				}
+			}
+		}
+	}
+
 	// TF32 activations: the same product through MVMULStep directly.
 	a, err := PrepareActivations(x, tokens, in, ActTF32)
 	if err != nil {
@@ -294,7 +331,7 @@ func TestDeviceMatMulErrors(t *testing.T) {
 	if _, err := DeviceMatMul(ctx, make([]float32, 4), 2, w, DeviceConfig{}); err == nil || !strings.Contains(err.Error(), "4 activations for 2 tokens of 3") {
 		t.Errorf("short activations: %v", err)
 	}
-	if _, err := DeviceMatMul(ctx, make([]float32, 6), 2, w, DeviceConfig{Output: 7}); err == nil {
+	if _, err := DeviceMatMul(ctx, make([]float32, 6), 2, w, DeviceConfig{Output: OutBFP4 + 1}); err == nil {
 		t.Error("invalid output format accepted")
 	}
 	if _, err := DeviceMatMul(ctx, make([]float32, 6), 2, w, DeviceConfig{Config: Config{Fidelity: 9}}); err == nil {
