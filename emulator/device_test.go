@@ -1,10 +1,14 @@
 package emulator
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -429,4 +433,32 @@ func BenchmarkDeviceMatMul(b *testing.B) {
 		}
 		report(b, cpuTime()-c0)
 	})
+}
+
+// TestDeviceKernelGenerated checks that device_amd64.s is what
+// gen_device_amd64.go writes.
+func TestDeviceKernelGenerated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the generator")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out := filepath.Join(t.TempDir(), "device_amd64.s")
+	cmd := exec.Command(goTool, "run", "gen_device_amd64.go", "-o", out)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("generator: %v\n%s", err, msg)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("device_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("device_amd64.s differs from the generator's output; run go generate ./emulator")
+	}
 }

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -238,6 +239,8 @@ func combine() {
 }
 
 func main() {
+	out := flag.String("o", "device_amd64.s", "output file")
+	flag.Parse()
 	raw(header)
 	for g := 0; g < 4; g++ {
 		exponents(g)
@@ -250,7 +253,7 @@ func main() {
 	group(3, 1)
 	combine()
 	raw(tail)
-	if err := os.WriteFile("device_amd64.s", []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
