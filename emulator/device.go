@@ -438,8 +438,11 @@ func deviceDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg 
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	// Work items: blocks of 8 output columns, all tokens.
-	items := (out + panelCols - 1) / panelCols
+	// Work items: blocks of 8 output columns by up to 64 tokens.
+	const tokenBlock = 64
+	colBlocks := (out + panelCols - 1) / panelCols
+	tokBlocks := (tokens + tokenBlock - 1) / tokenBlock
+	items := colBlocks * tokBlocks
 	workers = min(workers, items)
 	vector := deviceAsm && cfg.Dst == DstFP32 && cfg.Arch == Blackhole
 	var panel []int16
@@ -468,10 +471,12 @@ func deviceDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg 
 					stop.Store(true)
 					return
 				}
-				n0, n1 := it*panelCols, min(it*panelCols+panelCols, out)
+				cb, tb := it%colBlocks, it/colBlocks
+				n0, n1 := cb*panelCols, min(cb*panelCols+panelCols, out)
+				m0, m1 := tb*tokenBlock, min(tb*tokenBlock+tokenBlock, tokens)
 				if vector {
-					pa := panel[it*kp*panelStride : (it+1)*kp*panelStride]
-					for m := 0; m < tokens; m++ {
+					pa := panel[cb*kp*panelStride : (cb+1)*kp*panelStride]
+					for m := m0; m < m1; m++ {
 						devKern(kp/TileDim, pa, rows[m*kp*rowStride:(m+1)*kp*rowStride], phases, scratch, &d8)
 						copy(y[m*out+n0:m*out+n1], d8[:n1-n0])
 					}
@@ -479,7 +484,7 @@ func deviceDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg 
 				}
 				for n := n0; n < n1; n++ {
 					ao := n * kp
-					for m := 0; m < tokens; m++ {
+					for m := m0; m < m1; m++ {
 						bo := m * kp
 						y[m*out+n] = deviceDot(&w.a, ao, &x.b, bo, kp, phases, cfg.Dst, cfg.Arch)
 					}

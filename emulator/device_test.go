@@ -151,6 +151,9 @@ func TestDeviceKernelMatchesGo(t *testing.T) {
 	ctx := context.Background()
 	for trial := 0; trial < 12; trial++ {
 		tokens, in, out := 1+r.IntN(9), 1+r.IntN(150), 1+r.IntN(40)
+		if trial%4 == 0 {
+			tokens = 60 + r.IntN(100) // several token blocks
+		}
 		kind := r.IntN(4)
 		wb := make([]uint16, out*in)
 		for i := range wb {
