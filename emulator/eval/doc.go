@@ -15,9 +15,13 @@
 //
 // StreamWindows and MaskedWindows cut tokenized text into evaluation
 // windows: fixed windows over a stream (code, prose) and one window per
-// record scored on masked (assistant) tokens (chat, instruct). Result holds
-// the tables with the runs' identities and the data's provenance, written
-// as JSON (with a schema version) or as Markdown in the published layout.
+// record scored on masked (assistant) tokens (chat, instruct). Evaluate runs
+// a reference and candidate Models (anything that turns a window into
+// logits, a chunk of positions at a time) over the windows in lockstep,
+// with progress and an ETA. OverlapIndex finds windows that share text with
+// calibration sequences. Result holds the tables with the runs' identities
+// and the data's provenance, written as JSON (with a schema version) or as
+// Markdown in the published layout.
 //
 // The package knows nothing of checkpoints, tokenizers or the forward pass:
 // identities and provenance are opaque values supplied by the caller.
