@@ -35,11 +35,12 @@ var allowed = map[string][]string{
 	"gptq":                   {"bfp", "internal/kernels"},
 	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
 	"manifest":               {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
-	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel"},
+	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel", "emulator/eval"},
 	"manifest/ttnn":          {"bfp", "safetensors", "=manifest"},
 	"internal/importcheck":   {"internal/testdata"},
 	"internal/testdatacheck": {},
 	"cmd":                    {"*"},
+	"emulator/eval":          {},
 }
 
 // allowedInTests are extra module packages that test files may import.
@@ -156,6 +157,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"calib", "manifest", false},
 		{"manifest", "emulator", false},
 		{"emulator", "manifest", true},
+		{"emulator", "emulator/eval", true},
+		{"emulator/eval", "emulator", false},
+		{"emulator/eval", "manifest", false},
+		{"emulator/eval", "gptq", false},
+		{"emulator/eval", "calib", false},
 		{"cmd/ttquant", "emulator", true},
 		{"manifest/ttnn", "manifest", true},
 		{"manifest/ttnn", "manifest/build", false},
