@@ -3,9 +3,11 @@ module github.com/ttquant/ttquant
 go 1.26.0
 
 require (
-	github.com/google/go-cmp v0.7.0
-	github.com/klauspost/compress v1.20.4
-	github.com/x448/float16 v0.8.4
-	golang.org/x/sync v0.25.0
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/x448/float16 v0.8.4 // indirect
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.44.0
+	gonum.org/v1/gonum v0.17.0 // indirect
 )
