@@ -5,7 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"strings"
-	"sync"
+	"sync/atomic"
 )
 
 // The byte-level alphabet: every byte is written as one code point so that
@@ -199,68 +199,59 @@ func (t *Tokenizer) bpeHeap(dst []int32, piece string) []int32 {
 	return dst
 }
 
-// pieceCache maps pre-tokens to their BPE ids. It is safe for concurrent
-// use and bounded: each of its shards holds at most perShard entries and is
-// emptied when full (a cheap, predictable eviction; the pieces of real text
-// are so repetitive that the cache refills at once).
+// pieceCache maps pre-tokens to their BPE ids: a direct-mapped table of
+// atomically replaced entries. It is safe for concurrent use without locks,
+// bounded by construction (a new piece evicts whatever shared its slot), and
+// a lookup costs one hash, one atomic load and one string comparison.
 type pieceCache struct {
-	seed     maphash.Seed
-	perShard int
-	shards   [cacheShards]cacheShard
+	seed  maphash.Seed
+	mask  uint64
+	slots []atomic.Pointer[cacheEntry]
 }
 
-const (
-	cacheShards = 16
-	// maxCachedPiece is the longest pre-token (in bytes) kept in the cache.
-	maxCachedPiece = 256
-)
-
-type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string][]int32
+type cacheEntry struct {
+	piece string
+	ids   []int
 }
 
+// maxCachedPiece is the longest pre-token (in bytes) kept in the cache.
+const maxCachedPiece = 256
+
+// newPieceCache returns a cache of at least capacity slots (a power of two).
 func newPieceCache(capacity int) *pieceCache {
 	if capacity <= 0 {
 		return nil
 	}
-	c := &pieceCache{seed: maphash.MakeSeed(), perShard: (capacity + cacheShards - 1) / cacheShards}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string][]int32)
+	n := 1
+	for n < capacity {
+		n <<= 1
 	}
-	return c
+	return &pieceCache{seed: maphash.MakeSeed(), mask: uint64(n - 1), slots: make([]atomic.Pointer[cacheEntry], n)}
 }
 
-func (c *pieceCache) shard(piece string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, piece)%cacheShards]
+func (c *pieceCache) slot(piece string) *atomic.Pointer[cacheEntry] {
+	return &c.slots[maphash.String(c.seed, piece)&c.mask]
 }
 
-func (c *pieceCache) get(piece string) ([]int32, bool) {
-	s := c.shard(piece)
-	s.mu.RLock()
-	v, ok := s.m[piece]
-	s.mu.RUnlock()
-	return v, ok
-}
-
-func (c *pieceCache) put(piece string, ids []int32) {
-	s := c.shard(piece)
-	s.mu.Lock()
-	if len(s.m) >= c.perShard {
-		clear(s.m)
+func (c *pieceCache) get(piece string) ([]int, bool) {
+	if e := c.slot(piece).Load(); e != nil && e.piece == piece {
+		return e.ids, true
 	}
-	s.m[strings.Clone(piece)] = ids
-	s.mu.Unlock()
+	return nil, false
 }
 
-// len returns the number of cached pieces.
+// put stores ids, which the cache then owns and never modifies.
+func (c *pieceCache) put(piece string, ids []int) {
+	c.slot(piece).Store(&cacheEntry{piece: strings.Clone(piece), ids: ids})
+}
+
+// len returns the number of occupied slots.
 func (c *pieceCache) len() int {
 	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.RLock()
-		n += len(s.m)
-		s.mu.RUnlock()
+	for i := range c.slots {
+		if c.slots[i].Load() != nil {
+			n++
+		}
 	}
 	return n
 }

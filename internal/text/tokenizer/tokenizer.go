@@ -16,6 +16,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -285,18 +286,17 @@ func (e *encoder) piece(p string) {
 	c := t.cache
 	if c != nil && len(p) <= maxCachedPiece {
 		if ids, ok := c.get(p); ok {
-			for _, id := range ids {
-				e.ids = append(e.ids, int(id))
-			}
+			e.ids = append(e.ids, ids...)
 			return
 		}
 	}
 	e.buf = t.bpe(e.buf[:0], p)
+	n0 := len(e.ids)
 	for _, id := range e.buf {
 		e.ids = append(e.ids, int(id))
 	}
 	if c != nil && len(p) <= maxCachedPiece {
-		c.put(p, append([]int32(nil), e.buf...))
+		c.put(p, slices.Clone(e.ids[n0:]))
 	}
 }
 
