@@ -19,6 +19,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -504,4 +506,28 @@ func lossy(b []byte) string {
 	}
 	s, _ := sanitize(string(b))
 	return s
+}
+
+// EncodeBatch encodes texts with up to workers goroutines (at least one)
+// and returns their ids in order.
+func (t *Tokenizer) EncodeBatch(texts []string, workers int) [][]int {
+	out := make([][]int, len(texts))
+	workers = max(1, min(workers, len(texts)))
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(texts) {
+					return
+				}
+				out[i] = t.Encode(texts[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
