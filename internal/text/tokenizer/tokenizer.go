@@ -152,8 +152,10 @@ func (t *Tokenizer) EncodeText(s string) []int {
 // range of s it stands for. Ranges are exact bytes of s where s is already
 // NFC and valid UTF-8 (a token may then cover part of a multi-byte
 // character). Where normalisation or U+FFFD replacement changed the text,
-// every token from a changed stretch gets the range of the whole original
-// stretch.
+// a token that draws on a changed stretch (one normalisation segment, or
+// one invalid sequence) gets that whole stretch of the original, so
+// neighbouring ranges may overlap there; ranges never go backwards and
+// leave no gaps.
 func (t *Tokenizer) EncodeWithOffsets(s string) ([]int, []Offset) {
 	return t.encode(s, true, false)
 }
