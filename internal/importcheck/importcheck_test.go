@@ -25,11 +25,15 @@ const module = "github.com/ttquant/ttquant"
 // internal/testdata and the package under test's allowed set plus anything
 // named in allowedInTests.
 var allowed = map[string][]string{
-	"bfp":                  {},
-	"safetensors":          {},
-	"internal/testdata":    {},
-	"internal/kernels":     {},
-	"internal/testmodel":   {"safetensors"},
+	"bfp":                {},
+	"safetensors":        {},
+	"internal/testdata":  {},
+	"internal/kernels":   {},
+	"internal/testmodel": {"safetensors"},
+	// Tokenizer and datasets: a near-leaf, importing only its own
+	// packages, so that calibration and evaluation can use it without it
+	// ever pulling in the checkpoint format or the quantizer.
+	"internal/text":        {"internal/text"},
 	"gptq":                 {"bfp", "internal/kernels"},
 	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
 	"manifest":             {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
@@ -147,6 +151,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"manifest", "emulator", false},
 		{"emulator", "manifest", true},
 		{"cmd/ttquant", "emulator", true},
+		{"internal/text/tokenizer", "manifest", false},
+		{"internal/text/dataset", "calib", false},
+		{"internal/text/dataset", "gptq", false},
+		{"internal/text/dataset", "safetensors", false},
+		{"internal/text/dataset", "internal/text/tokenizer", true},
 	}
 	for _, c := range cases {
 		key, ok := owner(c.dir)
