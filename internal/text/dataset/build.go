@@ -63,6 +63,15 @@ type Options struct {
 	Separator string `json:"separator,omitempty"`
 	// Workers encoding records (0: GOMAXPROCS). Results do not depend on it.
 	Workers int `json:"-"`
+	// Progress, when set, receives one line per source read and per set
+	// built (for standard error).
+	Progress func(msg string) `json:"-"`
+}
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
 }
 
 // DefaultEvalFraction is the share of records held out for evaluation.
@@ -269,6 +278,7 @@ func Build(spec *Spec, tok *tokenizer.Tokenizer, opt Options) (*Result, error) {
 			return nil, err
 		}
 		info := SourceInfo{Source: src, Files: l.files, Skipped: l.skipped, Records: len(l.records)}
+		opt.progress("source %d/%d %s (%s): %d files, %d records", si+1, len(spec.Sources), src.Path, src.Kind, len(l.files), len(l.records))
 		byLabel := map[string]*stream{}
 		var labels []string
 		for i := range l.records {
@@ -492,6 +502,7 @@ func (b *builder) buildSet(name string, so SetOptions, streams []*stream) (*Set,
 		info.ByLabel[s.Label]++
 	}
 	info.TokenIDsSHA256 = HashTokenIDs(set.IDs())
+	b.opt.progress("%s set: %d sequences, %d tokens from %d records", name, info.Sequences, info.Tokens, info.Records)
 	return set, info, nil
 }
 

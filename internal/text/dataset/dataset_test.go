@@ -156,8 +156,8 @@ func TestBuildMixtureAndSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := Options{
-		Calibration: SetOptions{Sequences: 10, SeqLen: 32},
-		Evaluation:  SetOptions{Sequences: 4, SeqLen: 48, Mode: ModeRecord, Short: ShortKeep},
+		Calibration:  SetOptions{Sequences: 10, SeqLen: 32},
+		Evaluation:   SetOptions{Sequences: 4, SeqLen: 48, Mode: ModeRecord, Short: ShortKeep},
 		EvalFraction: 0.25, Seed: 1, Workers: 1,
 	}
 	res, err := Build(spec, tok, opt)
@@ -364,6 +364,8 @@ func TestBadInput(t *testing.T) {
 		{"two forms", "a.jsonl", "{\"text\": \"ok\", \"prompt\": \"p\", \"completion\": \"c\"}\n", "a.jsonl:1: more than one", nil},
 		{"prompt alone", "a.jsonl", "{\"prompt\": \"p\"}\n", "a.jsonl:1: \"prompt\" and \"completion\" go together", nil},
 		{"bad role", "a.jsonl", "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}\n", "a.jsonl:1: chat not renderable: message 0: role \"tool\"", nil},
+		{"reasoning", "a.jsonl", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": \"r\"}]}\n", "a.jsonl:1: messages[0]: field \"reasoning_content\" is not supported", nil},
+		{"content parts", "a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}]}\n", "a.jsonl:1: messages[0]: \"content\" is not a string", nil},
 		{"no assistant", "a.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n", "a.jsonl:1: \"messages\" has no assistant", nil},
 		{"empty JSONL", "a.jsonl", "\n\n", "a.jsonl (jsonl): no records", ErrEmpty},
 		{"empty txt", "a.txt", "", "a.txt (txt): no records", ErrEmpty},

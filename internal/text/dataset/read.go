@@ -180,11 +180,11 @@ func (l *loaded) readText(path, rel string) error {
 // jsonRecord is the accepted shape of a JSONL record. Other fields are
 // ignored.
 type jsonRecord struct {
-	Text       *string              `json:"text"`
-	Messages   *[]tokenizer.Message `json:"messages"`
-	Prompt     *string              `json:"prompt"`
-	Completion *string              `json:"completion"`
-	Corpus     *string              `json:"corpus"`
+	Text       *string            `json:"text"`
+	Messages   *[]json.RawMessage `json:"messages"`
+	Prompt     *string            `json:"prompt"`
+	Completion *string            `json:"completion"`
+	Corpus     *string            `json:"corpus"`
 }
 
 func (l *loaded) readJSONL(path, rel string) error {
@@ -234,7 +234,10 @@ func (l *loaded) readJSONL(path, rel string) error {
 		}
 		if jr.Messages != nil {
 			forms++
-			r.Kind, r.Messages = RecordChat, *jr.Messages
+			r.Kind = RecordChat
+			if r.Messages, err = parseMessages(*jr.Messages); err != nil {
+				return fail("%v", err)
+			}
 			if _, _, err := tokenizer.RenderChat(r.Messages); err != nil {
 				return fail("%v", err)
 			}
@@ -336,4 +339,39 @@ func (l *loaded) readDir() error {
 		l.files = append(l.files, info)
 	}
 	return nil
+}
+
+// parseMessages reads a "messages" list strictly: every message is an
+// object with a string "role" and a string "content" and nothing else, so
+// that tool calls, reasoning blocks or multimodal parts are refused rather
+// than dropped.
+func parseMessages(raw []json.RawMessage) ([]tokenizer.Message, error) {
+	out := make([]tokenizer.Message, len(raw))
+	for i, m := range raw {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(m, &fields); err != nil || fields == nil {
+			return nil, fmt.Errorf("messages[%d]: not an object", i)
+		}
+		for k := range fields {
+			if k != "role" && k != "content" {
+				return nil, fmt.Errorf("messages[%d]: field %q is not supported (plain-text role and content only)", i, k)
+			}
+		}
+		for _, k := range []string{"role", "content"} {
+			v, ok := fields[k]
+			if !ok {
+				return nil, fmt.Errorf("messages[%d]: no %q", i, k)
+			}
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, fmt.Errorf("messages[%d]: %q is not a string (only plain-text content is supported)", i, k)
+			}
+			if k == "role" {
+				out[i].Role = s
+			} else {
+				out[i].Content = s
+			}
+		}
+	}
+	return out, nil
 }
