@@ -69,9 +69,13 @@ func BenchmarkEncodeGoSourceQwen36(b *testing.B) {
 
 func BenchmarkLoadQwen3(b *testing.B) {
 	dir := filepath.Join("..", "..", "..", "testdata", "tokenizer", "qwen3")
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if _, err := Load(dir); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 	}
 }

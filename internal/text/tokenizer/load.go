@@ -126,6 +126,9 @@ func newObject(path, at string, raw json.RawMessage) (*object, error) {
 	}
 	o := &object{path: path, at: at, used: map[string]bool{}}
 	if err := json.Unmarshal(raw, &o.m); err != nil {
+		if at == "" {
+			return nil, errorf(path, at, ErrMalformed, "not valid JSON: %v", err)
+		}
 		return nil, errorf(path, at, ErrMalformed, "%v", err)
 	}
 	return o, nil
@@ -259,11 +262,6 @@ func quoteList(v []string) string {
 }
 
 func (t *Tokenizer) parseTokenizer(path string, data []byte) error {
-	if !json.Valid(data) {
-		var v any
-		err := json.Unmarshal(data, &v)
-		return errorf(path, "", ErrMalformed, "not valid JSON: %v", err)
-	}
 	top, err := newObject(path, "", data)
 	if err != nil {
 		return err
@@ -317,6 +315,9 @@ func checkDefaultCopy(path string, top *object) error {
 		w, ok := top.m[k]
 		if !ok || k == "default" {
 			return bad
+		}
+		if bytes.Equal(v, w) {
+			continue
 		}
 		var a, b bytes.Buffer
 		if json.Compact(&a, v) != nil || json.Compact(&b, w) != nil || !bytes.Equal(a.Bytes(), b.Bytes()) {
@@ -430,8 +431,13 @@ func parseMerges(path string, raw json.RawMessage) ([][2]string, error) {
 	if jsonType(raw) != "an array" {
 		return nil, errorf(path, "model.merges", ErrMalformed, "want an array, have %s", jsonType(raw))
 	}
+	// The first element says which encoding to try first.
+	head := bytes.TrimLeft(bytes.TrimSpace(raw)[1:], " \t\r\n")
+	pairs := len(head) > 0 && head[0] == '['
 	var strs []string
-	if err := json.Unmarshal(raw, &strs); err == nil {
+	if pairs {
+		// skip the string attempt
+	} else if err := json.Unmarshal(raw, &strs); err == nil {
 		out := make([][2]string, len(strs))
 		for i, s := range strs {
 			l, r, ok := strings.Cut(s, " ")
