@@ -231,3 +231,29 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// TestConcurrentEncode: goroutines sharing one tokenizer (and its cache,
+// kept small so that entries are replaced while others read) get the ids
+// of a private tokenizer.
+func TestConcurrentEncode(t *testing.T) {
+	shared := *load(t, "models", "tiny-qwen36-trained")
+	shared.cache = newPieceCache(64)
+	fresh := *load(t, "models", "tiny-qwen36-trained")
+	fresh.cache = nil
+	files := corpus(t, filepath.Join(goroot(t), "strings"), 256<<10, ".go")
+	var texts []string
+	for _, s := range files {
+		texts = append(texts, s)
+	}
+	sort.Strings(texts)
+	want := make([][]int, len(texts))
+	for i, s := range texts {
+		want[i] = fresh.Encode(s)
+	}
+	got := shared.EncodeBatch(append(append([]string{}, texts...), texts...), 4)
+	for i := range got {
+		if !slices.Equal(got[i], want[i%len(texts)]) {
+			t.Fatalf("text %d differs under concurrent use", i)
+		}
+	}
+}
