@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -199,15 +200,26 @@ func (t *Tokenizer) bpeHeap(dst []int32, piece string) []int32 {
 	return dst
 }
 
-// pieceCache maps pre-tokens to their BPE ids: a direct-mapped table of
-// atomically replaced entries. It is safe for concurrent use without locks,
+// pieceCache maps pre-tokens to their BPE ids: a two-way associative table
+// of atomically replaced entries. It is safe for concurrent use without locks,
 // bounded by construction (a new piece evicts whatever shared its slot), and
 // a lookup costs one hash, one atomic load and one string comparison.
+//
+// In front of it, each Encode call borrows (from a sync.Pool) a small
+// private table of recently used entries, which stays in the processor's
+// cache; it holds pointers to the shared entries, so it never disagrees
+// with them.
 type pieceCache struct {
 	seed  maphash.Seed
 	mask  uint64
 	slots []atomic.Pointer[cacheEntry]
+	l1    sync.Pool // *l1Table
 }
+
+// l1Size is the number of slots of an Encode call's private table.
+const l1Size = 1024
+
+type l1Table [l1Size]*cacheEntry
 
 type cacheEntry struct {
 	piece string
@@ -226,23 +238,40 @@ func newPieceCache(capacity int) *pieceCache {
 	for n < capacity {
 		n <<= 1
 	}
-	return &pieceCache{seed: maphash.MakeSeed(), mask: uint64(n - 1), slots: make([]atomic.Pointer[cacheEntry], n)}
+	c := &pieceCache{seed: maphash.MakeSeed(), mask: uint64(n - 1), slots: make([]atomic.Pointer[cacheEntry], n)}
+	c.l1.New = func() any { return new(l1Table) }
+	return c
 }
 
-func (c *pieceCache) slot(piece string) *atomic.Pointer[cacheEntry] {
-	return &c.slots[maphash.String(c.seed, piece)&c.mask]
-}
+func (c *pieceCache) hash(piece string) uint64 { return maphash.String(c.seed, piece) }
 
-func (c *pieceCache) get(piece string) ([]int, bool) {
-	if e := c.slot(piece).Load(); e != nil && e.piece == piece {
-		return e.ids, true
+// The table is two-way associative: a piece lives in slot h or its
+// neighbour h^1.
+func (c *pieceCache) get(piece string, h uint64) *cacheEntry {
+	i := h & c.mask
+	if e := c.slots[i].Load(); e != nil && e.piece == piece {
+		return e
 	}
-	return nil, false
+	if e := c.slots[i^1].Load(); e != nil && e.piece == piece {
+		return e
+	}
+	return nil
 }
 
-// put stores ids, which the cache then owns and never modifies.
-func (c *pieceCache) put(piece string, ids []int) {
-	c.slot(piece).Store(&cacheEntry{piece: strings.Clone(piece), ids: ids})
+// put stores ids, which the cache then owns and never modifies: in an
+// empty one of the piece's two slots, else in the one a hash bit picks.
+func (c *pieceCache) put(piece string, h uint64, ids []int) *cacheEntry {
+	e := &cacheEntry{piece: strings.Clone(piece), ids: ids}
+	i := h & c.mask
+	switch {
+	case c.slots[i].Load() == nil:
+	case c.slots[i^1].Load() == nil:
+		i ^= 1
+	default:
+		i ^= (h >> 63) & 1
+	}
+	c.slots[i].Store(e)
+	return e
 }
 
 // len returns the number of occupied slots.

@@ -133,8 +133,15 @@ func newSplitter(p Pattern) splitter {
 // intersects want (when in is true) or does not (when in is false).
 func run(s string, i int, mask uint8, in bool) int {
 	for i < len(s) {
-		c, w := classAt(s, i)
-		if (c&mask != 0) != in {
+		if b := s[i]; b < utf8.RuneSelf {
+			if (asciiClass[b]&mask != 0) != in {
+				break
+			}
+			i++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if (classOfRune(r)&mask != 0) != in {
 			break
 		}
 		i += w

@@ -162,6 +162,10 @@ func (t *Tokenizer) EncodeWithOffsets(s string) ([]int, []Offset) {
 
 func (t *Tokenizer) encode(s string, wantOffs, plain bool) ([]int, []Offset) {
 	e := encoder{t: t, wantOffs: wantOffs, ids: make([]int, 0, len(s)/3+1)}
+	if t.cache != nil {
+		e.l1 = t.cache.l1.Get().(*l1Table)
+		defer t.cache.l1.Put(e.l1)
+	}
 	if !utf8.ValidString(s) {
 		var m offsetMap
 		s, m = sanitize(s)
@@ -231,6 +235,7 @@ type encoder struct {
 	ids      []int
 	offs     []Offset
 	outer    *offsetMap // sanitized → original, when replacement happened
+	l1       *l1Table   // borrowed from the cache's pool while encoding
 	buf      []int32
 }
 
@@ -288,9 +293,18 @@ func (e *encoder) piece(p string) {
 		return
 	}
 	c := t.cache
-	if c != nil && len(p) <= maxCachedPiece {
-		if ids, ok := c.get(p); ok {
-			e.ids = append(e.ids, ids...)
+	cached := c != nil && len(p) <= maxCachedPiece
+	var h uint64
+	if cached {
+		h = c.hash(p)
+		slot := &e.l1[h%l1Size]
+		if ent := *slot; ent != nil && ent.piece == p {
+			e.ids = append(e.ids, ent.ids...)
+			return
+		}
+		if ent := c.get(p, h); ent != nil {
+			*slot = ent
+			e.ids = append(e.ids, ent.ids...)
 			return
 		}
 	}
@@ -299,8 +313,8 @@ func (e *encoder) piece(p string) {
 	for _, id := range e.buf {
 		e.ids = append(e.ids, int(id))
 	}
-	if c != nil && len(p) <= maxCachedPiece {
-		c.put(p, slices.Clone(e.ids[n0:]))
+	if cached {
+		e.l1[h%l1Size] = c.put(p, h, slices.Clone(e.ids[n0:]))
 	}
 }
 
