@@ -84,9 +84,8 @@ type Source struct {
 	// Path of the file or directory; relative paths in a spec file are
 	// relative to the spec file's directory.
 	Path string `json:"path"`
-	// Weight is the source's share of each set's sequences (relative to
-	// the other sources' weights with the same label-resolution; see
-	// docs/data.md). Zero means 1.
+	// Weight is the source's share of each set's sequences, relative to
+	// the other sources' weights (docs/data.md, "Mixture"). Zero means 1.
 	Weight float64 `json:"weight,omitempty"`
 	// Extensions are the file name endings a dir source reads (default
 	// DefaultExtensions). Hidden files and directories are skipped.
