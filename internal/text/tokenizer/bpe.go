@@ -101,7 +101,8 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 		if at < 0 {
 			break
 		}
-		ids[at] = t.merges[pairKey(ids[at], ids[at+1])].id
+		m, _ := t.merges.get(pairKey(ids[at], ids[at+1]))
+		ids[at] = m.id
 		copy(ids[at+1:], ids[at+2:])
 		ids = ids[:len(ids)-1]
 		copy(ranks[at:], ranks[at+1:])
@@ -117,7 +118,7 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 }
 
 func (t *Tokenizer) rank(a, b int32) int32 {
-	if m, ok := t.merges[pairKey(a, b)]; ok {
+	if m, ok := t.merges.get(pairKey(a, b)); ok {
 		return m.rank
 	}
 	return math.MaxInt32
@@ -163,7 +164,7 @@ func (t *Tokenizer) bpeHeap(dst []int32, piece string) []int32 {
 	next[n-1] = -1
 	h := make(pairHeap, 0, n)
 	push := func(l, r int32) {
-		if m, ok := t.merges[pairKey(ids[l], ids[r])]; ok {
+		if m, ok := t.merges.get(pairKey(ids[l], ids[r])); ok {
 			h = append(h, pairItem{rank: m.rank, left: l, right: r, leftID: ids[l], rightID: ids[r]})
 		}
 	}
@@ -177,19 +178,20 @@ func (t *Tokenizer) bpeHeap(dst []int32, piece string) []int32 {
 		if !alive[l] || !alive[r] || next[l] != r || ids[l] != it.leftID || ids[r] != it.rightID {
 			continue
 		}
-		ids[l] = t.merges[pairKey(ids[l], ids[r])].id
+		m, _ := t.merges.get(pairKey(ids[l], ids[r]))
+		ids[l] = m.id
 		alive[r] = false
 		next[l] = next[r]
 		if next[r] >= 0 {
 			prev[next[r]] = l
 		}
 		if p := prev[l]; p >= 0 {
-			if m, ok := t.merges[pairKey(ids[p], ids[l])]; ok {
+			if m, ok := t.merges.get(pairKey(ids[p], ids[l])); ok {
 				heap.Push(&h, pairItem{rank: m.rank, left: p, right: l, leftID: ids[p], rightID: ids[l]})
 			}
 		}
 		if q := next[l]; q >= 0 {
-			if m, ok := t.merges[pairKey(ids[l], ids[q])]; ok {
+			if m, ok := t.merges.get(pairKey(ids[l], ids[q])); ok {
 				heap.Push(&h, pairItem{rank: m.rank, left: l, right: q, leftID: ids[l], rightID: ids[q]})
 			}
 		}

@@ -404,7 +404,7 @@ func (t *Tokenizer) parseModel(path string, top *object) error {
 	if err != nil {
 		return err
 	}
-	t.merges = make(map[uint64]merge, len(pairs))
+	t.merges = newMergeTable(len(pairs))
 	for i, p := range pairs {
 		field := fmt.Sprintf("model.merges[%d]", i)
 		a, ok := vocab[p[0]]
@@ -420,7 +420,7 @@ func (t *Tokenizer) parseModel(path string, top *object) error {
 			return errorf(path, field, ErrMalformed, "merged token %q is not in model.vocab", p[0]+p[1])
 		}
 		// A repeated pair takes its last rank, as in Hugging Face tokenizers.
-		t.merges[pairKey(int32(a), int32(b))] = merge{rank: int32(i), id: int32(c)}
+		t.merges.set(pairKey(int32(a), int32(b)), merge{rank: int32(i), id: int32(c)})
 	}
 	return m.done()
 }

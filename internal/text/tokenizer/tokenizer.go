@@ -38,7 +38,7 @@ type Tokenizer struct {
 	vocab        map[string]int // byte-level spelling → id
 	tokens       []string       // id → byte-level spelling ("" where unused)
 	byteID       [256]int32
-	merges       map[uint64]merge
+	merges       *mergeTable
 	ignoreMerges bool
 
 	added      []addedToken
