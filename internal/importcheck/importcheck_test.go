@@ -41,6 +41,10 @@ var allowed = map[string][]string{
 	"internal/testdatacheck": {},
 	"cmd":                    {"*"},
 	"emulator/eval":          {},
+	// Tokenizer and datasets: a near-leaf, importing only its own
+	// packages, so that calibration and evaluation can use it without it
+	// ever pulling in the checkpoint format or the quantizer.
+	"internal/text": {"internal/text"},
 }
 
 // allowedInTests are extra module packages that test files may import.
@@ -167,6 +171,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"manifest/ttnn", "manifest/build", false},
 		{"manifest/ttnn", "calib", false},
 		{"manifest/ttnn", "gptq", false},
+		{"internal/text/tokenizer", "manifest", false},
+		{"internal/text/dataset", "calib", false},
+		{"internal/text/dataset", "gptq", false},
+		{"internal/text/dataset", "safetensors", false},
+		{"internal/text/dataset", "internal/text/tokenizer", true},
 	}
 	for _, c := range cases {
 		key, ok := owner(c.dir)
