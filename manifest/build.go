@@ -16,6 +16,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -228,6 +229,14 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	if opt.DenseShardBytes == 0 {
 		opt.DenseShardBytes = DefaultDenseShardBytes
+	}
+	if !opt.DryRun {
+		// One writer per output directory, before anything looks at it.
+		lk, err := fslock.Acquire(opt.Out)
+		if err != nil {
+			return nil, err
+		}
+		defer lk.Release()
 	}
 	b := &builder{kind: kind, opt: opt, progress: opt.Progress}
 	if b.progress == nil {

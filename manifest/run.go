@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/fslock"
 )
 
 // ErrResumeMismatch is wrapped by the error a build returns when the output
@@ -191,7 +192,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if e.Name() != partialDir {
+			if e.Name() != partialDir && e.Name() != fslock.Name {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}

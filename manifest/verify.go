@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -250,7 +251,7 @@ func listFiles(dir string) (files, partial []string, err error) {
 			}
 			return nil
 		}
-		if strings.HasSuffix(rel, partialSuffix) {
+		if strings.HasSuffix(rel, partialSuffix) || rel == fslock.Name {
 			partial = append(partial, rel)
 			return nil
 		}
