@@ -457,7 +457,7 @@ func (b *builder) sourceIdentity(ctx context.Context) (SourceInfo, []string, err
 	}
 	entries := make([]FileEntry, len(all))
 	err = parallelFor(ctx, len(all), b.opt.Workers, func(i int) error {
-		n, sum, err := hashFile(all[i])
+		n, sum, err := hashFileContext(ctx, all[i])
 		if err != nil {
 			return err
 		}

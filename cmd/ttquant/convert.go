@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -96,12 +97,30 @@ func setToolVersion() {
 	manifest.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
 }
 
-// buildError explains an interrupted build.
+// buildError explains an interrupted build, saying what the output
+// directory holds now.
 func buildError(opt manifest.BuildOptions, err error) error {
 	if errors.Is(err, context.Canceled) && !opt.DryRun {
-		return fmt.Errorf("interrupted: the files finished so far are kept in %s; run the same command again to resume", opt.Out)
+		return fmt.Errorf("interrupted: %s", outDirState(opt.Out))
 	}
 	return err
+}
+
+// outDirState describes an output directory after an interrupted build.
+func outDirState(dir string) string {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Sprintf("nothing was written (%s does not exist)", dir)
+	case err != nil:
+		return fmt.Sprintf("%s cannot be read: %v", dir, err)
+	case len(ents) == 0:
+		return fmt.Sprintf("nothing was written (%s is empty)", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, manifest.ManifestName)); err == nil {
+		return fmt.Sprintf("%s still holds the finished checkpoint, unchanged", dir)
+	}
+	return fmt.Sprintf("the unfinished build is kept in %s; run the same command again to resume it", dir)
 }
 
 // buildReport is the --json document of convert and gptq.
