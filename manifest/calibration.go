@@ -67,6 +67,9 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := st.Check(ctx, false); err != nil {
+		return err
+	}
 	id, err := storeIdentity(ctx, b.opt.Calib, b.opt.Workers)
 	if err != nil {
 		return err
