@@ -108,4 +108,3 @@ func TestStoreRefusesEscapingShardName(t *testing.T) {
 		}
 	}
 }
-
