@@ -273,6 +273,9 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	defer m.Close()
 	b.model = m
+	if _, err := checkSourceConfig(opt.Source, m); err != nil {
+		return nil, err
+	}
 	if b.tensors, err = resolveStored(opt.Plan, m, ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes}); err != nil {
 		return nil, err
 	}
