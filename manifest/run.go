@@ -124,10 +124,9 @@ func recordPath(out, file string) string {
 // prepareDir checks the output directory and returns the records of files
 // an earlier run of the same build finished.
 func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
+	// Every check that can refuse the build comes before the first write;
+	// the bookkeeping directory is created by the first record written.
 	out := b.opt.Out
-	if err := os.MkdirAll(filepath.Join(out, partialDir), 0o755); err != nil {
-		return nil, err
-	}
 	recs := map[string]*fileRecord{}
 	mpath := filepath.Join(out, ManifestName)
 	bpath := filepath.Join(out, partialDir, buildRecordName)
