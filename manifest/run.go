@@ -419,7 +419,14 @@ func (b *builder) recordHolds(j *job, r *fileRecord) bool {
 	return err == nil && n == r.File.Size && sum == r.File.SHA256
 }
 
+// layerStats aggregates the matrix statistics per layer. The float sums
+// are taken in one fixed order, the manifest's (by tensor name), whatever
+// order the matrices come in: a fresh build lists them in file order, a
+// rerun in the order the finished manifest recorded them, and floating-point
+// addition depends on the order.
 func layerStats(ms []MatrixStats) []LayerStats {
+	ms = append([]MatrixStats(nil), ms...)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Tensor < ms[j].Tensor })
 	by := map[int]*LayerStats{}
 	for _, s := range ms {
 		if s.Layer == nil {
