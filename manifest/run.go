@@ -72,9 +72,10 @@ func diffFingerprints(have, want fingerprint) []string {
 	if have.Parent != want.Parent {
 		d = append(d, "parent manifest")
 	}
-	if have.Tool != want.Tool {
-		d = append(d, fmt.Sprintf("tool version (%s %s, now %s %s)", have.Tool.Version, have.Tool.Revision, want.Tool.Version, want.Tool.Revision))
-	}
+	// The tool is provenance, not part of what the build is: a build
+	// resumed or rerun by another build of the program keeps the files
+	// whose hashes check, and the manifest records the program that
+	// finished it.
 	return d
 }
 
