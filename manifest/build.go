@@ -67,6 +67,12 @@ type BuildOptions struct {
 	// error (0: none, no held-out statistics).
 	HeldOutSequences int
 
+	// AllowNonFinite stores tensors whose source holds NaN or Inf (rounded
+	// as they come: a BFP block with one loses its other values) instead
+	// of refusing the build; the manifest lists them under
+	// ttquant.nonfinite_tensors and BuildResult.NonFinite names them.
+	AllowNonFinite bool
+
 	// DryRun plans the work and reports it without reading tensor data or
 	// writing anything.
 	DryRun bool
@@ -114,6 +120,9 @@ type BuildResult struct {
 	// checkpoint and nothing was written.
 	AlreadyComplete bool
 	Manifest        *Manifest
+	// NonFinite names the stored tensors whose source holds NaN or Inf
+	// (only with BuildOptions.AllowNonFinite).
+	NonFinite []string
 	// Work is the planned work (always set; the only result of a dry run).
 	Work *WorkSummary
 }

@@ -172,6 +172,9 @@ type TTQuantSection struct {
 	Layers      []LayerStats  `json:"layers,omitempty"`
 	Matrices    []MatrixStats `json:"matrices,omitempty"`
 	Parent      string        `json:"parent_manifest_sha256,omitempty"`
+	// NonFinite lists the tensors stored although their source holds NaN
+	// or Inf, which a build does only when told to (--allow-nonfinite).
+	NonFinite []string `json:"nonfinite_tensors,omitempty"`
 }
 
 // BuildParams are the options that influence the bytes written. They take
@@ -300,6 +303,7 @@ func (m *Manifest) sort() {
 	sort.Slice(m.Source.Files, func(i, j int) bool { return m.Source.Files[i].Name < m.Source.Files[j].Name })
 	sort.Slice(m.TTQuant.Matrices, func(i, j int) bool { return m.TTQuant.Matrices[i].Tensor < m.TTQuant.Matrices[j].Tensor })
 	sort.Slice(m.TTQuant.Layers, func(i, j int) bool { return m.TTQuant.Layers[i].Layer < m.TTQuant.Layers[j].Layer })
+	sort.Strings(m.TTQuant.NonFinite)
 }
 
 // Identity returns the checkpoint's identity: the sha256 of the

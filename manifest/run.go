@@ -139,6 +139,10 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
 			return nil, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
 		}
+		if len(old.TTQuant.NonFinite) > 0 && !b.opt.AllowNonFinite {
+			return nil, fmt.Errorf("%w: %s holds %d tensors stored from NaN or Inf source values (built with --allow-nonfinite), e.g. %s; rerun with --allow-nonfinite to keep them",
+				ErrNonFinite, out, len(old.TTQuant.NonFinite), old.TTQuant.NonFinite[0])
+		}
 		recs = recordsOf(old)
 		for name, r := range recs {
 			if err := writeJSONAtomic(recordPath(out, name), r); err != nil {
@@ -356,6 +360,12 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		dataBytes += r.File.Size
 	}
 	m.TTQuant.Layers = mergeLayerStats(layerStats(m.TTQuant.Matrices), layerOut)
+	for _, t := range m.Tensors {
+		if !t.Finite {
+			m.TTQuant.NonFinite = append(m.TTQuant.NonFinite, t.Name)
+		}
+	}
+	sort.Strings(m.TTQuant.NonFinite)
 	m.Files = append(m.Files, files...)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -389,6 +399,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		Kept:            kept,
 		AlreadyComplete: kept == len(b.jobs) && len(b.jobs) > 0,
 		Manifest:        m,
+		NonFinite:       m.TTQuant.NonFinite,
 	}, nil
 }
 
@@ -406,6 +417,11 @@ func configBytes(fs []FileEntry) int64 {
 func (b *builder) recordHolds(j *job, r *fileRecord) bool {
 	if r.File.Name != j.file || len(r.Tensors) != len(j.tensors) {
 		return false
+	}
+	for _, t := range r.Tensors {
+		if !t.Finite && !b.opt.AllowNonFinite {
+			return false // produced again, and refused
+		}
 	}
 	names := map[string]bool{}
 	for _, t := range r.Tensors {
@@ -579,6 +595,13 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, Tensor
 			if te.Finite, err = finiteFloats(st.srcDType, raw); err != nil {
 				return nil, te, nil, err
 			}
+			if !te.Finite && !b.opt.AllowNonFinite {
+				vals, err := decodeFloats(st.srcDType, raw)
+				if err != nil {
+					return nil, te, nil, err
+				}
+				return nil, te, nil, nonFiniteError(st, vals)
+			}
 		}
 		return raw, te, nil, nil
 	}
@@ -587,6 +610,9 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, Tensor
 		return nil, te, nil, err
 	}
 	te.Finite = allFinite(vals)
+	if err := b.checkSourceFinite(st, vals, te.Finite); err != nil {
+		return nil, te, nil, err
+	}
 	if !st.isBFP {
 		return encodeFloat(st.outDType, vals), te, nil, nil
 	}

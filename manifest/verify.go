@@ -495,6 +495,24 @@ func checkSchema(m *Manifest) []Failure {
 			bad(ManifestName, ms.Tensor, "schema: statistics for a tensor that is not stored")
 		}
 	}
+	// A tensor from a non-finite source is stored only when the build was
+	// told to, and then it is listed.
+	listedNonFinite := map[string]bool{}
+	for _, n := range m.TTQuant.NonFinite {
+		listedNonFinite[n] = true
+	}
+	for _, t := range m.Tensors {
+		if t.Finite {
+			continue
+		}
+		if !listedNonFinite[t.Name] {
+			bad(t.File, t.Name, "schema: the source holds NaN or Inf, and the tensor is not listed in ttquant.nonfinite_tensors")
+		}
+		delete(listedNonFinite, t.Name)
+	}
+	for _, n := range sortedKeys(listedNonFinite) {
+		bad(ManifestName, n, "schema: listed in ttquant.nonfinite_tensors but not a stored tensor with a non-finite source")
+	}
 	return out
 }
 

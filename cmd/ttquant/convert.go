@@ -25,7 +25,7 @@ type buildFlags struct {
 	model, out, preset, planFile, parent string
 	workers, expertsPerFile              int
 	denseShard                           int64
-	quiet, asJSON                        bool
+	quiet, asJSON, allowNonFinite        bool
 }
 
 func addBuildFlags(fs *flag.FlagSet) *buildFlags {
@@ -40,6 +40,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.Int64Var(&b.denseShard, "dense-shard-bytes", manifest.DefaultDenseShardBytes, "target size of a dense shard file")
 	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&b.allowNonFinite, "allow-nonfinite", false, "store tensors whose source holds NaN or Inf instead of refusing (they are listed in the manifest and reported)")
 	return b
 }
 
@@ -84,6 +85,7 @@ func (b *buildFlags) options(e *env, needOut bool) (manifest.BuildOptions, error
 		ExpertsPerFile:  b.expertsPerFile,
 		DenseShardBytes: b.denseShard,
 		Parent:          b.parent,
+		AllowNonFinite:  b.allowNonFinite,
 	}
 	if !b.quiet {
 		opt.Progress = newProgress(e.stderr).event
@@ -136,14 +138,22 @@ type buildReport struct {
 	AlreadyComplete bool                  `json:"already_complete"`
 	Work            *manifest.WorkSummary `json:"work"`
 	Layers          []manifest.LayerStats `json:"layers,omitempty"`
+	// NonFinite lists the tensors stored from a source holding NaN or Inf
+	// (--allow-nonfinite).
+	NonFinite []string `json:"nonfinite_tensors,omitempty"`
 }
 
 func printBuild(e *env, res *manifest.BuildResult, asJSON bool) error {
+	if n := len(res.NonFinite); n > 0 {
+		fmt.Fprintf(e.stderr, "WARNING: %d tensors were stored from source values holding NaN or Inf (--allow-nonfinite); each BFP block with one has lost its other values. The manifest lists them under ttquant.nonfinite_tensors: %s\n",
+			n, strings.Join(firstN(res.NonFinite, 5), ", "))
+	}
 	if asJSON {
 		return writeJSON(e.stdout, buildReport{
 			SchemaVersion: schemaVersion, Dir: res.Dir, Identity: res.Identity, CacheKey: res.CacheKey,
 			Files: res.Files, Tensors: res.Tensors, Bytes: res.Bytes, Kept: res.Kept,
 			AlreadyComplete: res.AlreadyComplete, Work: res.Work, Layers: res.Manifest.TTQuant.Layers,
+			NonFinite: res.NonFinite,
 		})
 	}
 	header := false
@@ -255,6 +265,14 @@ func (p *progress) event(ev manifest.ProgressEvent) {
 			fmt.Fprintf(p.w, "done  %s  in %s\n", line, ev.Elapsed.Round(time.Millisecond))
 		}
 	}
+}
+
+// firstN returns the first n strings of s, with "…" for the rest.
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
 }
 
 func humanBytes(n int64) string {

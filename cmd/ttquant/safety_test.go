@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/safetensors"
 )
 
 // tinyModel writes the built-in tiny model into a fresh directory.
@@ -88,5 +90,46 @@ func TestBadShardFoundUpFront(t *testing.T) {
 		if len(names) > 0 {
 			t.Errorf("gptq wrote %v before finding the bad shard", names)
 		}
+	}
+}
+
+// TestConvertNonFinite: a NaN in the source stops convert naming the
+// tensor and index; --allow-nonfinite stores it with a warning and lists
+// it in the JSON report.
+func TestConvertNonFinite(t *testing.T) {
+	src := tinyModel(t)
+	m, err := safetensors.OpenModel(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "model.language_model.embed_tokens.weight"
+	f, info, ok := m.Lookup(name)
+	if !ok {
+		t.Fatalf("no %s", name)
+	}
+	path, off := f.Path(), f.DataOffset()+info.Begin+2*5
+	m.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off], b[off+1] = 0xc0, 0x7f // BF16 NaN at element [0 5]
+	os.WriteFile(path, b, 0o644)
+
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, errs := runCLI(t, "convert", "--model", src, "--out", out, "--quiet")
+	if code != exitError || !strings.Contains(errs, name) || !strings.Contains(errs, "[0 5]") || !strings.Contains(errs, "NaN") {
+		t.Fatalf("convert with a NaN: status %d, stderr %q", code, errs)
+	}
+	out2 := filepath.Join(t.TempDir(), "out2")
+	code, stdout, errs := runCLI(t, "convert", "--model", src, "--out", out2, "--quiet", "--allow-nonfinite", "--json")
+	if code != exitOK || !strings.Contains(errs, "WARNING: 1 tensors") {
+		t.Fatalf("convert --allow-nonfinite: status %d, stderr %q", code, errs)
+	}
+	var rep struct {
+		NonFinite []string `json:"nonfinite_tensors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.NonFinite) != 1 || rep.NonFinite[0] != name {
+		t.Errorf("--json nonfinite_tensors = %v (%v)", rep.NonFinite, err)
 	}
 }
