@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 )
@@ -78,17 +79,44 @@ type Lock struct {
 // is a *HeldError. Release undoes everything Acquire did, directories it
 // created included when they are still empty.
 func Acquire(dir string) (*Lock, error) {
-	created, err := mkdirs(dir)
-	if err != nil {
-		return nil, err
+	var created []string
+	for attempt := 0; ; attempt++ {
+		c, err := mkdirs(dir)
+		created = mergeDirs(created, c)
+		if errors.Is(err, os.ErrNotExist) && attempt < 100 {
+			continue // a parent was removed while we created the path
+		}
+		if err != nil {
+			removeDirs(created)
+			return nil, err
+		}
+		l, err := acquire(dir)
+		if errors.Is(err, os.ErrNotExist) && attempt < 100 {
+			// Another process that had created the directory released
+			// its lock and removed the directory in between: again.
+			continue
+		}
+		if err != nil {
+			removeDirs(created)
+			return nil, err
+		}
+		l.created = created
+		return l, nil
 	}
-	l, err := acquire(dir)
-	if err != nil {
-		removeDirs(created)
-		return nil, err
+}
+
+// mergeDirs returns the union of two lists of directories, deepest first.
+func mergeDirs(a, b []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range append(append([]string(nil), a...), b...) {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
 	}
-	l.created = created
-	return l, nil
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
 }
 
 func acquire(dir string) (*Lock, error) {
@@ -213,7 +241,7 @@ func (l *Lock) Release() error {
 }
 
 // mkdirs creates dir and its missing parents and returns the directories it
-// created, deepest first.
+// had to create, deepest first (also on failure, when some may exist).
 func mkdirs(dir string) ([]string, error) {
 	var missing []string
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
@@ -227,10 +255,8 @@ func mkdirs(dir string) ([]string, error) {
 			break
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	return missing, nil
+	// On failure the caller still gets the list: some of it may exist.
+	return missing, os.MkdirAll(dir, 0o755)
 }
 
 func removeDirs(dirs []string) {

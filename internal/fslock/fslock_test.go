@@ -1,6 +1,7 @@
 package fslock
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -222,19 +223,16 @@ func TestHolderNamedAndReleasedOnExit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	c := helperCmd(t, "hold", dir)
 	stdin, _ := c.StdinPipe()
-	var out bytes.Buffer
-	c.Stdout = &out
+	stdout, _ := c.StdoutPipe()
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; !strings.Contains(out.String(), "locked"); i++ {
-		if i > 500 {
-			t.Fatal("helper did not lock")
-		}
-		time.Sleep(10 * time.Millisecond)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.Contains(line, "locked") {
+		t.Fatalf("helper did not lock: %q, %v", line, err)
 	}
 	t0 := time.Now()
-	_, err := Acquire(dir)
+	_, err = Acquire(dir)
 	var he *HeldError
 	if !errors.As(err, &he) || he.PID != c.Process.Pid || !strings.Contains(err.Error(), fmt.Sprintf("pid %d (", c.Process.Pid)) {
 		t.Fatalf("Acquire while held: %v, want the holder pid %d", err, c.Process.Pid)
