@@ -9,15 +9,42 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
+var (
+	baselineMu sync.Mutex
+	baselines  = map[string]time.Duration{}
+)
+
+// verifyBaseline is how long verifying the intact reference checkpoint
+// with the same source option takes on this machine under this load (and
+// build mode: -race is slow).
+func verifyBaseline(t *testing.T, source string) time.Duration {
+	baselineMu.Lock()
+	defer baselineMu.Unlock()
+	if d, ok := baselines[source]; ok {
+		return d
+	}
+	ref := reference(t, "convert")
+	t0 := time.Now()
+	if _, err := Verify(context.Background(), ref, VerifyOptions{Source: source}); err != nil {
+		t.Fatal(err)
+	}
+	baselines[source] = time.Since(t0)
+	return baselines[source]
+}
+
 // verifyWithin runs Verify and fails the test if it has not returned within
-// limit (on a hang the goroutine is abandoned).
+// limit beyond what verifying the intact checkpoint takes (on a hang the
+// goroutine is abandoned): refusing an entry must not cost more than a
+// fraction of a second.
 func verifyWithin(t *testing.T, limit time.Duration, dir string, opt VerifyOptions) *VerifyReport {
 	t.Helper()
+	limit += 4 * verifyBaseline(t, opt.Source)
 	type result struct {
 		rep *VerifyReport
 		err error
