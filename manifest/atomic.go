@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -121,11 +120,6 @@ func writeFileAtomic(path string, data []byte) (string, error) {
 	}
 	_, sum, err := a.Commit()
 	return sum, err
-}
-
-// hashFile returns the size and sha256 of a regular file.
-func hashFile(path string) (int64, string, error) {
-	return hashFileContext(context.Background(), path)
 }
 
 // sha256Hex returns the hex sha256 of b.

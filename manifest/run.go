@@ -297,7 +297,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	// keep reuses a file an earlier run finished, when its hash checks.
 	keep := func(i int) bool {
 		j := b.jobs[i]
-		if r := recs[j.file]; r != nil && b.recordHolds(j, r) {
+		if r := recs[j.file]; r != nil && b.recordHolds(ctx, j, r) {
 			results[i] = r
 			finish(j, r, true)
 			return true
@@ -414,7 +414,7 @@ func configBytes(fs []FileEntry) int64 {
 // recordHolds reports whether a finished file of an earlier run can be
 // kept: the record describes the same tensors and the file on disk has the
 // recorded size and hash.
-func (b *builder) recordHolds(j *job, r *fileRecord) bool {
+func (b *builder) recordHolds(ctx context.Context, j *job, r *fileRecord) bool {
 	if r.File.Name != j.file || len(r.Tensors) != len(j.tensors) {
 		return false
 	}
@@ -432,7 +432,7 @@ func (b *builder) recordHolds(j *job, r *fileRecord) bool {
 			return false
 		}
 	}
-	n, sum, err := hashFile(filepath.Join(b.opt.Out, j.file))
+	n, sum, err := hashFileContext(ctx, filepath.Join(b.opt.Out, j.file))
 	return err == nil && n == r.File.Size && sum == r.File.SHA256
 }
 

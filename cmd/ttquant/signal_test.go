@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -54,7 +55,19 @@ func TestSIGTERMDuringSourceHashing(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond)
+	// The lock file appears once the build has started (the signal
+	// handler is installed before); hashing the big file follows.
+	for i := 0; ; i++ {
+		if _, err := os.Stat(filepath.Join(out, fslock.Name)); err == nil {
+			break
+		}
+		if i > 1000 {
+			c.Process.Kill()
+			t.Fatalf("the build did not start; stderr %q", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
 	t0 := time.Now()
 	c.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
