@@ -122,21 +122,6 @@ func writeFileAtomic(path string, data []byte) (string, error) {
 	return sum, err
 }
 
-// hashFile returns the size and sha256 of a file.
-func hashFile(path string) (int64, string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, "", fmt.Errorf("%s: %w", path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // sha256Hex returns the hex sha256 of b.
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)

@@ -37,7 +37,7 @@ func storeIdentity(ctx context.Context, dir string, workers int) (string, error)
 	sort.Strings(names)
 	ents := make([]FileEntry, len(names))
 	err = parallelFor(ctx, len(names), workers, func(i int) error {
-		n, sum, err := hashFile(filepath.Join(dir, filepath.FromSlash(names[i])))
+		n, sum, err := hashFileContext(ctx, filepath.Join(dir, filepath.FromSlash(names[i])))
 		ents[i] = FileEntry{Name: names[i], Size: n, SHA256: sum}
 		return err
 	})
@@ -65,6 +65,9 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	}
 	st, err := calib.OpenStore(b.opt.Calib)
 	if err != nil {
+		return err
+	}
+	if err := st.Check(ctx, false); err != nil {
 		return err
 	}
 	id, err := storeIdentity(ctx, b.opt.Calib, b.opt.Workers)

@@ -71,6 +71,12 @@ func (s *sourceExperts) Expert(e int) (*calib.ExpertWeights, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !allFinite(gu) {
+		return nil, nonFiniteErrorHint(p.gu, gu, gptqNonFiniteHint)
+	}
+	if !allFinite(down) {
+		return nil, nonFiniteErrorHint(p.down, down, gptqNonFiniteHint)
+	}
 	n := s.inter * s.hidden
 	if len(gu) != 2*n || len(down) != n {
 		return nil, fmt.Errorf("expert %d: gate_up holds %d values and down %d, want %d and %d", e, len(gu), len(down), 2*n, n)
@@ -281,6 +287,9 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 	}
 	te := entryOf(st)
 	te.Finite = allFinite(w)
+	if err := b.checkSourceFinite(st, w, te.Finite); err != nil {
+		return nil, err
+	}
 	if st.method != MethodGPTQ {
 		packed, err := packBFP(st.bfpF, st.tile, w, st.shape, st.orient)
 		return &produced{data: packed, te: te}, err

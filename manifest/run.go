@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/fslock"
 )
 
 // ErrResumeMismatch is wrapped by the error a build returns when the output
@@ -71,9 +72,10 @@ func diffFingerprints(have, want fingerprint) []string {
 	if have.Parent != want.Parent {
 		d = append(d, "parent manifest")
 	}
-	if have.Tool != want.Tool {
-		d = append(d, fmt.Sprintf("tool version (%s %s, now %s %s)", have.Tool.Version, have.Tool.Revision, want.Tool.Version, want.Tool.Revision))
-	}
+	// The tool is provenance, not part of what the build is: a build
+	// resumed or rerun by another build of the program keeps the files
+	// whose hashes check, and the manifest records the program that
+	// finished it.
 	return d
 }
 
@@ -123,10 +125,9 @@ func recordPath(out, file string) string {
 // prepareDir checks the output directory and returns the records of files
 // an earlier run of the same build finished.
 func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
+	// Every check that can refuse the build comes before the first write;
+	// the bookkeeping directory is created by the first record written.
 	out := b.opt.Out
-	if err := os.MkdirAll(filepath.Join(out, partialDir), 0o755); err != nil {
-		return nil, err
-	}
 	recs := map[string]*fileRecord{}
 	mpath := filepath.Join(out, ManifestName)
 	bpath := filepath.Join(out, partialDir, buildRecordName)
@@ -137,6 +138,10 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		}
 		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
 			return nil, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+		}
+		if len(old.TTQuant.NonFinite) > 0 && !b.opt.AllowNonFinite {
+			return nil, fmt.Errorf("%w: %s holds %d tensors stored from NaN or Inf source values (built with --allow-nonfinite), e.g. %s; rerun with --allow-nonfinite to keep them",
+				ErrNonFinite, out, len(old.TTQuant.NonFinite), old.TTQuant.NonFinite[0])
 		}
 		recs = recordsOf(old)
 		for name, r := range recs {
@@ -191,7 +196,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if e.Name() != partialDir {
+			if e.Name() != partialDir && e.Name() != fslock.Name {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}
@@ -292,7 +297,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	// keep reuses a file an earlier run finished, when its hash checks.
 	keep := func(i int) bool {
 		j := b.jobs[i]
-		if r := recs[j.file]; r != nil && b.recordHolds(j, r) {
+		if r := recs[j.file]; r != nil && b.recordHolds(ctx, j, r) {
 			results[i] = r
 			finish(j, r, true)
 			return true
@@ -355,6 +360,12 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		dataBytes += r.File.Size
 	}
 	m.TTQuant.Layers = mergeLayerStats(layerStats(m.TTQuant.Matrices), layerOut)
+	for _, t := range m.Tensors {
+		if !t.Finite {
+			m.TTQuant.NonFinite = append(m.TTQuant.NonFinite, t.Name)
+		}
+	}
+	sort.Strings(m.TTQuant.NonFinite)
 	m.Files = append(m.Files, files...)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -388,6 +399,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		Kept:            kept,
 		AlreadyComplete: kept == len(b.jobs) && len(b.jobs) > 0,
 		Manifest:        m,
+		NonFinite:       m.TTQuant.NonFinite,
 	}, nil
 }
 
@@ -402,9 +414,14 @@ func configBytes(fs []FileEntry) int64 {
 // recordHolds reports whether a finished file of an earlier run can be
 // kept: the record describes the same tensors and the file on disk has the
 // recorded size and hash.
-func (b *builder) recordHolds(j *job, r *fileRecord) bool {
+func (b *builder) recordHolds(ctx context.Context, j *job, r *fileRecord) bool {
 	if r.File.Name != j.file || len(r.Tensors) != len(j.tensors) {
 		return false
+	}
+	for _, t := range r.Tensors {
+		if !t.Finite && !b.opt.AllowNonFinite {
+			return false // produced again, and refused
+		}
 	}
 	names := map[string]bool{}
 	for _, t := range r.Tensors {
@@ -415,11 +432,18 @@ func (b *builder) recordHolds(j *job, r *fileRecord) bool {
 			return false
 		}
 	}
-	n, sum, err := hashFile(filepath.Join(b.opt.Out, j.file))
+	n, sum, err := hashFileContext(ctx, filepath.Join(b.opt.Out, j.file))
 	return err == nil && n == r.File.Size && sum == r.File.SHA256
 }
 
+// layerStats aggregates the matrix statistics per layer. The float sums
+// are taken in one fixed order, the manifest's (by tensor name), whatever
+// order the matrices come in: a fresh build lists them in file order, a
+// rerun in the order the finished manifest recorded them, and floating-point
+// addition depends on the order.
 func layerStats(ms []MatrixStats) []LayerStats {
+	ms = append([]MatrixStats(nil), ms...)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Tensor < ms[j].Tensor })
 	by := map[int]*LayerStats{}
 	for _, s := range ms {
 		if s.Layer == nil {
@@ -571,6 +595,13 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, Tensor
 			if te.Finite, err = finiteFloats(st.srcDType, raw); err != nil {
 				return nil, te, nil, err
 			}
+			if !te.Finite && !b.opt.AllowNonFinite {
+				vals, err := decodeFloats(st.srcDType, raw)
+				if err != nil {
+					return nil, te, nil, err
+				}
+				return nil, te, nil, nonFiniteError(st, vals)
+			}
 		}
 		return raw, te, nil, nil
 	}
@@ -579,6 +610,9 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, Tensor
 		return nil, te, nil, err
 	}
 	te.Finite = allFinite(vals)
+	if err := b.checkSourceFinite(st, vals, te.Finite); err != nil {
+		return nil, te, nil, err
+	}
 	if !st.isBFP {
 		return encodeFloat(st.outDType, vals), te, nil, nil
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -32,7 +31,7 @@ func verifySource(ctx context.Context, dir string, m *Manifest, opt VerifyOption
 	}
 	have := make([]FileEntry, len(all))
 	if err := parallelFor(ctx, len(all), opt.Workers, func(i int) error {
-		n, sum, err := hashFile(all[i])
+		n, sum, err := hashFileContext(ctx, all[i])
 		have[i] = FileEntry{Name: filepath.Base(all[i]), Size: n, SHA256: sum}
 		return err
 	}); err != nil {
@@ -110,7 +109,7 @@ func checkAgainstSource(dir string, model *safetensors.Model, t TensorEntry, sta
 		return out
 	}
 	stored := make([]byte, t.Length)
-	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(t.File)))
+	f, _, err := openRegular(filepath.Join(dir, filepath.FromSlash(t.File)))
 	if err != nil {
 		bad("cannot open: %v", err)
 		return out

@@ -18,10 +18,11 @@ type verifyReport struct {
 }
 
 func runVerify(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json] | --ttnn EXPORT [CKPT] [--json]")
+	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json] [--allow-symlinks] | --ttnn EXPORT [CKPT] [--json]")
 	source := fs.String("source", "", "source checkpoint to compare every tensor against")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	workers := fs.Int("workers", 2, "files checked at once")
+	allowSymlinks := fs.Bool("allow-symlinks", false, "accept symbolic links that resolve to regular files inside the checkpoint (others are always refused)")
 	ttnnDir := fs.String("ttnn", "", "check a ttnn export directory (and, given CKPT, against that checkpoint)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -33,7 +34,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
 	}
-	rep, err := manifest.Verify(ctx, pos[0], manifest.VerifyOptions{Source: *source, Workers: *workers})
+	rep, err := manifest.Verify(ctx, pos[0], manifest.VerifyOptions{Source: *source, Workers: *workers, AllowSymlinks: *allowSymlinks})
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"internal/testmodel":     {"safetensors"},
 	"gptq":                   {"bfp", "internal/kernels"},
 	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/testmodel"},
-	"manifest":               {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel"},
+	"manifest":               {"bfp", "safetensors", "gptq", "calib", "internal/kernels", "internal/testmodel", "internal/fslock"},
 	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/testmodel", "emulator/eval"},
 	"manifest/ttnn":          {"bfp", "safetensors", "=manifest"},
 	"internal/importcheck":   {"internal/testdata"},
@@ -44,7 +44,8 @@ var allowed = map[string][]string{
 	// Tokenizer and datasets: a near-leaf, importing only its own
 	// packages, so that calibration and evaluation can use it without it
 	// ever pulling in the checkpoint format or the quantizer.
-	"internal/text": {"internal/text"},
+	"internal/text":   {"internal/text"},
+	"internal/fslock": {},
 }
 
 // allowedInTests are extra module packages that test files may import.
