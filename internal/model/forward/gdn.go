@@ -130,7 +130,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 			clear(sc.s)
 			S = sc.s
 		}
-		if T == 1 {
+		if T == 1 && b.Caches != nil {
 			DeltaRuleRecurrent(sc.q, sc.k, sc.v, sc.beta, sc.g, T, dk, dv, S, sc.o)
 		} else {
 			sc.ch.run(sc.q, sc.k, sc.v, sc.beta, sc.g, T, dk, dv, S, sc.o)
