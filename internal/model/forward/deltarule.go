@@ -72,7 +72,7 @@ func DeltaRuleRecurrent[T real](q, k, v, beta, g []T, n, dk, dv int, S, out []T)
 
 // chunkScratch holds the buffers of DeltaRuleChunked for one goroutine.
 type chunkScratch[T real] struct {
-	G, eG         []float64
+	G, eG           []float64
 	kk, tinv, qk    []T
 	uw, rhs, qe, kd []T
 }
