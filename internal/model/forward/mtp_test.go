@@ -35,4 +35,3 @@ func mtpNLL(tb testing.TB, m *Model, ids []int32, hf []float32) (float64, int) {
 	}
 	return nll, n
 }
-
