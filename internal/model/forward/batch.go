@@ -109,12 +109,13 @@ type Activations struct {
 	Layer  int
 	Site   Site
 	Expert int // routed expert for SiteExpertIn, else -1
+	Row0   int // the batch row of X's first row (mixer sites come per group)
 	Rows   int
 	Cols   int
 	X      []float32
 	// Tokens, for SiteExpertIn, lists the batch rows (ascending) that X's
 	// rows come from, and Weights their router weights. Nil otherwise:
-	// X's rows are then the batch rows in order.
+	// X's rows are then the batch rows Row0, Row0+1, … in order.
 	Tokens  []int32
 	Weights []float32
 }
@@ -123,9 +124,18 @@ type Activations struct {
 // layer.
 type Hook func(a *Activations) error
 
+// MixerRows bounds the token rows whose attention or Gated DeltaNet
+// intermediates (projections, convolution outputs, keys and values) exist
+// at once: Layer.Forward runs the token mixer over groups of whole
+// sequences of at most MixerRows rows (a longer sequence forms its own
+// group). The feed-forward part runs over the whole batch, so that every
+// expert sees all its routed tokens in one product.
+const MixerRows = 4096
+
 // Forward runs the layer on the batch: the residual stream in b.X is
 // replaced by the stream leaving the layer. hook, when not nil, sees every
-// calibration site.
+// calibration site; the mixer's sites arrive per group of sequences
+// (Activations.Row0 says where the group starts).
 func (l *Layer) Forward(b *Batch, hook Hook) error {
 	cfg := l.cfg
 	H := cfg.Hidden
@@ -133,34 +143,55 @@ func (l *Layer) Forward(b *Batch, hook Hook) error {
 		return err
 	}
 	n := b.Rows()
+	h := make([]float32, n*H)
+	rmsNormZC(h, b.X, H, l.InputNorm, cfg.Eps)
+	for s0, r0 := 0, 0; s0 < len(b.Lens); {
+		s1, rows := s0, 0
+		for s1 < len(b.Lens) && (s1 == s0 || rows+b.Lens[s1] <= MixerRows) {
+			rows += b.Lens[s1]
+			s1++
+		}
+		g := &Batch{Lens: b.Lens[s0:s1], X: b.X[r0*H : (r0+rows)*H]}
+		if b.Caches != nil {
+			g.Caches = b.Caches[s0:s1]
+		}
+		emit := func(site Site, x []float32, cols int) error {
+			if hook == nil {
+				return nil
+			}
+			return hook(&Activations{Layer: l.Index, Site: site, Expert: -1, Row0: r0, Rows: rows, Cols: cols, X: x})
+		}
+		gh := h[r0*H : (r0+rows)*H]
+		if err := emit(SiteAttnIn, gh, H); err != nil {
+			return err
+		}
+		var y []float32
+		var err error
+		if l.Kind == FullAttention {
+			y, err = l.attention(g, gh, emit)
+		} else {
+			y, err = l.deltaNet(g, gh, emit)
+		}
+		if err != nil {
+			return err
+		}
+		for i, v := range y {
+			g.X[i] += v
+		}
+		s0, r0 = s1, r0+rows
+	}
+	rmsNormZC(h, b.X, H, l.PostNorm, cfg.Eps)
 	emit := func(site Site, x []float32, cols int) error {
 		if hook == nil {
 			return nil
 		}
 		return hook(&Activations{Layer: l.Index, Site: site, Expert: -1, Rows: n, Cols: cols, X: x})
 	}
-	h := make([]float32, n*H)
-	rmsNormZC(h, b.X, H, l.InputNorm, cfg.Eps)
-	if err := emit(SiteAttnIn, h, H); err != nil {
+	if err := emit(SiteMLPIn, h, H); err != nil {
 		return err
 	}
 	var y []float32
 	var err error
-	if l.Kind == FullAttention {
-		y, err = l.attention(b, h, emit)
-	} else {
-		y, err = l.deltaNet(b, h, emit)
-	}
-	if err != nil {
-		return err
-	}
-	for i, v := range y {
-		b.X[i] += v
-	}
-	rmsNormZC(h, b.X, H, l.PostNorm, cfg.Eps)
-	if err := emit(SiteMLPIn, h, H); err != nil {
-		return err
-	}
 	if l.MoE != nil {
 		y, err = l.moe(h, n, hook)
 	} else {

@@ -423,3 +423,17 @@ func TestMoEBlockMatchesCalib(t *testing.T) {
 		sm.Close()
 	}
 }
+
+// TestMixerGroups: a batch larger than MixerRows runs its token mixer in
+// groups of sequences; results are unchanged bit for bit.
+func TestMixerGroups(t *testing.T) {
+	m := openModel(t, writeModel(t, testmodel.Micro(), testmodel.SingleFile))
+	V := m.Config.Vocab
+	a, b, c := testIDs(3000, V, 1), testIDs(1500, V, 2), testIDs(120, V, 3)
+	got := logitsOf(t, m, a, b, c)
+	for i, s := range [][]int32{b, c} {
+		if j, ok := bitsEqual(got[i+1], logitsOf(t, m, s)[0]); !ok {
+			t.Errorf("sequence %d: logit %d differs when batched", i+1, j)
+		}
+	}
+}
