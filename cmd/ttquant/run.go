@@ -23,6 +23,7 @@ func init() {
 type runDoc struct {
 	SchemaVersion int                  `json:"schema_version"`
 	Model         string               `json:"model"`
+	Checkpoint    string               `json:"checkpoint,omitempty"`
 	Family        string               `json:"family"`
 	Tokens        []int32              `json:"tokens"`
 	Top           []forward.Prediction `json:"top"`
@@ -35,7 +36,7 @@ type runDoc struct {
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "run", "--model DIR (--tokens 1,2,3 | --text TEXT) [--top K] [--generate N] [--dump-logits FILE [--mtp]] [--dump-layers FILE] [--json]")
 	model := fs.String("model", "", "Hugging Face model directory (config.json and safetensors)")
-	native := fs.String("checkpoint", "", "native ttquant checkpoint whose decoded weights replace the model's (not yet supported)")
+	native := fs.String("checkpoint", "", "native ttquant checkpoint of this model: its decoded (dequantized) weights replace the model's")
 	tokens := fs.String("tokens", "", "comma-separated token ids")
 	text := fs.String("text", "", "text to tokenize (not yet supported: use --tokens)")
 	top := fs.Int("top", 5, "number of next-token predictions to print (1..100)")
@@ -53,9 +54,6 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	if *model == "" {
 		return usageErrorf("--model DIR is required")
-	}
-	if *native != "" {
-		return usageErrorf("--checkpoint is not yet supported (decoded native weights cannot be substituted yet)")
 	}
 	if *text != "" {
 		return usageErrorf("--text is not yet supported (no tokenizer in this build): pass token ids with --tokens")
@@ -89,6 +87,20 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	defer m.Close()
 	cfg := m.Config
+	if *native != "" {
+		ns, err := openNative(*native)
+		if err != nil {
+			return err
+		}
+		// The model's own checkpoint stays underneath for anything the
+		// native one lacks.
+		nm, err := forward.New(cfg, forward.Overlay{ns, m.Src})
+		if err != nil {
+			return fmt.Errorf("--checkpoint %s: %w", *native, err)
+		}
+		m = nm
+		e.log.Info("using decoded native weights", "checkpoint", *native, "tensors", len(ns.names))
+	}
 	for i, id := range ids {
 		if int(id) >= cfg.Vocab {
 			return usageErrorf("--tokens: id %d at position %d outside the vocabulary 0..%d", id, i, cfg.Vocab-1)
@@ -113,12 +125,15 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, runDoc{SchemaVersion: schemaVersion, Model: *model, Family: cfg.Family.String(),
+		return writeJSON(e.stdout, runDoc{SchemaVersion: schemaVersion, Model: *model, Checkpoint: *native, Family: cfg.Family.String(),
 			Tokens: ids, Top: preds, Continuation: cont, LogitsFile: *dumpLogits, LayersFile: *dumpLayers,
 			Seconds: time.Since(start).Seconds()})
 	}
 	fmt.Fprintf(e.stdout, "model %s (%s, %d layers, hidden %d, vocab %d), %d prompt tokens\n",
 		*model, cfg.Family, cfg.Layers, cfg.Hidden, cfg.Vocab, len(ids))
+	if *native != "" {
+		fmt.Fprintf(e.stdout, "weights decoded from native checkpoint %s\n", *native)
+	}
 	fmt.Fprintf(e.stdout, "next token after position %d:\n", len(ids)-1)
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\tid\tlogit\tprob\t")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,7 +90,6 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"--model", model, "--tokens", "1", "--top", "0"}, "--top"},
 		{[]string{"--model", model, "--tokens", "1", "--generate", "-1"}, "--generate"},
 		{[]string{"--model", model, "--tokens", "1", "--mtp"}, "--mtp"},
-		{[]string{"--model", model, "--tokens", "1", "--checkpoint", "x"}, "--checkpoint"},
 	} {
 		code, _, errs := runCLI(t, append([]string{"run"}, c.args...)...)
 		if code != exitUsage || !strings.Contains(errs, c.want) {
@@ -99,5 +99,52 @@ func TestRunUsageErrors(t *testing.T) {
 	code, _, errs := runCLI(t, "run", "--model", t.TempDir(), "--tokens", "1")
 	if code != exitError || !strings.Contains(errs, "config.json") {
 		t.Errorf("missing model: status %d, stderr %q", code, errs)
+	}
+}
+
+// TestRunNativeCheckpoint: --checkpoint substitutes a native checkpoint's
+// decoded weights: the logits move (BFP rounding) but the prediction holds.
+func TestRunNativeCheckpoint(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	dir := t.TempDir()
+	native := filepath.Join(dir, "native")
+	if code, _, errs := runCLI(t, "convert", "--model", model, "--out", native, "--quiet"); code != exitOK {
+		t.Fatalf("convert: status %d, stderr %s", code, errs)
+	}
+	ref, got := filepath.Join(dir, "ref.safetensors"), filepath.Join(dir, "native.safetensors")
+	for _, c := range [][]string{{"--dump-logits", ref}, {"--dump-logits", got, "--checkpoint", native}} {
+		args := append([]string{"run", "--model", model, "--tokens", runPrompt, "--generate", "2"}, c...)
+		code, out, errs := runCLI(t, args...)
+		if code != exitOK {
+			t.Fatalf("%v: status %d, stderr %s", args, code, errs)
+		}
+		if !strings.Contains(out, "greedy continuation: 1257,1821") {
+			t.Errorf("%v: output %s", args, out)
+		}
+	}
+	read := func(p string) []float32 {
+		f, err := safetensors.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		v, err := f.Float32s("logits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	a, b := read(ref), read(got)
+	var diff float64
+	for i := range a {
+		diff = max(diff, math.Abs(float64(a[i]-b[i])))
+	}
+	// BFP4 experts and BFP8 attention on this small model move a logit by
+	// about 1 at most.
+	if diff == 0 || diff > 3 {
+		t.Errorf("native weights moved the logits by up to %g; want a non-zero change below 3", diff)
+	}
+	if code, _, errs := runCLI(t, "run", "--model", model, "--tokens", "1", "--checkpoint", filepath.Join(dir, "none")); code != exitError || errs == "" {
+		t.Errorf("missing native checkpoint: status %d, stderr %q", code, errs)
 	}
 }
