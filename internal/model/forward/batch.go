@@ -132,6 +132,9 @@ type Hook func(a *Activations) error
 // expert sees all its routed tokens in one product.
 const MixerRows = 4096
 
+// mixerRows is MixerRows; tests lower it.
+var mixerRows = MixerRows
+
 // Forward runs the layer on the batch: the residual stream in b.X is
 // replaced by the stream leaving the layer. hook, when not nil, sees every
 // calibration site; the mixer's sites arrive per group of sequences
@@ -147,7 +150,7 @@ func (l *Layer) Forward(b *Batch, hook Hook) error {
 	rmsNormZC(h, b.X, H, l.InputNorm, cfg.Eps)
 	for s0, r0 := 0, 0; s0 < len(b.Lens); {
 		s1, rows := s0, 0
-		for s1 < len(b.Lens) && (s1 == s0 || rows+b.Lens[s1] <= MixerRows) {
+		for s1 < len(b.Lens) && (s1 == s0 || rows+b.Lens[s1] <= mixerRows) {
 			rows += b.Lens[s1]
 			s1++
 		}

@@ -61,7 +61,22 @@ func Open(dir string) (*Model, error) {
 
 // New returns a model over src and checks src's tensor names and shapes
 // (no tensor data is read).
+//
+// The trunk prefix follows the checkpoint: a config without text_config
+// may still come with "model.language_model." names (and a nested one with
+// "model." names in a text-only export); whichever prefix the embedding is
+// found under is used.
 func New(cfg *Config, src WeightSource) (*Model, error) {
+	for _, p := range []string{cfg.Prefix, "model.language_model.", "model."} {
+		if _, ok := src.Shape(p + "embed_tokens.weight"); ok {
+			if p != cfg.Prefix {
+				c := *cfg
+				c.Prefix = p
+				cfg = &c
+			}
+			break
+		}
+	}
 	m := &Model{Config: cfg, Src: src, layers: map[int]*Layer{}}
 	if err := m.Check(); err != nil {
 		return nil, err

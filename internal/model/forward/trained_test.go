@@ -125,8 +125,15 @@ func TestTrainedModelMatchesReference(t *testing.T) {
 	if len(recs) != 80 {
 		t.Fatalf("reference-dev.jsonl has %d records, want 80", len(recs))
 	}
+	// All records normally; every eighth under -short; under the purego
+	// build (pure-Go kernels, many times slower) the shortest code and
+	// prose records.
 	step := 1
-	if testing.Short() || pureGo {
+	var only []int
+	switch {
+	case pureGo:
+		step, only = 8, []int{20, 44}
+	case testing.Short():
 		step = 8
 	}
 	var worstNLL, mtpSum float64
@@ -141,11 +148,20 @@ func TestTrainedModelMatchesReference(t *testing.T) {
 			seqs = append(seqs, recs[i].IDs)
 			idx = append(idx, i)
 		}
+		if only != nil {
+			if i0 > 0 {
+				break
+			}
+			seqs, idx = nil, only
+			for _, i := range only {
+				seqs = append(seqs, recs[i].IDs)
+			}
+		}
 		nll, top1, hf := scoreBatch(t, m, seqs)
 		row := 0
 		for k, i := range idx {
 			ids := seqs[k]
-			if i%(4*step) == 0 {
+			if i%(4*step) == 0 || (only != nil && k == 0) {
 				a, c := mtpNLL(t, m, ids, hf[row*m.Config.Hidden:(row+len(ids))*m.Config.Hidden])
 				mtpSum += a
 				mtpN += c
@@ -176,7 +192,7 @@ func TestTrainedModelMatchesReference(t *testing.T) {
 	t.Logf("MTP perplexity over %d positions: %.2f", mtpN, ppl)
 	lo, hi := 45.0, 75.0 // 20 records: 60.6
 	if step > 1 {
-		lo, hi = 25, 100 // 3 records: 37.0
+		lo, hi = 15, 100 // records 0, 32, 64: 37.0; record 20: 22.3
 	}
 	if ppl < lo || ppl > hi {
 		t.Errorf("MTP perplexity %.2f outside [%g, %g] (README: 56.9 over eval-dev)", ppl, lo, hi)
