@@ -209,33 +209,131 @@ func (l *Layer) Forward(b *Batch, hook Hook) error {
 	return nil
 }
 
-// moe runs the sparse MoE block with calib's routing and expert code, so
-// that the block's output is bit-identical to calib.MoELayer.Forward.
+// moe runs the sparse MoE block with calib's routing and the arithmetic of
+// calib.MoELayer.Forward, bit for bit (a test compares them): per expert
+// the routed rows through SwiGLU with kernels.Sgemm, the weighted rows
+// added in ascending expert order, then the sigmoid-gated shared expert.
+// Unlike calib's loop, up to kernels.Workers() experts are evaluated at
+// once (the additions stay in expert order).
 func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
+	blk := l.MoE
+	if err := blk.Check(); err != nil {
+		return nil, fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
+	}
+	cfg := blk.Config
+	H, I := cfg.Hidden, cfg.ExpertInter
+	r, err := calib.Route(h, n, blk.Router, cfg)
+	if err != nil {
+		return nil, err
+	}
 	if hook != nil {
-		r, err := calib.Route(h, n, l.MoE.Router, l.MoE.Config)
-		if err != nil {
-			return nil, err
-		}
-		H := l.cfg.Hidden
 		var xe []float32
-		for e := 0; e < l.MoE.Config.Experts; e++ {
+		for e := 0; e < cfg.Experts; e++ {
 			toks, wts := r.ExpertTokens(e)
-			xe = grow(xe, len(toks)*H)
-			for i, t := range toks {
-				copy(xe[i*H:(i+1)*H], h[int(t)*H:(int(t)+1)*H])
-			}
+			xe = gatherRows(xe, h, H, toks)
 			if err := hook(&Activations{Layer: l.Index, Site: SiteExpertIn, Expert: e, Rows: len(toks), Cols: H,
 				X: xe, Tokens: toks, Weights: wts}); err != nil {
 				return nil, err
 			}
 		}
 	}
-	y, err := l.MoE.Forward(h, n)
-	if err != nil {
-		return nil, fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
+	out := make([]float32, n*H)
+	W := max(1, kernels.Workers())
+	ys := make([][]float32, W)
+	errs := make([]error, W)
+	scr := make([]swigluScratch, W) // one per task of a wave
+	for e0 := 0; e0 < cfg.Experts; e0 += W {
+		e1 := min(cfg.Experts, e0+W)
+		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
+			e := e0 + t
+			ys[t], errs[t] = nil, nil
+			toks, _ := r.ExpertTokens(e)
+			if len(toks) == 0 {
+				return
+			}
+			w, err := blk.Experts.Expert(e)
+			if err == nil && (w == nil || len(w.Gate) != I*H || len(w.Up) != I*H || len(w.Down) != H*I) {
+				err = fmt.Errorf("expert %d: matrices do not have the shapes [%d, %d] and [%d, %d]", e, I, H, H, I)
+			}
+			if err != nil {
+				errs[t] = fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
+				return
+			}
+			sc := &scr[t] // per task: a worker may run two tasks of a wave
+			sc.x = gatherRows(sc.x, h, H, toks)
+			ys[t] = sc.forward(w, sc.x, len(toks), H, I, nil)
+		})
+		for t := 0; t < e1-e0; t++ {
+			if errs[t] != nil {
+				return nil, errs[t]
+			}
+			if ys[t] == nil {
+				continue
+			}
+			toks, wts := r.ExpertTokens(e0 + t)
+			for i, tok := range toks {
+				o := out[int(tok)*H : (int(tok)+1)*H]
+				wi := wts[i]
+				for j, v := range ys[t][i*H : (i+1)*H] {
+					o[j] += wi * v
+				}
+			}
+		}
 	}
-	return y, nil
+	if cfg.SharedInter > 0 {
+		y := scr[0].forward(blk.Shared, h, n, H, cfg.SharedInter, nil)
+		for t := 0; t < n; t++ {
+			g := float32(1)
+			if blk.SharedGate != nil {
+				g = sigmoid32(dot64(h[t*H:(t+1)*H], blk.SharedGate))
+			}
+			o := out[t*H : (t+1)*H]
+			for i, v := range y[t*H : (t+1)*H] {
+				o[i] += g * v
+			}
+		}
+	}
+	return out, nil
+}
+
+// swigluScratch holds one worker's buffers for a SwiGLU expert.
+type swigluScratch struct {
+	x, g, u, y []float32
+}
+
+// forward computes rows×hidden outputs of down(silu(gate·x) ⊙ up·x); the
+// result aliases the scratch (or is y when given).
+func (s *swigluScratch) forward(w *calib.ExpertWeights, x []float32, rows, hidden, inter int, y []float32) []float32 {
+	s.g = grow(s.g, rows*inter)
+	s.u = grow(s.u, rows*inter)
+	matmulT(s.g, inter, x, rows, hidden, w.Gate, inter)
+	matmulT(s.u, inter, x, rows, hidden, w.Up, inter)
+	swiglu(s.g, s.g, s.u)
+	if y == nil {
+		s.y = grow(s.y, rows*hidden)
+		y = s.y
+	}
+	matmulT(y, hidden, s.g, rows, inter, w.Down, hidden)
+	return y
+}
+
+// gatherRows copies rows idx of the cols-wide x into dst (grown).
+func gatherRows(dst, x []float32, cols int, idx []int32) []float32 {
+	dst = grow(dst, len(idx)*cols)
+	for i, t := range idx {
+		copy(dst[i*cols:(i+1)*cols], x[int(t)*cols:(int(t)+1)*cols])
+	}
+	return dst
+}
+
+// dot64 is Σ a[i]·b[i] accumulated in float64 in index order, rounded to
+// float32 (the shared-expert gate, as calib computes it).
+func dot64(a, b []float32) float32 {
+	var s float64
+	for i, v := range a {
+		s += float64(v) * float64(b[i])
+	}
+	return float32(s)
 }
 
 // mlp runs a dense SwiGLU MLP.

@@ -404,10 +404,6 @@ func TestMoEBlockMatchesCalib(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := l.moe(x, 77, func(*Activations) error { return nil })
-			if err != nil {
-				t.Fatal(err)
-			}
 			cl, err := calib.LoadMoELayer(sm, ccfg, i)
 			if err != nil {
 				t.Fatal(err)
@@ -416,8 +412,21 @@ func TestMoEBlockMatchesCalib(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j, ok := bitsEqual(got, want); !ok {
-				t.Errorf("%v layer %d: element %d: %g vs calib %g", v, i, j, got[j], want[j])
+			// With and without a hook, and with experts evaluated 1 and 3
+			// at a time.
+			for _, w := range []int{1, 3} {
+				prev := kernels.SetWorkers(w)
+				got, err := l.moe(x, 77, func(*Activations) error { return nil })
+				got2, err2 := l.moe(x, 77, nil)
+				kernels.SetWorkers(prev)
+				if err != nil || err2 != nil {
+					t.Fatal(err, err2)
+				}
+				for _, g := range [][]float32{got, got2} {
+					if j, ok := bitsEqual(g, want); !ok {
+						t.Errorf("%v layer %d, %d workers: element %d: %g vs calib %g", v, i, w, j, g[j], want[j])
+					}
+				}
 			}
 		}
 		sm.Close()
