@@ -422,7 +422,10 @@ func OpenStore(dir string) (*Store, error) {
 		}
 		var next int64
 		for _, sh := range si.Shards {
-			if sh.FirstToken != next || sh.Tokens <= 0 || filepath.Base(sh.File) != sh.File {
+			if !validShardName(sh.File) {
+				return nil, fmt.Errorf("calib: %s: site %s: shard name %q is not a plain file name in the store directory (no directories, no \"..\")", path, key, sh.File)
+			}
+			if sh.FirstToken != next || sh.Tokens <= 0 {
 				return nil, fmt.Errorf("calib: %s: site %s shard %q covers [%d, +%d), expected to start at %d", path, key, sh.File, sh.FirstToken, sh.Tokens, next)
 			}
 			next += sh.Tokens

@@ -2,11 +2,12 @@ package emulator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
 
-	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -184,9 +185,12 @@ func CompareLogits(ctx context.Context, ref, cand LogitsSource, targets []int64,
 		}
 	}()
 
-	acc := NewQualityAccumulator()
-	res := make([]TokenQuality, chunk)
-	errs := make([]error, chunk)
+	names := []string{cand.Name()}
+	sc, err := eval.NewScorer(vocab, names, eval.ScorerOptions{Workers: workers, All: OverallLabel})
+	if err != nil {
+		return nil, err
+	}
+	tgt := make([]int32, chunk)
 	done := 0
 	for b := range ready {
 		if b.err != nil {
@@ -195,22 +199,22 @@ func CompareLogits(ctx context.Context, ref, cand LogitsSource, targets []int64,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		kernels.ParallelFor(b.n, workers, func(i, _ int) {
-			target := -1
-			if targets != nil && targets[b.start+i] >= 0 {
-				target = int(targets[b.start+i])
+		batch := eval.Batch{Ref: b.ref[:b.n*vocab], Cands: [][]float32{b.cand[:b.n*vocab]}}
+		if targets != nil {
+			for i := 0; i < b.n; i++ {
+				tgt[i] = int32(max(targets[b.start+i], -1))
 			}
-			res[i], errs[i] = CompareToken(b.ref[i*vocab:(i+1)*vocab], b.cand[i*vocab:(i+1)*vocab], target)
-		})
-		for i := 0; i < b.n; i++ {
-			if errs[i] != nil {
-				return nil, fmt.Errorf("emulator: token %d: %w (reference %s, candidate %s)", b.start+i, errs[i], ref.Name(), cand.Name())
+			batch.Targets = tgt[:b.n]
+		}
+		if labels != nil {
+			batch.Corpus = labels[b.start : b.start+b.n]
+		}
+		if err := sc.Score(batch); err != nil {
+			var pe *eval.PositionError
+			if errors.As(err, &pe) {
+				return nil, fmt.Errorf("emulator: token %d: %w (reference %s, candidate %s)", pe.Position, pe.Err, ref.Name(), cand.Name())
 			}
-			label := ""
-			if labels != nil {
-				label = labels[b.start+i]
-			}
-			acc.Add(res[i], label)
+			return nil, fmt.Errorf("emulator: %w", err)
 		}
 		done += b.n
 		if opt.Progress != nil {
@@ -224,5 +228,5 @@ func CompareLogits(ctx context.Context, ref, cand LogitsSource, targets []int64,
 		}
 		return nil, fmt.Errorf("emulator: read %d of %d tokens", done, tokens)
 	}
-	return acc.Rows(), nil
+	return sc.Accumulator().Rows(0), nil
 }

@@ -30,6 +30,17 @@
 // (packer L1 accumulation or reload). Nothing here was compared with a
 // device; "bit-exact" means bit-exact to the simulator.
 //
+// # Fast path
+//
+// DeviceMatMul computes what MatMul computes, bit for bit, fast enough to
+// run a model's BFP matmuls with device numerics: operands prepared once
+// (NewDeviceWeights, PrepareActivations), alignment shared by the fidelity
+// phases, and on amd64 with AVX2 an assembly kernel for the FP32-Dst
+// Blackhole configuration (8 output columns at once). Float32 activations
+// reach SrcB rounded to BF16 as a packer writes them, or truncated to TF32;
+// outputs are Dst or packed to BF16. The tests compare it with TileMatmul
+// on random tiles.
+//
 // # Checking a device
 //
 // CheckDump compares tensors read back from a device with the emulated
@@ -39,7 +50,7 @@
 //
 // # Quality metrics
 //
-// CompareToken computes, for one position, KL(ref‖cand), both arg-maxes and
+// The metrics are those of package emulator/eval. CompareToken computes, for one position, KL(ref‖cand), both arg-maxes and
 // both runs' negative log-likelihood of a target token, in float64 with
 // log-sum-exp. QualityAccumulator aggregates per corpus label and overall,
 // and CompareLogits streams two [tokens, vocab] logits sources (for example

@@ -28,7 +28,7 @@ var ErrNoTensor = errors.New("no such tensor")
 // OpenCheckpoint reads dir/native_manifest.json. A directory without a
 // manifest is reported as an unfinished build.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
-	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	data, err := ReadManifestFile(filepath.Join(dir, ManifestName), 0)
 	if errors.Is(err, os.ErrNotExist) {
 		if ents, e := os.ReadDir(dir); e == nil && len(ents) > 0 {
 			return nil, fmt.Errorf("%s: incomplete checkpoint: no %s (the build did not finish)", dir, ManifestName)

@@ -69,7 +69,8 @@ type Manifest struct {
 	TTQuant   TTQuantSection `json:"ttquant"`
 }
 
-// ToolInfo names the program that wrote the checkpoint.
+// ToolInfo names the program that wrote the checkpoint. It is provenance:
+// the identity does not cover it (see Identity).
 type ToolInfo struct {
 	Name     string `json:"name"`
 	Version  string `json:"version"`
@@ -164,6 +165,9 @@ type TTQuantSection struct {
 	Layers      []LayerStats  `json:"layers,omitempty"`
 	Matrices    []MatrixStats `json:"matrices,omitempty"`
 	Parent      string        `json:"parent_manifest_sha256,omitempty"`
+	// NonFinite lists the tensors stored although their source holds NaN
+	// or Inf, which a build does only when told to (--allow-nonfinite).
+	NonFinite []string `json:"nonfinite_tensors,omitempty"`
 }
 
 // BuildParams are the options that influence the bytes written. They take
@@ -292,13 +296,37 @@ func (m *Manifest) sort() {
 	sort.Slice(m.Source.Files, func(i, j int) bool { return m.Source.Files[i].Name < m.Source.Files[j].Name })
 	sort.Slice(m.TTQuant.Matrices, func(i, j int) bool { return m.TTQuant.Matrices[i].Tensor < m.TTQuant.Matrices[j].Tensor })
 	sort.Slice(m.TTQuant.Layers, func(i, j int) bool { return m.TTQuant.Layers[i].Layer < m.TTQuant.Layers[j].Layer })
+	sort.Strings(m.TTQuant.NonFinite)
 }
 
-// Identity returns the sha256 of the encoded manifest bytes: the
-// checkpoint's identity.
+// Identity returns the checkpoint's identity: the sha256 of the
+// manifest's canonical encoding with the tool section emptied and the
+// integrity field set to 64 zeros. It therefore covers everything the
+// checkpoint holds and how it was made (every file's and tensor's hash,
+// formats, shapes, the plan, the source, the calibration, the options and
+// the statistics) but not which build of the program wrote it: the same
+// checkpoint written by two builds of ttquant (a release and a development
+// build, with or without version-control stamping) has one identity.
+// Bytes that do not decode as a manifest are hashed as they are.
 func Identity(manifestBytes []byte) string {
-	s := sha256.Sum256(manifestBytes)
-	return hex.EncodeToString(s[:])
+	m, err := DecodeManifest(manifestBytes)
+	if err != nil {
+		s := sha256.Sum256(manifestBytes)
+		return hex.EncodeToString(s[:])
+	}
+	return m.identity()
+}
+
+// identity is Identity of a decoded manifest.
+func (m *Manifest) identity() string {
+	c := *m
+	c.Tool = ToolInfo{}
+	c.Integrity = zeroHash
+	data, err := c.encode()
+	if err != nil {
+		panic("manifest: encoding a decoded manifest: " + err.Error())
+	}
+	return SHA256Hex(data)
 }
 
 // CacheKey is the short cache key derived from an identity: its first 16 hex

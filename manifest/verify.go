@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -25,6 +26,13 @@ import (
 type VerifyOptions struct {
 	// Workers is the number of files checked at once (default 1).
 	Workers int
+	// AllowSymlinks accepts symbolic links that resolve to regular files
+	// inside the checkpoint directory; without it every symbolic link is
+	// refused. Links pointing outside are refused either way.
+	AllowSymlinks bool
+	// MaxManifestBytes caps the manifest's size (0:
+	// DefaultMaxManifestBytes); a larger one is refused unread.
+	MaxManifestBytes int64
 }
 
 // Failure is one failed check.
@@ -79,8 +87,15 @@ var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // comparison with the source checkpoint is build.Verify's (it re-applies
 // the plan, which this package does not know; see docs/checkpoint.md).
 //
+// The directory is treated as untrusted: only regular files are opened
+// (named pipes, sockets and devices are reported without opening them),
+// symbolic links are refused unless opt.AllowSymlinks lets those that stay
+// inside the directory through, the manifest's size is capped, and hashing
+// checks ctx at least every few MiB.
+//
 // Failed checks are listed in the report; the error is non-nil only when
-// verification could not run (no such directory, unreadable source).
+// verification could not run (no such directory, unreadable source,
+// cancellation).
 func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, error) {
 	if opt.Workers <= 0 {
 		opt.Workers = 1
@@ -93,14 +108,24 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrNotCheckpoint, dir)
 	}
-	onDisk, partial, err := listFiles(dir)
+	onDisk, partial, refused, err := listFiles(dir, opt.AllowSymlinks)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(f Failure) { rep.Failures = append(rep.Failures, f) }
-	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	var data []byte
+	if r, ok := refused[ManifestName]; ok {
+		fail(Failure{File: ManifestName, What: r})
+		return finish(rep), nil
+	}
+	data, err = ReadManifestFile(filepath.Join(dir, ManifestName), opt.MaxManifestBytes)
+	var tooLarge *manifestTooLargeError
+	if errors.As(err, &tooLarge) {
+		fail(Failure{File: ManifestName, What: fmt.Sprintf("%d bytes, over the %d-byte limit for a manifest; refused without reading it", tooLarge.size, tooLarge.max)})
+		return finish(rep), nil
+	}
 	if errors.Is(err, fs.ErrNotExist) {
-		if len(onDisk) == 0 && len(partial) == 0 {
+		if len(onDisk) == 0 && len(partial) == 0 && len(refused) == 0 {
 			return nil, fmt.Errorf("%w: %s is empty", ErrNotCheckpoint, dir)
 		}
 		ours := len(partial) > 0
@@ -145,10 +170,14 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		fail(f)
 	}
 
-	// Files on disk against the manifest.
+	// Files on disk against the manifest. Refused entries are reported
+	// once, as what they are, and never opened.
 	listed := map[string]FileEntry{}
 	for _, f := range m.Files {
 		listed[f.Name] = f
+	}
+	for _, name := range sortedKeys(refused) {
+		fail(Failure{File: name, What: refused[name]})
 	}
 	for _, name := range onDisk {
 		if name == ManifestName {
@@ -167,6 +196,9 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		if !validRelName(f.Name) {
 			continue // reported by checkSchema
 		}
+		if _, ok := refused[f.Name]; ok {
+			continue
+		}
 		if !present[f.Name] {
 			fail(Failure{File: f.Name, What: "missing file: listed in the manifest but not present"})
 			continue
@@ -184,7 +216,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		}
 	}
 	if present[SumsName] {
-		if got, err := os.ReadFile(filepath.Join(dir, SumsName)); err == nil && !bytes.Equal(got, EncodeSums(rest)) {
+		if got, err := ReadManifestFile(filepath.Join(dir, SumsName), opt.MaxManifestBytes); err == nil && !bytes.Equal(got, EncodeSums(rest)) {
 			fail(Failure{File: SumsName, What: "does not match the manifest's file list"})
 		}
 	}
@@ -195,8 +227,9 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	}
 	perFile := make([][]Failure, len(toCheck))
 	err = par.For(ctx, len(toCheck), opt.Workers, func(i int) error {
-		perFile[i] = checkFile(dir, toCheck[i], byFile[toCheck[i].Name])
-		return nil
+		var err error
+		perFile[i], err = checkFile(ctx, dir, toCheck[i], byFile[toCheck[i].Name])
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -220,10 +253,13 @@ func finish(rep *VerifyReport) *VerifyReport {
 }
 
 // listFiles returns every regular file under dir (relative, slash
-// separated, sorted), and separately the leftovers of unfinished writes
-// (the bookkeeping directory and *.partial files). Symbolic links and other
-// non-regular entries are listed as files so they are reported.
-func listFiles(dir string) (files, partial []string, err error) {
+// separated, sorted), separately the leftovers of unfinished writes (the
+// bookkeeping directory, *.partial files and a lock file), and the entries
+// refused without being opened, with why: named pipes, sockets, devices,
+// and symbolic links (all of them, or with allowSymlinks those that do not
+// resolve to a regular file inside dir).
+func listFiles(dir string, allowSymlinks bool) (files, partial []string, refused map[string]string, err error) {
+	refused = map[string]string{}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -240,8 +276,22 @@ func listFiles(dir string) (files, partial []string, err error) {
 			}
 			return nil
 		}
-		if strings.HasSuffix(rel, PartialSuffix) {
+		if strings.HasSuffix(rel, PartialSuffix) || rel == fslock.Name {
 			partial = append(partial, rel)
+			return nil
+		}
+		switch t := d.Type(); {
+		case t&fs.ModeSymlink != 0:
+			if !allowSymlinks {
+				refused[rel] = "a symbolic link; refused (verify --allow-symlinks accepts links that stay inside the checkpoint)"
+				return nil
+			}
+			if ok, why := insideDir(dir, p); !ok {
+				refused[rel] = why
+				return nil
+			}
+		case !t.IsRegular():
+			refused[rel] = fileKind(t) + ", not a regular file; refused without opening"
 			return nil
 		}
 		files = append(files, rel)
@@ -249,7 +299,16 @@ func listFiles(dir string) (files, partial []string, err error) {
 	})
 	sort.Strings(files)
 	sort.Strings(partial)
-	return files, partial, err
+	return files, partial, refused, err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 var knownFormats = map[string]bool{"BFP8_b": true, "BFP4_b": true, "BFP2_b": true, "BF16": true, "F32": true, "AS_IS": true}
@@ -426,34 +485,54 @@ func checkSchema(m *Manifest) []Failure {
 			bad(ManifestName, ms.Tensor, "schema: statistics for a tensor that is not stored")
 		}
 	}
+	// A tensor from a non-finite source is stored only when the build was
+	// told to, and then it is listed.
+	listedNonFinite := map[string]bool{}
+	for _, n := range m.TTQuant.NonFinite {
+		listedNonFinite[n] = true
+	}
+	for _, t := range m.Tensors {
+		if t.Finite {
+			continue
+		}
+		if !listedNonFinite[t.Name] {
+			bad(t.File, t.Name, "schema: the source holds NaN or Inf, and the tensor is not listed in ttquant.nonfinite_tensors")
+		}
+		delete(listedNonFinite, t.Name)
+	}
+	for _, n := range sortedKeys(listedNonFinite) {
+		bad(ManifestName, n, "schema: listed in ttquant.nonfinite_tensors but not a stored tensor with a non-finite source")
+	}
 	return out
 }
 
 // checkFile hashes one file in a single pass, hashing each tensor's range
-// on the way, decoding BFP tensors and checking the safetensors header.
-func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
+// on the way, decoding BFP tensors and checking the safetensors header. It
+// reads at most cancelCheckBytes between checks of ctx; the error is
+// non-nil only when ctx is done.
+func checkFile(ctx context.Context, dir string, fe FileEntry, ts []TensorEntry) ([]Failure, error) {
 	var out []Failure
 	bad := func(tensor, format string, args ...any) {
 		out = append(out, Failure{File: fe.Name, Tensor: tensor, What: fmt.Sprintf(format, args...)})
 	}
 	path := filepath.Join(dir, filepath.FromSlash(fe.Name))
-	f, err := os.Open(path)
+	f, st, err := OpenRegular(path)
 	if err != nil {
 		bad("", "cannot open: %v", err)
-		return out
+		return out, nil
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		bad("", "cannot stat: %v", err)
-		return out
-	}
-	if !st.Mode().IsRegular() {
-		bad("", "not a regular file")
-		return out
-	}
 	if st.Size() != fe.Size {
 		bad("", "size %d bytes, the manifest says %d (truncated or extended)", st.Size(), fe.Size)
+	}
+	r := ctxReader{ctx, f}
+	copyBuf := make([]byte, 1<<20)
+	readErr := func(tensor string, err error) ([]Failure, error) {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		bad(tensor, "read: %v", err)
+		return out, nil
 	}
 	sorted := append([]TensorEntry(nil), ts...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Offset < sorted[j].Offset })
@@ -464,21 +543,28 @@ func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
 		if t.Offset < pos || t.Offset+t.Length > st.Size() || t.Length < 0 {
 			continue // overlap or out of range; reported elsewhere
 		}
-		if _, err := io.CopyN(h, f, t.Offset-pos); err != nil {
-			bad("", "read: %v", err)
-			return out
+		if _, err := io.CopyBuffer(h, io.LimitReader(r, t.Offset-pos), copyBuf); err != nil {
+			return readErr("", err)
 		}
 		if int64(cap(buf)) < t.Length {
 			buf = make([]byte, t.Length)
 		}
 		b := buf[:t.Length]
-		if _, err := io.ReadFull(f, b); err != nil {
-			bad(t.Name, "read: %v", err)
-			return out
+		th := sha256.New()
+		for off := 0; off < len(b); {
+			n, err := r.Read(b[off:])
+			th.Write(b[off : off+n])
+			off += n
+			if err != nil && off < len(b) {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return readErr(t.Name, err)
+			}
 		}
 		h.Write(b)
 		pos = t.Offset + t.Length
-		if SHA256Hex(b) != t.SHA256 {
+		if hex.EncodeToString(th.Sum(nil)) != t.SHA256 {
 			bad(t.Name, "sha256 of bytes [%d, %d) differs from the manifest", t.Offset, pos)
 			continue
 		}
@@ -499,9 +585,8 @@ func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
 			}
 		}
 	}
-	if _, err := io.Copy(h, f); err != nil {
-		bad("", "read: %v", err)
-		return out
+	if _, err := io.CopyBuffer(h, r, copyBuf); err != nil {
+		return readErr("", err)
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != fe.SHA256 {
 		bad("", "sha256 %s differs from the manifest's %s", sum, fe.SHA256)
@@ -509,7 +594,7 @@ func checkFile(dir string, fe FileEntry, ts []TensorEntry) []Failure {
 	if fe.Role == FileExperts || fe.Role == FileDense {
 		out = append(out, checkHeader(path, fe, ts)...)
 	}
-	return out
+	return out, nil
 }
 
 // checkHeader opens a data file as safetensors and compares its header with

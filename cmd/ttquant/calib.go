@@ -21,7 +21,8 @@ func init() {
 const calibUsage = `usage: ttquant calib <subcommand> [flags] [args]
 
 subcommands:
-  stats STORE [--model DIR] [--json]       tokens per layer and site; with the model, tokens routed to each expert
+  stats STORE [--model DIR] [--deep] [--json]
+                                           check every shard; tokens per layer and site; with the model, tokens routed to each expert
   synth --model DIR --out STORE [flags]    write a deterministic synthetic store for the model's config
   quantize --model DIR --store STORE [--layers all|N,M,...] [flags]
                                            quantize MoE layers' experts and report held-out GPTQ vs RTN error per layer`
@@ -67,7 +68,8 @@ type calibStatsDoc struct {
 }
 
 func runCalibStats(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "calib stats", "STORE [--model DIR] [--json]")
+	fs := newFlagSet(e, "calib stats", "STORE [--model DIR] [--deep] [--json]")
+	deep := fs.Bool("deep", false, "also read every stored row and check that it decodes to finite values")
 	modelDir := fs.String("model", "", "model checkpoint directory: also report tokens routed to each expert")
 	minFrac := fs.Float64("min-fraction", calib.DefaultMinTokensFraction, "starved-expert threshold as a fraction of the layer's tokens")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -83,6 +85,9 @@ func runCalibStats(ctx context.Context, e *env, args []string) error {
 	}
 	st, err := calib.OpenStore(pos[0])
 	if err != nil {
+		return err
+	}
+	if err := st.Check(ctx, *deep); err != nil {
 		return err
 	}
 	var m *safetensors.Model
@@ -301,6 +306,9 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	defer m.Close()
 	st, err := calib.OpenStore(*store)
 	if err != nil {
+		return err
+	}
+	if err := st.Check(ctx, false); err != nil {
 		return err
 	}
 	list, err := parseLayerList(*layers, cfg.NumLayers())

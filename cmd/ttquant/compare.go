@@ -33,6 +33,7 @@ type compareRow struct {
 	DeltaPPLPercent *float64 `json:"delta_ppl_percent"`
 	Top1Agreement   *float64 `json:"top1_agreement"`
 	MeanKL          *float64 `json:"mean_kl"`
+	P99KL           *float64 `json:"p99_kl"`
 }
 
 type compareDoc struct {
@@ -155,7 +156,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 		for _, r := range rows {
 			doc.Rows = append(doc.Rows, compareRow{Corpus: r.Corpus, Tokens: r.Tokens, PPLTokens: r.PPLTokens,
 				RefPPL: finite(r.RefPPL), CandPPL: finite(r.CandPPL), DeltaPPLPercent: finite(r.DeltaPPLPercent),
-				Top1Agreement: finite(r.Top1), MeanKL: finite(r.MeanKL)})
+				Top1Agreement: finite(r.Top1), MeanKL: finite(r.MeanKL), P99KL: finite(r.P99KL)})
 		}
 		return writeJSON(e.stdout, doc)
 	}
@@ -241,15 +242,15 @@ func writeQualityTable(w io.Writer, rows []emulator.QualityRow) error {
 		return s
 	}
 	var b strings.Builder
-	b.WriteString("| Corpus | Tokens | PPL (reference) | PPL (candidate) | ΔPPL | Top-1 agreement | Mean KL |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| Corpus | Tokens | PPL (reference) | PPL (candidate) | ΔPPL | Top-1 agreement | Mean KL | p99 KL |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		name := r.Corpus
 		if name == emulator.OverallLabel {
 			name = "**Overall**"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", name, r.Tokens,
-			num(r.RefPPL, 3), num(r.CandPPL, 3), pct(r.DeltaPPLPercent, true), pct(100*r.Top1, false), num(r.MeanKL, 5))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", name, r.Tokens,
+			num(r.RefPPL, 3), num(r.CandPPL, 3), pct(r.DeltaPPLPercent, true), pct(100*r.Top1, false), num(r.MeanKL, 5), num(r.P99KL, 5))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -115,7 +115,7 @@ func TestCompareCommand(t *testing.T) {
 		t.Fatalf("doc %+v", doc)
 	}
 	o := doc.Rows[0]
-	if o.RefPPL == nil || o.CandPPL == nil || o.MeanKL == nil || *o.MeanKL <= 0 || o.PPLTokens != tokens {
+	if o.RefPPL == nil || o.CandPPL == nil || o.MeanKL == nil || *o.MeanKL <= 0 || o.PPLTokens != tokens || o.P99KL == nil || *o.P99KL < *o.MeanKL {
 		t.Errorf("overall row %+v", o)
 	}
 
@@ -129,7 +129,7 @@ func TestCompareCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = doc.Rows[0]
-	if *o.DeltaPPLPercent != 0 || *o.Top1Agreement != 1 || *o.MeanKL != 0 {
+	if *o.DeltaPPLPercent != 0 || *o.Top1Agreement != 1 || *o.MeanKL != 0 || o.P99KL == nil || *o.P99KL != 0 {
 		t.Errorf("identical runs: %+v", o)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ type buildFlags struct {
 	model, out, preset, planFile, parent string
 	workers, expertsPerFile              int
 	denseShard                           int64
-	quiet, asJSON                        bool
+	quiet, asJSON, allowNonFinite        bool
 	workersFlag                          *int
 }
 
@@ -42,6 +43,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.Int64Var(&b.denseShard, "dense-shard-bytes", manifest.DefaultDenseShardBytes, "target size of a dense shard file")
 	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&b.allowNonFinite, "allow-nonfinite", false, "store tensors whose source holds NaN or Inf instead of refusing (they are listed in the manifest and reported)")
 	return b
 }
 
@@ -96,6 +98,7 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 		ExpertsPerFile:  b.expertsPerFile,
 		DenseShardBytes: b.denseShard,
 		Parent:          b.parent,
+		AllowNonFinite:  b.allowNonFinite,
 	}
 	if !b.quiet {
 		opt.Progress = newProgress(e.stderr).event
@@ -109,12 +112,30 @@ func setToolVersion() {
 	build.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
 }
 
-// buildError explains an interrupted build.
+// buildError explains an interrupted build, saying what the output
+// directory holds now.
 func buildError(opt build.BuildOptions, err error) error {
 	if errors.Is(err, context.Canceled) && !opt.DryRun {
-		return fmt.Errorf("interrupted: the files finished so far are kept in %s; run the same command again to resume", opt.Out)
+		return fmt.Errorf("interrupted: %s", outDirState(opt.Out))
 	}
 	return err
+}
+
+// outDirState describes an output directory after an interrupted build.
+func outDirState(dir string) string {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Sprintf("nothing was written (%s does not exist)", dir)
+	case err != nil:
+		return fmt.Sprintf("%s cannot be read: %v", dir, err)
+	case len(ents) == 0:
+		return fmt.Sprintf("nothing was written (%s is empty)", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, manifest.ManifestName)); err == nil {
+		return fmt.Sprintf("%s still holds the finished checkpoint, unchanged", dir)
+	}
+	return fmt.Sprintf("the unfinished build is kept in %s; run the same command again to resume it", dir)
 }
 
 // buildReport is the --json document of convert and gptq.
@@ -130,14 +151,22 @@ type buildReport struct {
 	AlreadyComplete bool                  `json:"already_complete"`
 	Work            *build.WorkSummary    `json:"work"`
 	Layers          []manifest.LayerStats `json:"layers,omitempty"`
+	// NonFinite lists the tensors stored from a source holding NaN or Inf
+	// (--allow-nonfinite).
+	NonFinite []string `json:"nonfinite_tensors,omitempty"`
 }
 
 func printBuild(e *env, res *build.BuildResult, asJSON bool) error {
+	if n := len(res.NonFinite); n > 0 {
+		fmt.Fprintf(e.stderr, "WARNING: %d tensors were stored from source values holding NaN or Inf (--allow-nonfinite); each BFP block with one has lost its other values. The manifest lists them under ttquant.nonfinite_tensors: %s\n",
+			n, strings.Join(firstN(res.NonFinite, 5), ", "))
+	}
 	if asJSON {
 		return writeJSON(e.stdout, buildReport{
 			SchemaVersion: schemaVersion, Dir: res.Dir, Identity: res.Identity, CacheKey: res.CacheKey,
 			Files: res.Files, Tensors: res.Tensors, Bytes: res.Bytes, Kept: res.Kept,
 			AlreadyComplete: res.AlreadyComplete, Work: res.Work, Layers: res.Manifest.TTQuant.Layers,
+			NonFinite: res.NonFinite,
 		})
 	}
 	header := false
@@ -252,6 +281,14 @@ func (p *progress) event(ev build.ProgressEvent) {
 			fmt.Fprintf(p.w, "done  %s  in %s\n", line, ev.Elapsed.Round(time.Millisecond))
 		}
 	}
+}
+
+// firstN returns the first n strings of s, with "…" for the rest.
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
 }
 
 func humanBytes(n int64) string {

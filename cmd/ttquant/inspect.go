@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ttquant/ttquant/safetensors"
@@ -68,6 +69,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("inspect takes exactly one PATH (a .safetensors file, a directory or an index .json), got %d", len(pos))
 	}
 	path := pos[0]
+	if strings.HasSuffix(path, ".tensorbin") {
+		return inspectTensorbin(e, path, *asJSON)
+	}
 
 	m, err := safetensors.OpenModel(path)
 	if err != nil {

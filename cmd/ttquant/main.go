@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Exit statuses.
@@ -169,8 +170,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
+// interruptSignals stop a run cleanly: Ctrl-C, and SIGTERM, which batch
+// schedulers and container runtimes send.
+var interruptSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	os.Exit(runWithSignals(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runWithSignals is run with a context cancelled by the first interrupt
+// signal; a second one ends the process at once.
+func runWithSignals(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals...)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return run(ctx, args, stdout, stderr)
 }

@@ -19,21 +19,26 @@ type verifyReport struct {
 }
 
 func runVerify(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json]")
+	fs := newFlagSet(e, "verify", "DIR [--source SRC] [--json] [--allow-symlinks] | --ttnn EXPORT [CKPT] [--json]")
 	source := fs.String("source", "", "source checkpoint to compare every tensor against")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	workers := addWorkersFlag(fs, "files checked")
+	allowSymlinks := fs.Bool("allow-symlinks", false, "accept symbolic links that resolve to regular files inside the checkpoint (others are always refused)")
+	ttnnDir := fs.String("ttnn", "", "check a ttnn export directory (and, given CKPT, against that checkpoint)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
-	}
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
-	rep, err := build.Verify(ctx, pos[0], build.VerifyOptions{Source: *source, Workers: *workers})
+	if *ttnnDir != "" {
+		return runVerifyTTNN(ctx, e, *ttnnDir, pos, *asJSON)
+	}
+	if len(pos) != 1 {
+		return usageErrorf("want exactly one checkpoint directory, got %d arguments", len(pos))
+	}
+	rep, err := build.Verify(ctx, pos[0], build.VerifyOptions{Source: *source, Workers: *workers, AllowSymlinks: *allowSymlinks})
 	if err != nil {
 		return err
 	}

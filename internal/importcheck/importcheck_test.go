@@ -22,37 +22,53 @@ const module = "github.com/ttquant/ttquant"
 
 // allowed lists, for every package directory of the module (relative to the
 // repository root, subdirectories included), the module packages that its
-// non-test files may import. Test files may in addition import
+// non-test files may import; an entry "=p" permits p but not the packages
+// under it (so manifest/ttnn reads the checkpoint format without linking the
+// build pipelines). Test files may in addition import
 // internal/testdata and the package under test's allowed set plus anything
 // named in allowedInTests.
 var allowed = map[string][]string{
-	"internal/cpu":         {},
-	"bfp":                  {"internal/cpu"},
-	"safetensors":          {},
-	"internal/testdata":    {},
-	"internal/kernels":     {"internal/cpu"},
-	"internal/rng":         {},
-	"internal/model":       {"safetensors"},
-	"internal/testmodel":   {"safetensors", "internal/rng", "internal/atomicfile"},
-	"gptq":                 {"bfp", "internal/kernels"},
-	"calib":                {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng"},
-	"internal/atomicfile":  {},
-	"internal/par":         {},
-	"manifest":             {"bfp", "safetensors", "internal/atomicfile", "internal/par"},
-	"manifest/plan":        {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
-	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/atomicfile", "internal/par"},
-	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par"},
-	"internal/importcheck": {"internal/testdata"},
-	"cmd":                  {"*"},
+	"internal/cpu":           {},
+	"bfp":                    {"internal/cpu"},
+	"safetensors":            {},
+	"internal/testdata":      {},
+	"internal/testdatacheck": {},
+	"internal/kernels":       {"internal/cpu"},
+	"internal/rng":           {},
+	"internal/fslock":        {},
+	"internal/model":         {"safetensors"},
+	"internal/testmodel":     {"safetensors", "internal/rng", "internal/atomicfile"},
+	"gptq":                   {"bfp", "internal/kernels"},
+	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng"},
+	"internal/atomicfile":    {},
+	"internal/par":           {},
+	"manifest":               {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest/plan":          {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
+	"manifest/build":         {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest/ttnn":          {"bfp", "safetensors", "=manifest", "internal/atomicfile"},
+	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
+	"emulator/eval":          {},
+	"internal/importcheck":   {"internal/testdata"},
+	"cmd":                    {"*"},
+	// Tokenizer and datasets: a near-leaf, importing only its own
+	// packages, so that calibration and evaluation can use it without it
+	// ever pulling in the checkpoint format or the quantizer.
+	"internal/text": {"internal/text"},
+	// The forward pass runs models; it must not link the checkpoint
+	// builder or the quantizer. It uses calib's routing and expert code
+	// (the MoE block), which is why calib is allowed.
+	"internal/model/forward": {"safetensors", "internal/kernels", "internal/model", "calib"},
 }
 
 // allowedInTests are extra module packages that test files may import.
 var allowedInTests = map[string][]string{
-	"*":                  {"internal/testdata", "internal/testmodel"},
-	"gptq":               {"safetensors"},
-	"manifest":           {"manifest/plan", "manifest/build"},
-	"manifest/build":     {"emulator"},
-	"internal/testmodel": {},
+	"*":                      {"internal/testdata", "internal/testmodel"},
+	"gptq":                   {"safetensors"},
+	"manifest":               {"manifest/plan", "manifest/build"},
+	"manifest/build":         {"emulator"},
+	"manifest/ttnn":          {"manifest/plan", "manifest/build"},
+	"internal/testmodel":     {},
+	"internal/model/forward": {"internal/testmodel"},
 }
 
 // owner returns the key of allowed that governs dir: the longest key that is
@@ -72,6 +88,12 @@ func owner(dir string) (string, bool) {
 // its own (manifest does not permit manifest/build).
 func permits(list []string, pkg string) bool {
 	for _, p := range list {
+		if exact, ok := strings.CutPrefix(p, "="); ok {
+			if pkg == exact {
+				return true
+			}
+			continue
+		}
 		if p == "*" || pkg == p {
 			return true
 		}
@@ -163,6 +185,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"calib", "manifest", false},
 		{"manifest", "emulator", false},
 		{"emulator", "manifest", true},
+		{"emulator", "emulator/eval", true},
+		{"emulator/eval", "emulator", false},
+		{"emulator/eval", "manifest", false},
+		{"emulator/eval", "gptq", false},
+		{"emulator/eval", "calib", false},
 		{"cmd/ttquant", "emulator", true},
 		{"manifest", "calib", false},
 		{"manifest", "gptq", false},
@@ -177,6 +204,20 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"calib", "internal/model", true},
 		{"internal/model", "calib", false},
 		{"emulator", "internal/testmodel", false},
+		{"manifest/ttnn", "manifest", true},
+		{"manifest/ttnn", "internal/atomicfile", true},
+		{"manifest/ttnn", "manifest/build", false},
+		{"manifest/ttnn", "manifest/plan", false},
+		{"manifest/ttnn", "calib", false},
+		{"manifest/ttnn", "gptq", false},
+		{"internal/text/tokenizer", "manifest", false},
+		{"internal/text/dataset", "calib", false},
+		{"internal/text/dataset", "gptq", false},
+		{"internal/text/dataset", "safetensors", false},
+		{"internal/text/dataset", "internal/text/tokenizer", true},
+		{"internal/model/forward", "gptq", false},
+		{"internal/model/forward", "manifest", false},
+		{"internal/model/forward", "calib", true},
 	}
 	for _, c := range cases {
 		key, ok := owner(c.dir)

@@ -5,6 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ttquant/ttquant/safetensors"
 )
 
 // MoEConfig describes one sparse mixture-of-experts block of the Qwen3 MoE
@@ -215,4 +220,138 @@ func ReadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
 	return cfg, nil
+}
+
+// CheckTensors compares the configuration with a model's tensor headers
+// (no tensor data is read): the number of trunk and MTP layers, the
+// embedding width, and in every MoE block the router, routed expert and
+// shared expert shapes. The error names the first tensor that disagrees,
+// its shape and what the configuration implies.
+func (c *Config) CheckTensors(m *safetensors.Model) error {
+	trunk := c.TensorPrefix + ".layers."
+	maxTrunk, maxMTP := -1, -1
+	for _, name := range m.Names() {
+		if rest, ok := strings.CutPrefix(name, trunk); ok {
+			if i, ok := leadingIndex(rest); ok {
+				maxTrunk = max(maxTrunk, i)
+			}
+		} else if rest, ok := strings.CutPrefix(name, "mtp.layers."); ok {
+			if i, ok := leadingIndex(rest); ok {
+				maxMTP = max(maxMTP, i)
+			}
+		}
+	}
+	if maxTrunk < 0 {
+		return fmt.Errorf("model: config.json describes a %s model with %d layers under %q; the checkpoint has no tensor named %s0.…", c.ModelType, c.Layers, trunk, trunk)
+	}
+	if maxTrunk+1 != c.Layers {
+		return fmt.Errorf("model: config.json says num_hidden_layers = %d; the tensors have layers 0..%d under %q", c.Layers, maxTrunk, trunk)
+	}
+	if c.MTPLayers > 0 && maxMTP+1 != c.MTPLayers {
+		return fmt.Errorf("model: config.json says mtp_num_hidden_layers = %d; the tensors have %d MTP layers", c.MTPLayers, maxMTP+1)
+	}
+	h := int64(c.MoE.Hidden)
+	if _, ti, ok := m.Lookup(c.TensorPrefix + ".embed_tokens.weight"); ok {
+		want := []int64{int64(c.Vocab), h}
+		if c.Vocab == 0 {
+			want[0] = -1
+		}
+		if len(ti.Shape) != 2 || ti.Shape[1] != h || (want[0] >= 0 && ti.Shape[0] != want[0]) {
+			return shapeError(c.TensorPrefix+".embed_tokens.weight", ti.Shape, want, "vocab_size, hidden_size")
+		}
+	}
+	for l := 0; l < c.NumLayers(); l++ {
+		if err := c.checkMoEBlock(m, c.LayerPrefix(l)+"mlp."); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMoEBlock checks one MoE block's shapes; a layer without a router
+// and without routed experts is not an MoE layer and is skipped.
+func (c *Config) checkMoEBlock(m *safetensors.Model, prefix string) error {
+	mc := c.MoE
+	h, e, in, s := int64(mc.Hidden), int64(mc.Experts), int64(mc.ExpertInter), int64(mc.SharedInter)
+	shapeOf := func(name string) ([]int64, bool) {
+		_, ti, ok := m.Lookup(name)
+		return ti.Shape, ok
+	}
+	expect := func(name, fields string, want ...int64) error {
+		got, ok := shapeOf(name)
+		if !ok {
+			return fmt.Errorf("model: the checkpoint has no tensor %s, which config.json (%s) implies", name, fields)
+		}
+		if !slices.Equal(got, want) {
+			return shapeError(name, got, want, fields)
+		}
+		return nil
+	}
+	_, hasRouter := shapeOf(prefix + "gate.weight")
+	_, fused := shapeOf(prefix + "experts.gate_up_proj")
+	_, perExpert := shapeOf(prefix + "experts.0.gate_proj.weight")
+	if !hasRouter && !fused && !perExpert {
+		return nil
+	}
+	if err := expect(prefix+"gate.weight", "num_experts, hidden_size", e, h); err != nil {
+		return err
+	}
+	if fused {
+		if err := expect(prefix+"experts.gate_up_proj", "num_experts, 2×moe_intermediate_size, hidden_size", e, 2*in, h); err != nil {
+			return err
+		}
+		if err := expect(prefix+"experts.down_proj", "num_experts, hidden_size, moe_intermediate_size", e, h, in); err != nil {
+			return err
+		}
+	} else {
+		for x := int64(0); x < e; x++ {
+			p := fmt.Sprintf("%sexperts.%d.", prefix, x)
+			for _, kind := range []string{"gate_proj", "up_proj"} {
+				if err := expect(p+kind+".weight", "moe_intermediate_size, hidden_size", in, h); err != nil {
+					return err
+				}
+			}
+			if err := expect(p+"down_proj.weight", "hidden_size, moe_intermediate_size", h, in); err != nil {
+				return err
+			}
+		}
+		if _, extra := shapeOf(fmt.Sprintf("%sexperts.%d.gate_proj.weight", prefix, e)); extra {
+			return fmt.Errorf("model: the checkpoint has expert %d in %s; config.json says num_experts = %d", e, prefix, e)
+		}
+	}
+	if s > 0 {
+		for _, kind := range []string{"gate_proj", "up_proj"} {
+			if err := expect(prefix+"shared_expert."+kind+".weight", "shared_expert_intermediate_size, hidden_size", s, h); err != nil {
+				return err
+			}
+		}
+		if err := expect(prefix+"shared_expert.down_proj.weight", "hidden_size, shared_expert_intermediate_size", h, s); err != nil {
+			return err
+		}
+	} else if _, ok := shapeOf(prefix + "shared_expert.gate_proj.weight"); ok {
+		return fmt.Errorf("model: the checkpoint has a shared expert in %s; config.json gives no shared_expert_intermediate_size", prefix)
+	}
+	return nil
+}
+
+func shapeError(name string, got, want []int64, fields string) error {
+	w := make([]string, len(want))
+	for i, d := range want {
+		if d < 0 {
+			w[i] = "?"
+		} else {
+			w[i] = strconv.FormatInt(d, 10)
+		}
+	}
+	return fmt.Errorf("model: tensor %s has shape %v; config.json (%s) implies [%s]", name, got, fields, strings.Join(w, " "))
+}
+
+// leadingIndex parses the layer index at the start of "N.rest".
+func leadingIndex(s string) (int, bool) {
+	d, _, ok := strings.Cut(s, ".")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(d)
+	return i, err == nil && i >= 0 && strconv.Itoa(i) == d
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
-	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
@@ -70,6 +70,12 @@ type BuildOptions struct {
 	// error (0: none, no held-out statistics).
 	HeldOutSequences int
 
+	// AllowNonFinite stores tensors whose source holds NaN or Inf (rounded
+	// as they come: a BFP block with one loses its other values) instead
+	// of refusing the build; the manifest lists them under
+	// ttquant.nonfinite_tensors and BuildResult.NonFinite names them.
+	AllowNonFinite bool
+
 	// DryRun plans the work and reports it without reading tensor data or
 	// writing anything.
 	DryRun bool
@@ -120,6 +126,9 @@ type BuildResult struct {
 	// checkpoint and nothing was written.
 	AlreadyComplete bool
 	Manifest        *manifest.Manifest
+	// NonFinite names the stored tensors whose source holds NaN or Inf
+	// (only with BuildOptions.AllowNonFinite).
+	NonFinite []string
 	// Work is the planned work (always set; the only result of a dry run).
 	Work *WorkSummary
 }
@@ -274,6 +283,14 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if opt.DenseShardBytes == 0 {
 		opt.DenseShardBytes = manifest.DefaultDenseShardBytes
 	}
+	if !opt.DryRun {
+		// One writer per output directory, before anything looks at it.
+		lk, err := fslock.Acquire(opt.Out)
+		if err != nil {
+			return nil, err
+		}
+		defer lk.Release()
+	}
 	b := &builder{kind: kind, opt: opt, progress: opt.Progress}
 	if b.progress == nil {
 		b.progress = func(ProgressEvent) {}
@@ -309,6 +326,9 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	defer m.Close()
 	b.model = m
+	if _, err := checkSourceConfig(opt.Source, m); err != nil {
+		return nil, err
+	}
 	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family}); err != nil {
 		return nil, err
 	}
@@ -493,7 +513,7 @@ func (b *builder) sourceIdentity(ctx context.Context) (manifest.SourceInfo, []st
 	}
 	entries := make([]manifest.FileEntry, len(all))
 	err = par.For(ctx, len(all), b.opt.Workers, func(i int) error {
-		n, sum, err := atomicfile.HashFile(all[i])
+		n, sum, err := manifest.HashFileContext(ctx, all[i])
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/ttquant/ttquant/calib"
-	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
@@ -39,7 +38,7 @@ func storeIdentity(ctx context.Context, dir string, workers int) (string, error)
 	sort.Strings(names)
 	ents := make([]manifest.FileEntry, len(names))
 	err = par.For(ctx, len(names), workers, func(i int) error {
-		n, sum, err := atomicfile.HashFile(filepath.Join(dir, filepath.FromSlash(names[i])))
+		n, sum, err := manifest.HashFileContext(ctx, filepath.Join(dir, filepath.FromSlash(names[i])))
 		ents[i] = manifest.FileEntry{Name: names[i], Size: n, SHA256: sum}
 		return err
 	})
@@ -67,6 +66,9 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	}
 	st, err := calib.OpenStore(b.opt.Calib)
 	if err != nil {
+		return err
+	}
+	if err := st.Check(ctx, false); err != nil {
 		return err
 	}
 	id, err := storeIdentity(ctx, b.opt.Calib, b.opt.Workers)

@@ -54,6 +54,31 @@ func mergeLayerStats(agg, layers []manifest.LayerStats) []manifest.LayerStats {
 // expertPair is one routed expert's stored tensors.
 type expertPair struct{ gu, down *storedTensor }
 
+// finiteExperts refuses a routed expert whose source holds NaN or Inf
+// as the GPTQ driver loads it: GPTQ cannot quantize such a matrix, even
+// when non-finite values are allowed.
+type finiteExperts struct {
+	src calib.ExpertSource
+	ex  map[int]*expertPair
+}
+
+func (s finiteExperts) Expert(e int) (*calib.ExpertWeights, error) {
+	w, err := s.src.Expert(e)
+	if err != nil || w == nil {
+		return w, err
+	}
+	if p := s.ex[e]; p != nil {
+		if !manifest.AllFinite(w.Gate) || !manifest.AllFinite(w.Up) {
+			gu := append(append(make([]float32, 0, len(w.Gate)+len(w.Up)), w.Gate...), w.Up...)
+			return nil, nonFiniteErrorHint(p.gu, gu, gptqNonFiniteHint)
+		}
+		if !manifest.AllFinite(w.Down) {
+			return nil, nonFiniteErrorHint(p.down, w.Down, gptqNonFiniteHint)
+		}
+	}
+	return w, nil
+}
+
 func sourceFloats(st *storedTensor) ([]float32, error) {
 	raw, err := readSlice(st)
 	if err != nil {
@@ -105,6 +130,7 @@ func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, err
 	if err != nil {
 		return nil, nil, err
 	}
+	l.Experts = finiteExperts{src: l.Experts, ex: ex}
 	return l, ex, l.Check()
 }
 
@@ -253,6 +279,9 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 	}
 	te := entryOf(st)
 	te.Finite = manifest.AllFinite(w)
+	if err := b.checkSourceFinite(st, w, te.Finite); err != nil {
+		return nil, err
+	}
 	if st.method != manifest.MethodGPTQ {
 		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
 		return &produced{data: packed, te: te}, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -75,9 +76,10 @@ func diffFingerprints(have, want fingerprint) []string {
 	if have.Parent != want.Parent {
 		d = append(d, "parent manifest")
 	}
-	if have.Tool != want.Tool {
-		d = append(d, fmt.Sprintf("tool version (%s %s, now %s %s)", have.Tool.Version, have.Tool.Revision, want.Tool.Version, want.Tool.Revision))
-	}
+	// The tool is provenance, not part of what the build is: a build
+	// resumed or rerun by another build of the program keeps the files
+	// whose hashes check, and the manifest records the program that
+	// finished it.
 	return d
 }
 
@@ -127,10 +129,9 @@ func recordPath(out, file string) string {
 // prepareDir checks the output directory and returns the records of files
 // an earlier run of the same build finished.
 func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
+	// Every check that can refuse the build comes before the first write;
+	// the bookkeeping directory is created by the first record written.
 	out := b.opt.Out
-	if err := os.MkdirAll(filepath.Join(out, manifest.PartialDir), 0o755); err != nil {
-		return nil, err
-	}
 	recs := map[string]*fileRecord{}
 	mpath := filepath.Join(out, manifest.ManifestName)
 	bpath := filepath.Join(out, manifest.PartialDir, buildRecordName)
@@ -141,6 +142,10 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		}
 		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
 			return nil, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+		}
+		if len(old.TTQuant.NonFinite) > 0 && !b.opt.AllowNonFinite {
+			return nil, fmt.Errorf("%w: %s holds %d tensors stored from NaN or Inf source values (built with --allow-nonfinite), e.g. %s; rerun with --allow-nonfinite to keep them",
+				ErrNonFinite, out, len(old.TTQuant.NonFinite), old.TTQuant.NonFinite[0])
 		}
 		recs = recordsOf(old)
 		for name, r := range recs {
@@ -195,7 +200,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if e.Name() != manifest.PartialDir {
+			if e.Name() != manifest.PartialDir && e.Name() != fslock.Name {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}
@@ -286,7 +291,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	// keep reuses a file an earlier run finished, when its hash checks.
 	keep := func(i int) bool {
 		j := b.jobs[i]
-		if r := recs[j.file]; r != nil && b.recordHolds(j, r) {
+		if r := recs[j.file]; r != nil && b.recordHolds(ctx, j, r) {
 			results[i] = r
 			finish(j, r, true)
 			return true
@@ -343,6 +348,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		Kept:            kept,
 		AlreadyComplete: kept == len(b.jobs) && len(b.jobs) > 0,
 		Manifest:        m,
+		NonFinite:       m.TTQuant.NonFinite,
 	}, nil
 }
 
@@ -357,9 +363,14 @@ func configBytes(fs []manifest.FileEntry) int64 {
 // recordHolds reports whether a finished file of an earlier run can be
 // kept: the record describes the same tensors and the file on disk has the
 // recorded size and hash.
-func (b *builder) recordHolds(j *job, r *fileRecord) bool {
+func (b *builder) recordHolds(ctx context.Context, j *job, r *fileRecord) bool {
 	if r.File.Name != j.file || len(r.Tensors) != len(j.tensors) {
 		return false
+	}
+	for _, t := range r.Tensors {
+		if !t.Finite && !b.opt.AllowNonFinite {
+			return false // produced again, and refused
+		}
 	}
 	names := map[string]bool{}
 	for _, t := range r.Tensors {
@@ -370,11 +381,18 @@ func (b *builder) recordHolds(j *job, r *fileRecord) bool {
 			return false
 		}
 	}
-	n, sum, err := atomicfile.HashFile(filepath.Join(b.opt.Out, j.file))
+	n, sum, err := manifest.HashFileContext(ctx, filepath.Join(b.opt.Out, j.file))
 	return err == nil && n == r.File.Size && sum == r.File.SHA256
 }
 
+// layerStats aggregates the matrix statistics per layer. The float sums
+// are taken in one fixed order, the manifest's (by tensor name), whatever
+// order the matrices come in: a fresh build lists them in file order, a
+// rerun in the order the finished manifest recorded them, and floating-point
+// addition depends on the order.
 func layerStats(ms []manifest.MatrixStats) []manifest.LayerStats {
+	ms = append([]manifest.MatrixStats(nil), ms...)
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Tensor < ms[j].Tensor })
 	by := map[int]*manifest.LayerStats{}
 	for _, s := range ms {
 		if s.Layer == nil {
@@ -526,6 +544,13 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, manife
 			if te.Finite, err = manifest.FiniteFloats(st.srcDType, raw); err != nil {
 				return nil, te, nil, err
 			}
+			if !te.Finite && !b.opt.AllowNonFinite {
+				vals, err := manifest.DecodeFloats(st.srcDType, raw)
+				if err != nil {
+					return nil, te, nil, err
+				}
+				return nil, te, nil, nonFiniteError(st, vals)
+			}
 		}
 		return raw, te, nil, nil
 	}
@@ -534,6 +559,9 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, manife
 		return nil, te, nil, err
 	}
 	te.Finite = manifest.AllFinite(vals)
+	if err := b.checkSourceFinite(st, vals, te.Finite); err != nil {
+		return nil, te, nil, err
+	}
 	if !st.isBFP {
 		return manifest.EncodeFloats(st.outDType, vals), te, nil, nil
 	}
@@ -690,6 +718,12 @@ func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, res
 		dataBytes += r.File.Size
 	}
 	m.TTQuant.Layers = mergeLayerStats(layerStats(m.TTQuant.Matrices), layerOut)
+	for _, t := range m.Tensors {
+		if !t.Finite {
+			m.TTQuant.NonFinite = append(m.TTQuant.NonFinite, t.Name)
+		}
+	}
+	sort.Strings(m.TTQuant.NonFinite)
 	m.Files = append(m.Files, files...)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, nil, 0, err

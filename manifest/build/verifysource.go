@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 
 	"github.com/ttquant/ttquant/bfp"
-	"github.com/ttquant/ttquant/internal/atomicfile"
 	modelpkg "github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
@@ -26,6 +24,9 @@ type VerifyOptions struct {
 	Workers int
 	// Family is the source's model family (default model.Qwen3).
 	Family modelpkg.Family
+	// AllowSymlinks and MaxManifestBytes are passed to manifest.Verify.
+	AllowSymlinks    bool
+	MaxManifestBytes int64
 }
 
 // Verify is manifest.Verify followed, when opt.Source is set and the
@@ -41,11 +42,15 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*manifest.Verif
 	if opt.Workers == 0 {
 		opt.Workers = 1
 	}
-	rep, err := manifest.Verify(ctx, dir, manifest.VerifyOptions{Workers: opt.Workers})
+	rep, err := manifest.Verify(ctx, dir, manifest.VerifyOptions{
+		Workers:          opt.Workers,
+		AllowSymlinks:    opt.AllowSymlinks,
+		MaxManifestBytes: opt.MaxManifestBytes,
+	})
 	if err != nil || opt.Source == "" || rep.Incomplete && rep.Identity == "" {
 		return rep, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, manifest.ManifestName))
+	data, err := manifest.ReadManifestFile(filepath.Join(dir, manifest.ManifestName), opt.MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +94,7 @@ func verifySource(ctx context.Context, dir string, m *manifest.Manifest, opt Ver
 	}
 	have := make([]manifest.FileEntry, len(all))
 	if err := par.For(ctx, len(all), opt.Workers, func(i int) error {
-		n, sum, err := atomicfile.HashFile(all[i])
+		n, sum, err := manifest.HashFileContext(ctx, all[i])
 		have[i] = manifest.FileEntry{Name: filepath.Base(all[i]), Size: n, SHA256: sum}
 		return err
 	}); err != nil {
@@ -167,7 +172,7 @@ func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorE
 		return out
 	}
 	stored := make([]byte, t.Length)
-	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(t.File)))
+	f, _, err := manifest.OpenRegular(filepath.Join(dir, filepath.FromSlash(t.File)))
 	if err != nil {
 		bad("cannot open: %v", err)
 		return out

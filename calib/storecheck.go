@@ -1,0 +1,81 @@
+package calib
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// Check opens every shard of every site and checks it against the index
+// before any of it is used: the file is a regular file, a valid
+// safetensors file (so a truncated or extended one fails), its metadata
+// names this store, layer, site and token range, and its activations
+// tensor has the index's dtype and [tokens, cols] shape. With deep it also
+// reads every row and checks that it decodes to finite values. The first
+// problem is returned, naming the shard file.
+func (s *Store) Check(ctx context.Context, deep bool) error {
+	for _, si := range s.idx.Sites {
+		for _, sh := range si.Shards {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := s.checkShardFile(si, sh); err != nil {
+				return err
+			}
+		}
+		if !deep {
+			continue
+		}
+		err := s.Stream(si.Layer, si.Site, 0, si.Tokens, 0, func(first int64, rows []float32) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			for i, v := range rows {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					return fmt.Errorf("calib: store %s: layer %d site %s: token %d feature %d is %g",
+						s.dir, si.Layer, si.Site, first+int64(i/si.Cols), i%si.Cols, v)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkShardFile opens one shard's header and checks it against the index.
+func (s *Store) checkShardFile(si SiteInfo, sh ShardInfo) error {
+	path := filepath.Join(s.dir, sh.File)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", s.dir, si.Layer, si.Site, sh.File, err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		// Stores may be assembled from links; the target must be regular.
+		if fi, err = os.Stat(path); err != nil {
+			return fmt.Errorf("calib: store %s: shard %s: %w", s.dir, sh.File, err)
+		}
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("calib: store %s: shard %s is not a regular file", s.dir, sh.File)
+	}
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", s.dir, si.Layer, si.Site, sh.File, err)
+	}
+	defer f.Close()
+	return s.checkShard(f, si, sh)
+}
+
+// validShardName reports whether a shard name from the index is a plain
+// file name inside the store directory.
+func validShardName(name string) bool {
+	return name != "" && name != "." && name != ".." && filepath.Base(name) == name &&
+		filepath.ToSlash(name) == name && !filepath.IsAbs(name) && filepath.VolumeName(name) == ""
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+// nativeSource is a forward.WeightSource over a native checkpoint's decoded
+// (dequantized) tensors, under their Hugging Face names: a stored routed
+// expert "…experts.E.gate_up_proj" [2I, H] is offered as
+// "…experts.E.gate_proj.weight" and "…experts.E.up_proj.weight" (the gate
+// rows first), "…experts.E.down_proj" as "…experts.E.down_proj.weight";
+// every other tensor under the name of the source tensor it was made from.
+type nativeSource struct {
+	c     *manifest.Checkpoint
+	names map[string]nativeRef
+
+	mu         sync.Mutex
+	lastStored string
+	last       []float32
+}
+
+type nativeRef struct {
+	stored string
+	off    int64 // first element within the stored tensor
+	shape  []int64
+}
+
+func openNative(dir string) (*nativeSource, error) {
+	c, err := manifest.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &nativeSource{c: c, names: map[string]nativeRef{}}
+	for _, t := range c.Manifest().Tensors {
+		if t.Expert == nil {
+			if len(t.Sources) != 1 {
+				return nil, fmt.Errorf("%s: tensor %s joins %d sources; only routed experts may", dir, t.Name, len(t.Sources))
+			}
+			s.names[t.Sources[0].Tensor] = nativeRef{stored: t.Name, shape: t.Shape}
+			continue
+		}
+		i := strings.LastIndex(t.Name, "experts.")
+		if i < 0 || len(t.Shape) != 2 {
+			return nil, fmt.Errorf("%s: expert tensor %s has an unexpected name or shape %v", dir, t.Name, t.Shape)
+		}
+		p := t.Name[:i] + "experts." + strconv.Itoa(*t.Expert) + "."
+		switch {
+		case strings.HasSuffix(t.Name, "down_proj"):
+			s.names[p+"down_proj.weight"] = nativeRef{stored: t.Name, shape: t.Shape}
+		case strings.HasSuffix(t.Name, "gate_up_proj"):
+			half := []int64{t.Shape[0] / 2, t.Shape[1]}
+			s.names[p+"gate_proj.weight"] = nativeRef{stored: t.Name, shape: half}
+			s.names[p+"up_proj.weight"] = nativeRef{stored: t.Name, off: half[0] * half[1], shape: half}
+		default:
+			return nil, fmt.Errorf("%s: expert tensor %s is neither gate_up_proj nor down_proj", dir, t.Name)
+		}
+	}
+	return s, nil
+}
+
+// Shape implements forward.WeightSource.
+func (s *nativeSource) Shape(name string) ([]int64, bool) {
+	r, ok := s.names[name]
+	return r.shape, ok
+}
+
+// Read implements forward.WeightSource. The last decoded stored tensor is
+// kept, so gate and up of one expert decode it once.
+func (s *nativeSource) Read(name string, dst []float32, start int64) error {
+	r, ok := s.names[name]
+	if !ok {
+		return &forward.WeightError{Tensor: name, Problem: "not in the native checkpoint " + s.c.Dir()}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastStored != r.stored {
+		v, err := s.c.Float32s(r.stored)
+		if err != nil {
+			return err
+		}
+		s.lastStored, s.last = r.stored, v
+	}
+	n := int64(1)
+	for _, d := range r.shape {
+		n *= d
+	}
+	if start < 0 || start+int64(len(dst)) > n || r.off+n > int64(len(s.last)) {
+		return &forward.WeightError{Tensor: name, Problem: fmt.Sprintf("read of %d values at %d outside its %d values", len(dst), start, n)}
+	}
+	copy(dst, s.last[r.off+start:])
+	return nil
+}

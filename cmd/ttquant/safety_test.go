@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// tinyModel writes the built-in tiny model into a fresh directory.
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "model")
+	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// TestConvertRefusedWhileDirectoryLocked: a second writer of an output
+// directory fails at once, naming the holder, and leaves it alone.
+func TestConvertRefusedWhileDirectoryLocked(t *testing.T) {
+	src := tinyModel(t)
+	out := filepath.Join(t.TempDir(), "out")
+	lk, err := fslock.Acquire(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release()
+	t0 := time.Now()
+	code, _, errs := runCLI(t, "convert", "--model", src, "--out", out, "--quiet")
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("refusal took %v", d)
+	}
+	if code != exitError || !strings.Contains(errs, fmt.Sprintf("pid %d (", os.Getpid())) {
+		t.Fatalf("convert into a locked directory: status %d, stderr %q; want status 1 naming pid %d", code, errs, os.Getpid())
+	}
+	ents, _ := os.ReadDir(out)
+	if len(ents) != 1 || ents[0].Name() != fslock.Name {
+		t.Errorf("the refused run touched the directory: %v", ents)
+	}
+}
+
+// synthStore writes a small synthetic calibration store for model.
+func synthStore(t *testing.T, model string) string {
+	t.Helper()
+	store := filepath.Join(t.TempDir(), "store")
+	if code, _, errs := runCLI(t, "calib", "synth", "--model", model, "--out", store, "--sequences", "4", "--seq-len", "32"); code != exitOK {
+		t.Fatalf("calib synth: status %d\n%s", code, errs)
+	}
+	return store
+}
+
+// TestBadShardFoundUpFront: a truncated shard of the last layer fails
+// calib stats, and stops gptq before anything is written.
+func TestBadShardFoundUpFront(t *testing.T) {
+	model := tinyModel(t)
+	store := synthStore(t, model)
+	shards, _ := filepath.Glob(filepath.Join(store, "layer004.mlp.*.safetensors"))
+	if len(shards) == 0 {
+		t.Fatal("no layer 4 MoE shard in the synthetic store")
+	}
+	victim := shards[len(shards)-1]
+	raw, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(victim, raw[:len(raw)-10], 0o644)
+	code, _, errs := runCLI(t, "calib", "stats", store)
+	if code != exitError || !strings.Contains(errs, filepath.Base(victim)) {
+		t.Errorf("calib stats with a truncated shard: status %d, stderr %q", code, errs)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, errs = runCLI(t, "gptq", "--model", model, "--calib", store, "--out", out, "--quiet")
+	if code != exitError || !strings.Contains(errs, filepath.Base(victim)) {
+		t.Errorf("gptq with a truncated shard: status %d, stderr %q", code, errs)
+	}
+	if ents, err := os.ReadDir(out); err == nil {
+		names := []string{}
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if len(names) > 0 {
+			t.Errorf("gptq wrote %v before finding the bad shard", names)
+		}
+	}
+}
+
+// TestConvertNonFinite: a NaN in the source stops convert naming the
+// tensor and index; --allow-nonfinite stores it with a warning and lists
+// it in the JSON report.
+func TestConvertNonFinite(t *testing.T) {
+	src := tinyModel(t)
+	m, err := safetensors.OpenModel(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "model.language_model.embed_tokens.weight"
+	f, info, ok := m.Lookup(name)
+	if !ok {
+		t.Fatalf("no %s", name)
+	}
+	path, off := f.Path(), f.DataOffset()+info.Begin+2*5
+	m.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off], b[off+1] = 0xc0, 0x7f // BF16 NaN at element [0 5]
+	os.WriteFile(path, b, 0o644)
+
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, errs := runCLI(t, "convert", "--model", src, "--out", out, "--quiet")
+	if code != exitError || !strings.Contains(errs, name) || !strings.Contains(errs, "[0 5]") || !strings.Contains(errs, "NaN") {
+		t.Fatalf("convert with a NaN: status %d, stderr %q", code, errs)
+	}
+	out2 := filepath.Join(t.TempDir(), "out2")
+	code, stdout, errs := runCLI(t, "convert", "--model", src, "--out", out2, "--quiet", "--allow-nonfinite", "--json")
+	if code != exitOK || !strings.Contains(errs, "WARNING: 1 tensors") {
+		t.Fatalf("convert --allow-nonfinite: status %d, stderr %q", code, errs)
+	}
+	var rep struct {
+		NonFinite []string `json:"nonfinite_tensors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.NonFinite) != 1 || rep.NonFinite[0] != name {
+		t.Errorf("--json nonfinite_tensors = %v (%v)", rep.NonFinite, err)
+	}
+}

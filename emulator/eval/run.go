@@ -1,0 +1,139 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A Model is one run of an evaluation (the reference or a candidate): it
+// evaluates a window of tokens from a fresh state and then yields the
+// window's next-token logits a range of positions at a time, so that the
+// logits of a whole window (2,048 × a large vocabulary) need never exist at
+// once.
+type Model interface {
+	// Forward runs the model over tokens from a fresh state (empty caches,
+	// zero recurrent state, no BOS added).
+	Forward(ctx context.Context, tokens []int32) (WindowLogits, error)
+}
+
+// WindowLogits gives the logits of the window last run by a Model.
+type WindowLogits interface {
+	// Logits writes the logits of positions [lo, hi) into dst, row-major
+	// (hi−lo)×vocab float32.
+	Logits(dst []float32, lo, hi int) error
+}
+
+// Progress reports how far Evaluate is.
+type Progress struct {
+	Windows, WindowsDone int
+	// Scored and ScoredDone count the positions to score and scored.
+	Scored, ScoredDone int64
+	Elapsed            time.Duration
+	// ETA is the estimated time to finish (0 until something is done),
+	// from the rate of scored positions so far.
+	ETA time.Duration
+}
+
+// EvalOptions tune Evaluate. The zero value is usable.
+type EvalOptions struct {
+	// Chunk is the number of positions whose logits are fetched from every
+	// run at a time (default 16). Memory is Chunk × vocab × (candidates+1)
+	// float32 values.
+	Chunk int
+	// Progress, when set, is called after each window, scored or not.
+	Progress func(Progress)
+	// Now returns the time (default time.Now), for tests.
+	Now func() time.Time
+}
+
+// Evaluate runs the reference and every candidate over each window in
+// lockstep, a chunk of positions at a time, and scores the candidates with
+// s (whose candidates must be cands, in order). Chunks without a scored
+// position are not fetched.
+func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows []Window, opt EvalOptions) error {
+	if len(cands) != len(s.names) {
+		return fmt.Errorf("eval: %d candidate models for a scorer of %d candidates", len(cands), len(s.names))
+	}
+	chunk := opt.Chunk
+	if chunk <= 0 {
+		chunk = 16
+	}
+	now := opt.Now
+	if now == nil {
+		now = time.Now
+	}
+	p := Progress{Windows: len(windows)}
+	for i := range windows {
+		p.Scored += int64(windows[i].Scored())
+	}
+	v := s.vocab
+	refBuf := make([]float32, chunk*v)
+	candBuf := make([][]float32, len(cands))
+	for k := range candBuf {
+		candBuf[k] = make([]float32, chunk*v)
+	}
+	start := now()
+	report := func(w *Window) {
+		p.WindowsDone++
+		p.ScoredDone += int64(w.Scored())
+		p.Elapsed = now().Sub(start)
+		if p.ScoredDone > 0 {
+			p.ETA = time.Duration(float64(p.Elapsed) * float64(p.Scored-p.ScoredDone) / float64(p.ScoredDone))
+		}
+		if opt.Progress != nil {
+			opt.Progress(p)
+		}
+	}
+	runs := make([]WindowLogits, len(cands))
+	for wi := range windows {
+		w := &windows[wi]
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(w.Targets) != len(w.Tokens) || len(w.Score) != len(w.Tokens) {
+			return fmt.Errorf("eval: window %d (%s record %d at %d): %d tokens, %d targets, %d mask entries", wi, w.Corpus, w.Record, w.Start, len(w.Tokens), len(w.Targets), len(w.Score))
+		}
+		if w.Scored() == 0 {
+			s.done += int64(len(w.Tokens))
+			report(w)
+			continue
+		}
+		rl, err := ref.Forward(ctx, w.Tokens)
+		if err != nil {
+			return fmt.Errorf("eval: reference, window %d (%s record %d at %d): %w", wi, w.Corpus, w.Record, w.Start, err)
+		}
+		for k, m := range cands {
+			if runs[k], err = m.Forward(ctx, w.Tokens); err != nil {
+				return fmt.Errorf("eval: candidate %q, window %d (%s record %d at %d): %w", s.names[k], wi, w.Corpus, w.Record, w.Start, err)
+			}
+		}
+		for lo := 0; lo < len(w.Tokens); lo += chunk {
+			hi := min(lo+chunk, len(w.Tokens))
+			scored := false
+			for _, ok := range w.Score[lo:hi] {
+				scored = scored || ok
+			}
+			if !scored {
+				s.done += int64(hi - lo)
+				continue
+			}
+			n := (hi - lo) * v
+			if err := rl.Logits(refBuf[:n], lo, hi); err != nil {
+				return fmt.Errorf("eval: reference, window %d positions [%d,%d): %w", wi, lo, hi, err)
+			}
+			cs := make([][]float32, len(cands))
+			for k := range cands {
+				if err := runs[k].Logits(candBuf[k][:n], lo, hi); err != nil {
+					return fmt.Errorf("eval: candidate %q, window %d positions [%d,%d): %w", s.names[k], wi, lo, hi, err)
+				}
+				cs[k] = candBuf[k][:n]
+			}
+			if err := s.Score(w.Batch(lo, hi, refBuf[:n], cs)); err != nil {
+				return fmt.Errorf("eval: window %d (%s record %d at %d): %w", wi, w.Corpus, w.Record, w.Start, err)
+			}
+		}
+		report(w)
+	}
+	return nil
+}

@@ -1,0 +1,360 @@
+package forward
+
+import (
+	"fmt"
+
+	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/kernels"
+)
+
+// Batch is the residual stream of several independent sequences entering a
+// layer: sequence s has Lens[s] rows of X, the sequences one after
+// another. Layer.Forward replaces X by the stream leaving the layer.
+type Batch struct {
+	Lens []int
+	X    []float32 // [ΣLens, Hidden]
+	// Caches, when not nil, holds one decoding cache per sequence: the
+	// rows of X then continue the sequence the cache has seen (positions
+	// start after it, the convolution and delta-rule state carry on, keys
+	// and values are appended). When nil, every sequence starts from empty
+	// state at position 0.
+	Caches []*Cache
+}
+
+// Rows is the number of token rows in the batch.
+func (b *Batch) Rows() int {
+	n := 0
+	for _, l := range b.Lens {
+		n += l
+	}
+	return n
+}
+
+func (b *Batch) check(h int) error {
+	for s, l := range b.Lens {
+		if l < 0 {
+			return fmt.Errorf("forward: sequence %d has negative length %d", s, l)
+		}
+	}
+	if n := b.Rows(); len(b.X) != n*h {
+		return fmt.Errorf("forward: batch holds %d values, want %d rows × hidden %d", len(b.X), n, h)
+	}
+	if b.Caches != nil && len(b.Caches) != len(b.Lens) {
+		return fmt.Errorf("forward: %d caches for %d sequences", len(b.Caches), len(b.Lens))
+	}
+	return nil
+}
+
+// Cache is the decoding state of one sequence: for every layer (trunk and
+// MTP, indexed as Config.NumLayers) the convolution tail and delta-rule
+// state of a Gated DeltaNet layer, or the keys and values of an attention
+// layer.
+type Cache struct {
+	layers []layerCache
+}
+
+type layerCache struct {
+	conv []float32 // [ConvKernel-1, ConvDim]: the last pre-activation rows
+	S    []float32 // [LinValueHeads, LinKeyDim, LinValueDim]
+	K, V []float32 // [positions, KVHeads·HeadDim]; K after k_norm and RoPE
+	n    int       // positions held in K, V
+}
+
+// NewCache returns an empty cache for a model with configuration cfg.
+func NewCache(cfg *Config) *Cache {
+	return &Cache{layers: make([]layerCache, cfg.NumLayers())}
+}
+
+// Site names an activation a layer exposes to a Hook: the inputs of its
+// modules, where calibration collects statistics.
+type Site int
+
+// Sites, in the order a layer visits them.
+const (
+	// SiteAttnIn is the input_layernorm output: the input of q/k/v_proj
+	// or of the Gated DeltaNet input projections.
+	SiteAttnIn Site = iota + 1
+	// SiteAttnOut is the input of o_proj (after the output gate) or of
+	// out_proj (after the gated norm).
+	SiteAttnOut
+	// SiteMLPIn is the post_attention_layernorm output: the input of the
+	// router, the shared expert and a dense MLP's gate/up.
+	SiteMLPIn
+	// SiteExpertIn is the rows routed to one expert (Activations.Expert,
+	// Tokens and Weights say which and with what mixing weight).
+	SiteExpertIn
+	// SiteMLPDownIn is a dense MLP's down_proj input.
+	SiteMLPDownIn
+)
+
+func (s Site) String() string {
+	switch s {
+	case SiteAttnIn:
+		return "attn_in"
+	case SiteAttnOut:
+		return "attn_out"
+	case SiteMLPIn:
+		return "mlp_in"
+	case SiteExpertIn:
+		return "expert_in"
+	case SiteMLPDownIn:
+		return "mlp_down_in"
+	}
+	return fmt.Sprintf("Site(%d)", int(s))
+}
+
+// Activations is what a Hook receives: Rows rows of Cols values. X aliases
+// the layer's buffers and is valid only during the call.
+type Activations struct {
+	Layer  int
+	Site   Site
+	Expert int // routed expert for SiteExpertIn, else -1
+	Row0   int // the batch row of X's first row (mixer sites come per group)
+	Rows   int
+	Cols   int
+	X      []float32
+	// Tokens, for SiteExpertIn, lists the batch rows (ascending) that X's
+	// rows come from, and Weights their router weights. Nil otherwise:
+	// X's rows are then the batch rows Row0, Row0+1, … in order.
+	Tokens  []int32
+	Weights []float32
+}
+
+// Hook receives a layer's module inputs while it runs; an error stops the
+// layer.
+type Hook func(a *Activations) error
+
+// MixerRows bounds the token rows whose attention or Gated DeltaNet
+// intermediates (projections, convolution outputs, keys and values) exist
+// at once: Layer.Forward runs the token mixer over groups of whole
+// sequences of at most MixerRows rows (a longer sequence forms its own
+// group). The feed-forward part runs over the whole batch, so that every
+// expert sees all its routed tokens in one product.
+const MixerRows = 4096
+
+// mixerRows is MixerRows; tests lower it.
+var mixerRows = MixerRows
+
+// Forward runs the layer on the batch: the residual stream in b.X is
+// replaced by the stream leaving the layer. hook, when not nil, sees every
+// calibration site; the mixer's sites arrive per group of sequences
+// (Activations.Row0 says where the group starts).
+func (l *Layer) Forward(b *Batch, hook Hook) error {
+	cfg := l.cfg
+	H := cfg.Hidden
+	if err := b.check(H); err != nil {
+		return err
+	}
+	n := b.Rows()
+	h := make([]float32, n*H)
+	rmsNormZC(h, b.X, H, l.InputNorm, cfg.Eps)
+	for s0, r0 := 0, 0; s0 < len(b.Lens); {
+		s1, rows := s0, 0
+		for s1 < len(b.Lens) && (s1 == s0 || rows+b.Lens[s1] <= mixerRows) {
+			rows += b.Lens[s1]
+			s1++
+		}
+		g := &Batch{Lens: b.Lens[s0:s1], X: b.X[r0*H : (r0+rows)*H]}
+		if b.Caches != nil {
+			g.Caches = b.Caches[s0:s1]
+		}
+		emit := func(site Site, x []float32, cols int) error {
+			if hook == nil {
+				return nil
+			}
+			return hook(&Activations{Layer: l.Index, Site: site, Expert: -1, Row0: r0, Rows: rows, Cols: cols, X: x})
+		}
+		gh := h[r0*H : (r0+rows)*H]
+		if err := emit(SiteAttnIn, gh, H); err != nil {
+			return err
+		}
+		var y []float32
+		var err error
+		if l.Kind == FullAttention {
+			y, err = l.attention(g, gh, emit)
+		} else {
+			y, err = l.deltaNet(g, gh, emit)
+		}
+		if err != nil {
+			return err
+		}
+		for i, v := range y {
+			g.X[i] += v
+		}
+		s0, r0 = s1, r0+rows
+	}
+	rmsNormZC(h, b.X, H, l.PostNorm, cfg.Eps)
+	emit := func(site Site, x []float32, cols int) error {
+		if hook == nil {
+			return nil
+		}
+		return hook(&Activations{Layer: l.Index, Site: site, Expert: -1, Rows: n, Cols: cols, X: x})
+	}
+	if err := emit(SiteMLPIn, h, H); err != nil {
+		return err
+	}
+	var y []float32
+	var err error
+	if l.MoE != nil {
+		y, err = l.moe(h, n, hook)
+	} else {
+		y, err = l.mlp(h, n, emit)
+	}
+	if err != nil {
+		return err
+	}
+	for i, v := range y {
+		b.X[i] += v
+	}
+	return nil
+}
+
+// moe runs the sparse MoE block with calib's routing and the arithmetic of
+// calib.MoELayer.Forward, bit for bit (a test compares them): per expert
+// the routed rows through SwiGLU with kernels.Sgemm, the weighted rows
+// added in ascending expert order, then the sigmoid-gated shared expert.
+// Unlike calib's loop, up to kernels.Workers() experts are evaluated at
+// once (the additions stay in expert order).
+func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
+	blk := l.MoE
+	if err := blk.Check(); err != nil {
+		return nil, fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
+	}
+	cfg := blk.Config
+	H, I := cfg.Hidden, cfg.ExpertInter
+	r, err := calib.Route(h, n, blk.Router, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if hook != nil {
+		var xe []float32
+		for e := 0; e < cfg.Experts; e++ {
+			toks, wts := r.ExpertTokens(e)
+			xe = gatherRows(xe, h, H, toks)
+			if err := hook(&Activations{Layer: l.Index, Site: SiteExpertIn, Expert: e, Rows: len(toks), Cols: H,
+				X: xe, Tokens: toks, Weights: wts}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	out := make([]float32, n*H)
+	W := max(1, kernels.Workers())
+	ys := make([][]float32, W)
+	errs := make([]error, W)
+	scr := make([]swigluScratch, W) // one per task of a wave
+	for e0 := 0; e0 < cfg.Experts; e0 += W {
+		e1 := min(cfg.Experts, e0+W)
+		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
+			e := e0 + t
+			ys[t], errs[t] = nil, nil
+			toks, _ := r.ExpertTokens(e)
+			if len(toks) == 0 {
+				return
+			}
+			w, err := blk.Experts.Expert(e)
+			if err == nil && (w == nil || len(w.Gate) != I*H || len(w.Up) != I*H || len(w.Down) != H*I) {
+				err = fmt.Errorf("expert %d: matrices do not have the shapes [%d, %d] and [%d, %d]", e, I, H, H, I)
+			}
+			if err != nil {
+				errs[t] = fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
+				return
+			}
+			sc := &scr[t] // per task: a worker may run two tasks of a wave
+			sc.x = gatherRows(sc.x, h, H, toks)
+			ys[t] = sc.forward(w, sc.x, len(toks), H, I, nil)
+		})
+		for t := 0; t < e1-e0; t++ {
+			if errs[t] != nil {
+				return nil, errs[t]
+			}
+			if ys[t] == nil {
+				continue
+			}
+			toks, wts := r.ExpertTokens(e0 + t)
+			for i, tok := range toks {
+				o := out[int(tok)*H : (int(tok)+1)*H]
+				wi := wts[i]
+				for j, v := range ys[t][i*H : (i+1)*H] {
+					o[j] += wi * v
+				}
+			}
+		}
+	}
+	if cfg.SharedInter > 0 {
+		y := scr[0].forward(blk.Shared, h, n, H, cfg.SharedInter, nil)
+		for t := 0; t < n; t++ {
+			g := float32(1)
+			if blk.SharedGate != nil {
+				g = sigmoid32(dot64(h[t*H:(t+1)*H], blk.SharedGate))
+			}
+			o := out[t*H : (t+1)*H]
+			for i, v := range y[t*H : (t+1)*H] {
+				o[i] += g * v
+			}
+		}
+	}
+	return out, nil
+}
+
+// swigluScratch holds one worker's buffers for a SwiGLU expert.
+type swigluScratch struct {
+	x, g, u, y []float32
+}
+
+// forward computes rows×hidden outputs of down(silu(gate·x) ⊙ up·x); the
+// result aliases the scratch (or is y when given).
+func (s *swigluScratch) forward(w *calib.ExpertWeights, x []float32, rows, hidden, inter int, y []float32) []float32 {
+	s.g = grow(s.g, rows*inter)
+	s.u = grow(s.u, rows*inter)
+	matmulT(s.g, inter, x, rows, hidden, w.Gate, inter)
+	matmulT(s.u, inter, x, rows, hidden, w.Up, inter)
+	swiglu(s.g, s.g, s.u)
+	if y == nil {
+		s.y = grow(s.y, rows*hidden)
+		y = s.y
+	}
+	matmulT(y, hidden, s.g, rows, inter, w.Down, hidden)
+	return y
+}
+
+// gatherRows copies rows idx of the cols-wide x into dst (grown).
+func gatherRows(dst, x []float32, cols int, idx []int32) []float32 {
+	dst = grow(dst, len(idx)*cols)
+	for i, t := range idx {
+		copy(dst[i*cols:(i+1)*cols], x[int(t)*cols:(int(t)+1)*cols])
+	}
+	return dst
+}
+
+// dot64 is Σ a[i]·b[i] accumulated in float64 in index order, rounded to
+// float32 (the shared-expert gate, as calib computes it).
+func dot64(a, b []float32) float32 {
+	var s float64
+	for i, v := range a {
+		s += float64(v) * float64(b[i])
+	}
+	return float32(s)
+}
+
+// mlp runs a dense SwiGLU MLP.
+func (l *Layer) mlp(h []float32, n int, emit func(Site, []float32, int) error) ([]float32, error) {
+	H, I := l.cfg.Hidden, l.cfg.Intermediate
+	g := make([]float32, n*I)
+	u := make([]float32, n*I)
+	matmulT(g, I, h, n, H, l.MLP.Gate, I)
+	matmulT(u, I, h, n, H, l.MLP.Up, I)
+	swiglu(g, g, u)
+	if err := emit(SiteMLPDownIn, g, I); err != nil {
+		return nil, err
+	}
+	y := make([]float32, n*H)
+	matmulT(y, H, g, n, I, l.MLP.Down, H)
+	return y, nil
+}
+
+// seqTasks runs f for every (sequence, head) pair on the kernels' workers.
+func seqTasks(seqs, heads int, f func(s, head, worker int)) {
+	kernels.ParallelFor(seqs*heads, kernels.Workers(), func(t, w int) {
+		f(t/heads, t%heads, w)
+	})
+}

@@ -1,0 +1,5 @@
+//go:build purego
+
+package forward
+
+const pureGo = true

@@ -1,0 +1,136 @@
+package build
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/plan"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// poisonedSource copies the tiny model and writes a BF16 value (bits) at
+// element k of the first stored tensor pick accepts; it returns the copy
+// and that tensor.
+func poisonedSource(t *testing.T, pick func(*storedTensor) bool, k int64, bits uint16) (string, *storedTensor) {
+	t.Helper()
+	src, _ := tinyFixture(t)
+	m, err := safetensors.OpenModel(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	sts, err := resolveStored(preset(t), m, plan.ResolveOptions{ExpertsPerFile: manifest.DefaultExpertsPerFile, DenseShardBytes: manifest.DefaultDenseShardBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *storedTensor
+	for _, s := range sts {
+		if pick(s) && s.srcDType == "BF16" && s.parts[0].len > 2*k+2 {
+			st = s
+			break
+		}
+	}
+	if st == nil {
+		t.Fatal("no tensor fits")
+	}
+	dir := filepath.Join(t.TempDir(), "model")
+	copyTree(t, src, dir)
+	p := st.parts[0]
+	info, _ := p.file.Lookup(p.tensor)
+	path := filepath.Join(dir, filepath.Base(p.file.Path()))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint16(b[p.file.DataOffset()+info.Begin+p.off+2*k:], bits)
+	os.WriteFile(path, b, 0o644)
+	return dir, st
+}
+
+const (
+	bf16NaN    = 0x7fc0
+	bf16PosInf = 0x7f80
+)
+
+// TestNonFiniteSourceRefused: a NaN or Inf in a tensor stops the build,
+// whatever the tensor's method, with an error naming the tensor, the index
+// and the value; --allow-nonfinite stores it and lists it.
+func TestNonFiniteSourceRefused(t *testing.T) {
+	const k = 37
+	cases := []struct {
+		name string
+		pick func(*storedTensor) bool
+		bits uint16
+		gptq bool
+		want string
+	}{
+		{"rtn matrix", func(s *storedTensor) bool { return s.isBFP && !s.isExpertMatrix() }, bf16NaN, false, "NaN"},
+		{"lossless tensor", func(s *storedTensor) bool { return !s.isBFP && manifest.IsFloatDType(s.srcDType) }, bf16PosInf, false, "+Inf"},
+		{"rtn expert", func(s *storedTensor) bool { return s.isExpertMatrix() }, bf16NaN, false, "NaN"},
+		{"gptq expert", func(s *storedTensor) bool { return s.isExpertMatrix() && s.layer == 1 }, bf16NaN, true, "NaN"},
+	}
+	for _, c := range cases {
+		if c.gptq && purego {
+			continue
+		}
+		src, st := poisonedSource(t, c.pick, k, c.bits)
+		out := filepath.Join(t.TempDir(), "out")
+		o := convertOpts(t, out, 2)
+		if c.gptq {
+			o = gptq1Opts(t, out, 2)
+		}
+		o.Source = src
+		build := Convert
+		if c.gptq {
+			build = GPTQ
+		}
+		_, err := build(context.Background(), o)
+		idx := fmt.Sprint(multiIndex(k, st.shape))
+		if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), st.name) || !strings.Contains(err.Error(), idx) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want ErrNonFinite naming %s, element %s and %s", c.name, err, st.name, idx, c.want)
+			continue
+		}
+
+		if c.gptq {
+			// GPTQ cannot run on it, allowed or not.
+			o.AllowNonFinite = true
+			if _, err := build(context.Background(), o); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "GPTQ cannot") {
+				t.Errorf("%s with AllowNonFinite: %v", c.name, err)
+			}
+			continue
+		}
+		// Allowed: stored, listed, verified against the source.
+		out2 := filepath.Join(t.TempDir(), "allowed")
+		o.Out = out2
+		o.AllowNonFinite = true
+		res, err := build(context.Background(), o)
+		if err != nil {
+			t.Fatalf("%s with AllowNonFinite: %v", c.name, err)
+		}
+		if len(res.NonFinite) != 1 || res.NonFinite[0] != st.name || fmt.Sprint(res.Manifest.TTQuant.NonFinite) != fmt.Sprint(res.NonFinite) {
+			t.Errorf("%s: NonFinite %v, manifest %v; want [%s]", c.name, res.NonFinite, res.Manifest.TTQuant.NonFinite, st.name)
+		}
+		if rep := mustVerify(t, out2, VerifyOptions{Source: src}); !rep.OK {
+			t.Errorf("%s: verify: %v", c.name, rep.Failures)
+		}
+		// A rerun without the permission is refused before it touches the
+		// checkpoint.
+		if c.name == "rtn matrix" {
+			before := treeHash(t, out2)
+			o.AllowNonFinite = false
+			if _, err := build(context.Background(), o); !errors.Is(err, ErrNonFinite) {
+				t.Errorf("rerun without AllowNonFinite: %v", err)
+			}
+			if treeHash(t, out2) != before {
+				t.Error("the refused rerun changed the checkpoint")
+			}
+		}
+	}
+}

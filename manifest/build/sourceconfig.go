@@ -1,0 +1,30 @@
+package build
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+// checkSourceConfig reads the config.json beside a source checkpoint and
+// checks it against the tensors' headers. A build needs it: the file is
+// copied into the checkpoint as the model's description, so a missing,
+// malformed or contradicting one is refused before any work.
+func checkSourceConfig(src string, m *safetensors.Model) (*model.Config, error) {
+	dir := src
+	if fi, err := os.Stat(src); err == nil && !fi.IsDir() {
+		dir = filepath.Dir(src)
+	}
+	path := filepath.Join(dir, "config.json")
+	cfg, err := model.ReadConfig(path)
+	if err != nil {
+		return nil, fmt.Errorf("build: source %s needs a valid config.json (it describes the model and is copied into the checkpoint): %w", src, err)
+	}
+	if err := cfg.CheckTensors(m); err != nil {
+		return nil, fmt.Errorf("build: %s does not describe the tensors of %s: %w", path, src, err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,161 @@
+package manifest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// cancelCheckBytes bounds the bytes read between two checks for
+// cancellation while hashing or reading large files, so an interrupt is
+// answered within a fraction of a second at any disk speed.
+const cancelCheckBytes = 8 << 20
+
+// DefaultMaxManifestBytes caps the size of a manifest that Verify and
+// OpenCheckpoint read. A manifest holds a few hundred bytes per tensor; the
+// largest models supported need a few tens of MiB.
+const DefaultMaxManifestBytes = 64 << 20
+
+// ctxReader is an io.Reader that fails with the context's error once the
+// context is done, and reads at most cancelCheckBytes per call.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(p) > cancelCheckBytes {
+		p = p[:cancelCheckBytes]
+	}
+	return c.r.Read(p)
+}
+
+// OpenRegular opens path for reading only if it is a regular file (after
+// following symbolic links). The open does not block on a named pipe or a
+// device, and what was opened is checked, so a file swapped for a pipe
+// between a directory listing and the open is refused too.
+func OpenRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %s, not a regular file", path, fileKind(fi.Mode()))
+	}
+	return f, fi, nil
+}
+
+// fileKind names a file's type for messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "an irregular file"
+}
+
+// HashFileContext returns the size and sha256 of a regular file, checking
+// ctx every cancelCheckBytes.
+func HashFileContext(ctx context.Context, path string) (int64, string, error) {
+	f, _, err := OpenRegular(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20))
+	if err != nil {
+		if ctx.Err() != nil {
+			return n, "", ctx.Err()
+		}
+		return 0, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ReadManifestFile reads a manifest: a regular file of at most max bytes
+// (DefaultMaxManifestBytes when max is 0). The size is checked before
+// anything is read.
+func ReadManifestFile(path string, max int64) ([]byte, error) {
+	if max <= 0 {
+		max = DefaultMaxManifestBytes
+	}
+	f, fi, err := OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() > max {
+		return nil, &manifestTooLargeError{path: path, size: fi.Size(), max: max}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, &manifestTooLargeError{path: path, size: int64(len(data)), max: max}
+	}
+	return data, nil
+}
+
+type manifestTooLargeError struct {
+	path      string
+	size, max int64
+}
+
+func (e *manifestTooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes, over the %d-byte limit for a manifest; refused without reading it", e.path, e.size, e.max)
+}
+
+// insideDir reports whether the symbolic link at path resolves to a regular
+// file inside root (both resolved), and if not, why.
+func insideDir(root, path string) (bool, string) {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return false, err.Error()
+	}
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false, "a symbolic link that does not resolve: " + err.Error()
+	}
+	rel, err := filepath.Rel(realRoot, target)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return false, "a symbolic link pointing outside the checkpoint; refused"
+	}
+	fi, err := os.Stat(target)
+	if err != nil {
+		return false, err.Error()
+	}
+	if !fi.Mode().IsRegular() {
+		return false, "a symbolic link to " + fileKind(fi.Mode()) + "; refused without opening"
+	}
+	return true, ""
+}
