@@ -27,6 +27,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	calibData := fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
 	calibFraction := fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
 	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when evaluation and calibration text overlap")
+	overlapRun := fs.Int("overlap-run", 32, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096)")
 	labels := fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
 	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
 	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations) or device[:LoFi|HiFi2|HiFi3|HiFi4] (not supported yet)")
@@ -62,6 +63,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if *workers < 0 {
 		return usageErrorf("--workers %d: want ≥ 0", *workers)
 	}
+	if *overlapRun < 8 || *overlapRun > 4096 {
+		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)
+	}
 	switch {
 	case *numerics == "cpu":
 	case *numerics == "device" || strings.HasPrefix(*numerics, "device:"):
@@ -92,7 +96,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
 	}
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
-		AllowOverlap: *allowOverlap, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
+		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
 	if *calibData != "" {
 		cs, err := dataset.ParseSpec(*calibData)
 		if err != nil {

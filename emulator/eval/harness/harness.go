@@ -55,6 +55,9 @@ type Options struct {
 	// AllowOverlap turns an overlap between evaluation and calibration
 	// text from an error into a warning.
 	AllowOverlap bool
+	// OverlapRun is the length in tokens of a shared run that counts as
+	// overlap (0: eval.DefaultOverlapRun).
+	OverlapRun int
 
 	// Window is the longest window in tokens (0: eval.DefaultWindow);
 	// longer sequences are cut into several windows, each from a fresh
@@ -146,13 +149,19 @@ type Settings struct {
 // calibration text and AllowOverlap is not set.
 type OverlapError struct {
 	Windows int
+	Run     int
+	// Where is the data file (and line) of the first window's text.
+	Where string
 	First   []eval.Overlap
 }
 
 func (e *OverlapError) Error() string {
-	s := fmt.Sprintf("%d evaluation windows share text (runs of %d tokens) with the calibration text", e.Windows, eval.DefaultOverlapRun)
+	s := fmt.Sprintf("%d evaluation windows share text (runs of %d tokens) with the calibration text", e.Windows, e.Run)
 	if len(e.First) > 0 {
 		s += ", first at " + e.First[0].String()
+		if e.Where != "" {
+			s += " (" + e.Where + ")"
+		}
 	}
 	return s + "; evaluate on other text, or allow it explicitly"
 }
@@ -189,6 +198,9 @@ func (o *Options) check() error {
 	}
 	if o.KVCache != "" {
 		return fmt.Errorf("harness: KV cache %q: %w (float32 only)", o.KVCache, ErrUnsupported)
+	}
+	if o.OverlapRun < 0 || o.OverlapRun == 1 {
+		return fmt.Errorf("harness: overlap runs of %d tokens; want at least 2", o.OverlapRun)
 	}
 	if o.Window < 0 || o.Window == 1 {
 		return fmt.Errorf("harness: window of %d tokens; want at least 2", o.Window)
@@ -338,14 +350,17 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("calibration data: %w", err)
 		}
-		x, err := eval.NewOverlapIndex(cal.Calibration.IDs(), 0)
+		x, err := eval.NewOverlapIndex(cal.Calibration.IDs(), opt.OverlapRun)
 		if err != nil {
 			return nil, err
 		}
 		first, total := x.CheckOverlap(windows, 10)
 		info.Overlap = OverlapInfo{Checked: true, Run: x.Run(), Calibration: &cal.Provenance, Windows: total, First: first}
 		if total > 0 {
-			oe := &OverlapError{Windows: total, First: first}
+			oe := &OverlapError{Windows: total, Run: x.Run(), First: first}
+			if recs := data.Evaluation.Sequences[first[0].Record].Records; len(recs) > 0 {
+				oe.Where = recs[0].Where
+			}
 			if !opt.AllowOverlap {
 				return nil, oe
 			}
