@@ -32,6 +32,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
 	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations) or device[:LoFi|HiFi2|HiFi3|HiFi4] (not supported yet)")
 	kvCache := fs.String("kv-cache", "f32", "KV cache format: f32 (bfp8: not supported yet)")
+	stream := fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
 	workers := fs.Int("workers", 0, "goroutines to use (0: GOMAXPROCS)")
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
@@ -96,7 +97,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
 	}
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
-		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
+		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
 	if *calibData != "" {
 		cs, err := dataset.ParseSpec(*calibData)
 		if err != nil {

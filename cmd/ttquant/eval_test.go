@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/internal/testdata"
 )
 
@@ -83,12 +85,14 @@ func TestEvalCheckpoints(t *testing.T) {
 				Identity string `json:"identity"`
 			} `json:"identity"`
 			Rows []struct {
-				Corpus string   `json:"corpus"`
-				Tokens int64    `json:"tokens"`
-				Delta  *float64 `json:"delta_ppl_percent"`
-				Top1   *float64 `json:"top1_agreement"`
-				MeanKL *float64 `json:"mean_kl"`
-				P99KL  *float64 `json:"p99_kl"`
+				Corpus  string   `json:"corpus"`
+				Tokens  int64    `json:"tokens"`
+				RefPPL  *float64 `json:"ref_ppl"`
+				CandPPL *float64 `json:"cand_ppl"`
+				Delta   *float64 `json:"delta_ppl_percent"`
+				Top1    *float64 `json:"top1_agreement"`
+				MeanKL  *float64 `json:"mean_kl"`
+				P99KL   *float64 `json:"p99_kl"`
 			} `json:"rows"`
 		} `json:"candidates"`
 		Data struct {
@@ -123,8 +127,12 @@ func TestEvalCheckpoints(t *testing.T) {
 			}
 		}
 	}
-	code, out, errs = runCLI(t, append(common, "--quiet", lossless, rtn)...)
-	if code != exitOK || !strings.Contains(out, "### Comparison") || !strings.Contains(out, "| **all** | 127 |") || errs != "" {
-		t.Errorf("Markdown: status %d, stdout %s, stderr %q", code, out, errs)
+	// Markdown, reading the weights per window (--stream): the same numbers.
+	all := doc.Candidates[1].Rows[len(doc.Candidates[1].Rows)-1]
+	row := fmt.Sprintf("| **all** | 127 | %s → %s | %s | %s | %s | %s |", eval.FormatPPL(*all.RefPPL), eval.FormatPPL(*all.CandPPL),
+		eval.FormatDelta(*all.Delta), eval.FormatTop1(*all.Top1), eval.FormatKL(*all.MeanKL), eval.FormatKL(*all.P99KL))
+	code, out, errs = runCLI(t, append(common, "--quiet", "--stream", lossless, rtn)...)
+	if code != exitOK || !strings.Contains(out, "### Comparison") || !strings.Contains(out, row) || errs != "" {
+		t.Errorf("Markdown: status %d, stdout %s, stderr %q; want the row %s", code, out, errs, row)
 	}
 }

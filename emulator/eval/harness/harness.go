@@ -72,6 +72,11 @@ type Options struct {
 	Workers int
 	// Chunk is the number of positions scored at a time (0: 16).
 	Chunk int
+	// Stream reads every layer's weights from the checkpoints for each
+	// window instead of keeping every run's float32 weights in memory
+	// after first use (which needs 4 bytes per parameter per run: fine for
+	// small models, not for a 35B one). Results are the same.
+	Stream bool
 
 	// Progress receives eval.Evaluate's progress after every window.
 	Progress func(eval.Progress)
@@ -152,7 +157,7 @@ type OverlapError struct {
 	Run     int
 	// Where is the data file (and line) of the first window's text.
 	Where string
-	First   []eval.Overlap
+	First []eval.Overlap
 }
 
 func (e *OverlapError) Error() string {
@@ -238,7 +243,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, err
 	}
 	defer ref.Close()
-	ref.Resident = true
+	ref.Resident = !opt.Stream
 	cfg := ref.Config
 	tok, err := tokenizer.Load(opt.Model)
 	if err != nil {
@@ -261,7 +266,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
-		m.Resident = true
+		m.Resident = !opt.Stream
 		label := filepath.Base(filepath.Clean(dir))
 		if opt.Labels != nil && opt.Labels[i] != "" {
 			label = opt.Labels[i]
@@ -282,7 +287,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.Resident = true
+		m.Resident = !opt.Stream
 		cands = append(cands, newRunner(m))
 		infos = append(infos, eval.RunInfo{Label: "self", Identity: CandidateIdentity{Dir: opt.Model}, Numerics: "cpu-fp32"})
 		names = append(names, "self")
