@@ -127,6 +127,28 @@ func TestEvalCheckpoints(t *testing.T) {
 			}
 		}
 	}
+	// A checkpoint evaluated against another source is refused.
+	other := filepath.Join(dir, "other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(model, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "tokenizer_config.json" {
+			b = append(b, ' ')
+		}
+		if err := os.WriteFile(filepath.Join(other, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := append([]string{"eval", "--model", other}, common[3:]...)
+	if code, _, errs := runCLI(t, append(bad, "--quiet", lossless, rtn)...); code != exitError || !strings.Contains(errs, "was not built from") || !strings.Contains(errs, "tokenizer_config.json") {
+		t.Errorf("other source: status %d, stderr %q", code, errs)
+	}
+
 	// Markdown, reading the weights per window (--stream): the same numbers.
 	all := doc.Candidates[1].Rows[len(doc.Candidates[1].Rows)-1]
 	row := fmt.Sprintf("| **all** | 127 | %s → %s | %s | %s | %s | %s |", eval.FormatPPL(*all.RefPPL), eval.FormatPPL(*all.CandPPL),

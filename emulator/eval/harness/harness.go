@@ -262,6 +262,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkSource(opt.Model, dir, ns.Checkpoint().Manifest().Source); err != nil {
+			return nil, err
+		}
 		m, err := forward.New(cfg, forward.Overlay{ns, ref.Src})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", dir, err)
