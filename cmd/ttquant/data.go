@@ -86,8 +86,8 @@ func (d *dataFlags) resolve(workers int) (*dataset.Spec, dataset.Options, error)
 		opt.Workers = workers
 		return spec, opt, nil
 	}
-	if d.evalFraction <= 0 || d.evalFraction >= 1 {
-		return nil, dataset.Options{}, usageErrorf("--eval-fraction %v: want 0 < f < 1", d.evalFraction)
+	if d.evalFraction <= 0 || d.evalFraction > 1 || d.evalFraction == 1 && d.sequences > 0 {
+		return nil, dataset.Options{}, usageErrorf("--eval-fraction %v: want 0 < f < 1 (or 1, every record for evaluation, with --sequences 0)", d.evalFraction)
 	}
 	for _, c := range []struct {
 		name, v string

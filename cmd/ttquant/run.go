@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model/forward"
 )
@@ -88,7 +89,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	defer m.Close()
 	cfg := m.Config
 	if *native != "" {
-		ns, err := openNative(*native)
+		ns, err := harness.OpenNative(*native)
 		if err != nil {
 			return err
 		}
@@ -99,7 +100,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--checkpoint %s: %w", *native, err)
 		}
 		m = nm
-		e.log.Info("using decoded native weights", "checkpoint", *native, "tensors", len(ns.names))
+		e.log.Info("using decoded native weights", "checkpoint", *native, "tensors", ns.Len())
 	}
 	for i, id := range ids {
 		if int(id) >= cfg.Vocab {

@@ -50,6 +50,10 @@ var allowed = map[string][]string{
 	"emulator/eval":          {},
 	"internal/importcheck":   {"internal/testdata"},
 	"cmd":                    {"*"},
+	// The evaluation harness runs the forward pass over decoded checkpoint
+	// tensors: the checkpoint format (not its build pipelines), the
+	// forward pass, text; never the quantizer or calibration directly.
+	"emulator/eval/harness": {"=manifest", "bfp", "safetensors", "emulator", "emulator/eval", "internal/model/forward", "internal/text", "internal/kernels"},
 	// Tokenizer and datasets: a near-leaf, importing only its own
 	// packages, so that calibration and evaluation can use it without it
 	// ever pulling in the checkpoint format or the quantizer.
@@ -190,6 +194,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"emulator/eval", "manifest", false},
 		{"emulator/eval", "gptq", false},
 		{"emulator/eval", "calib", false},
+		{"emulator/eval/harness", "manifest", true},
+		{"emulator/eval/harness", "internal/model/forward", true},
+		{"emulator/eval/harness", "manifest/build", false},
+		{"emulator/eval/harness", "gptq", false},
+		{"emulator/eval/harness", "calib", false},
 		{"cmd/ttquant", "emulator", true},
 		{"manifest", "calib", false},
 		{"manifest", "gptq", false},

@@ -55,7 +55,9 @@ type Options struct {
 	// chosen by a seeded hash of each record's content. Zero means
 	// DefaultEvalFraction; it applies even when no evaluation set is
 	// built, so that a later evaluation run with the same spec, seed and
-	// fraction never sees a calibration record.
+	// fraction never sees a calibration record. 1 (every record is an
+	// evaluation record) is allowed when no calibration set is built: text
+	// held out for evaluation only.
 	EvalFraction float64 `json:"eval_fraction"`
 	Seed         uint64  `json:"seed"`
 	// Separator is the token placed after every record in ModePack, by
@@ -84,8 +86,11 @@ func (o *Options) normalize() error {
 	if o.EvalFraction == 0 {
 		o.EvalFraction = DefaultEvalFraction
 	}
-	if !(o.EvalFraction > 0 && o.EvalFraction < 1) {
-		return fmt.Errorf("dataset: eval fraction %v: want 0 < f < 1", o.EvalFraction)
+	if !(o.EvalFraction > 0 && o.EvalFraction <= 1) {
+		return fmt.Errorf("dataset: eval fraction %v: want 0 < f < 1 (or 1 when no calibration set is built)", o.EvalFraction)
+	}
+	if o.EvalFraction == 1 && o.Calibration.Sequences > 0 {
+		return fmt.Errorf("dataset: eval fraction 1 leaves no calibration records, but %d calibration sequences are requested", o.Calibration.Sequences)
 	}
 	if o.Calibration.Sequences == 0 && o.Evaluation.Sequences == 0 {
 		return fmt.Errorf("dataset: no sequences requested for calibration or evaluation")

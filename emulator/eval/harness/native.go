@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"fmt"
@@ -10,13 +10,19 @@ import (
 	"github.com/ttquant/ttquant/manifest"
 )
 
-// nativeSource is a forward.WeightSource over a native checkpoint's decoded
+// Native is a forward.WeightSource over a native checkpoint's decoded
 // (dequantized) tensors, under their Hugging Face names: a stored routed
 // expert "…experts.E.gate_up_proj" [2I, H] is offered as
 // "…experts.E.gate_proj.weight" and "…experts.E.up_proj.weight" (the gate
 // rows first), "…experts.E.down_proj" as "…experts.E.down_proj.weight";
 // every other tensor under the name of the source tensor it was made from.
-type nativeSource struct {
+// BFP tensors are decoded exactly (manifest.Checkpoint.Float32s), so the
+// forward pass runs the stored values bit for bit with float32
+// activations.
+//
+// Stack it over the source model (forward.Overlay{native, source}) so that
+// anything the checkpoint does not store comes from the source.
+type Native struct {
 	c     *manifest.Checkpoint
 	names map[string]nativeRef
 
@@ -31,12 +37,14 @@ type nativeRef struct {
 	shape  []int64
 }
 
-func openNative(dir string) (*nativeSource, error) {
+// OpenNative opens the native checkpoint in dir (its manifest only; tensors
+// are read and checked against their sha256 when first used).
+func OpenNative(dir string) (*Native, error) {
 	c, err := manifest.OpenCheckpoint(dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &nativeSource{c: c, names: map[string]nativeRef{}}
+	s := &Native{c: c, names: map[string]nativeRef{}}
 	for _, t := range c.Manifest().Tensors {
 		if t.Expert == nil {
 			if len(t.Sources) != 1 {
@@ -54,6 +62,9 @@ func openNative(dir string) (*nativeSource, error) {
 		case strings.HasSuffix(t.Name, "down_proj"):
 			s.names[p+"down_proj.weight"] = nativeRef{stored: t.Name, shape: t.Shape}
 		case strings.HasSuffix(t.Name, "gate_up_proj"):
+			if t.Shape[0]%2 != 0 {
+				return nil, fmt.Errorf("%s: expert tensor %s has an odd number of rows %v", dir, t.Name, t.Shape)
+			}
 			half := []int64{t.Shape[0] / 2, t.Shape[1]}
 			s.names[p+"gate_proj.weight"] = nativeRef{stored: t.Name, shape: half}
 			s.names[p+"up_proj.weight"] = nativeRef{stored: t.Name, off: half[0] * half[1], shape: half}
@@ -64,15 +75,21 @@ func openNative(dir string) (*nativeSource, error) {
 	return s, nil
 }
 
+// Checkpoint returns the open checkpoint.
+func (s *Native) Checkpoint() *manifest.Checkpoint { return s.c }
+
+// Len returns the number of Hugging Face tensors the checkpoint supplies.
+func (s *Native) Len() int { return len(s.names) }
+
 // Shape implements forward.WeightSource.
-func (s *nativeSource) Shape(name string) ([]int64, bool) {
+func (s *Native) Shape(name string) ([]int64, bool) {
 	r, ok := s.names[name]
 	return r.shape, ok
 }
 
 // Read implements forward.WeightSource. The last decoded stored tensor is
 // kept, so gate and up of one expert decode it once.
-func (s *nativeSource) Read(name string, dst []float32, start int64) error {
+func (s *Native) Read(name string, dst []float32, start int64) error {
 	r, ok := s.names[name]
 	if !ok {
 		return &forward.WeightError{Tensor: name, Problem: "not in the native checkpoint " + s.c.Dir()}

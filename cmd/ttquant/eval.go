@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ttquant/ttquant/emulator"
+	"github.com/ttquant/ttquant/emulator/eval"
+	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+)
+
+func init() {
+	register(&command{
+		name:    "eval",
+		summary: "evaluate native checkpoints against their BF16 source: ΔPPL, top-1 and KL per corpus",
+		run:     runEval,
+	})
+}
+
+func runEval(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "eval", "--model SRC --data SPEC --eval-sequences N [--eval-mode pack|record --eval-seq-len L] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
+	model := fs.String("model", "", "Hugging Face source `directory` (config.json, safetensors, tokenizer.json): the reference (required)")
+	calibData := fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
+	calibFraction := fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
+	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when evaluation and calibration text overlap")
+	overlapRun := fs.Int("overlap-run", 32, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096)")
+	labels := fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
+	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
+	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations) or device[:LoFi|HiFi2|HiFi3|HiFi4] (not supported yet)")
+	kvCache := fs.String("kv-cache", "f32", "KV cache format: f32 (bfp8: not supported yet)")
+	stream := fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
+	workers := fs.Int("workers", 0, "goroutines to use (0: GOMAXPROCS)")
+	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	d := addDataFlags(fs, 0, 0)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *model == "" {
+		return usageErrorf("--model SRC is required")
+	}
+	ckpts := fs.Args()
+	if len(ckpts) == 0 && !*self {
+		return usageErrorf("no checkpoint given: ttquant eval --model SRC --data SPEC CKPT [CKPT...]")
+	}
+	var lbls []string
+	if *labels != "" {
+		lbls = strings.Split(*labels, ",")
+		if len(lbls) != len(ckpts) {
+			return usageErrorf("--labels gives %d labels for %d checkpoints", len(lbls), len(ckpts))
+		}
+		seen := map[string]bool{}
+		for _, l := range lbls {
+			if strings.TrimSpace(l) == "" || seen[l] || l == "self" {
+				return usageErrorf("--labels %q: labels must be non-empty, distinct and not \"self\"", *labels)
+			}
+			seen[l] = true
+		}
+	}
+	if *workers < 0 {
+		return usageErrorf("--workers %d: want ≥ 0", *workers)
+	}
+	if *overlapRun < 8 || *overlapRun > 4096 {
+		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)
+	}
+	switch {
+	case *numerics == "cpu":
+	case *numerics == "device" || strings.HasPrefix(*numerics, "device:"):
+		if _, err := emulator.ParseDeviceNumerics(*numerics); err != nil {
+			return usageErrorf("--numerics %q: %v (want cpu or device[:LoFi|HiFi2|HiFi3|HiFi4])", *numerics, err)
+		}
+		return usageErrorf("--numerics %s: device numerics are not supported yet by eval (only cpu)", *numerics)
+	default:
+		return usageErrorf("--numerics %q: want cpu or device[:LoFi|HiFi2|HiFi3|HiFi4]", *numerics)
+	}
+	switch *kvCache {
+	case "f32":
+	case "bfp8":
+		return usageErrorf("--kv-cache bfp8 is not supported yet (only f32)")
+	default:
+		return usageErrorf("--kv-cache %q: want f32 (bfp8 is not supported yet)", *kvCache)
+	}
+	// The calibration flags describe --calib-data's set, not this run's
+	// text: resolve the evaluation options without them.
+	calSeqs := d.sequences
+	d.sequences = 0
+	spec, dopt, err := d.resolve(*workers)
+	d.sequences = calSeqs
+	if err != nil {
+		return err
+	}
+	if dopt.Evaluation.Sequences == 0 {
+		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
+	}
+	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
+		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
+	if *calibData != "" {
+		cs, err := dataset.ParseSpec(*calibData)
+		if err != nil {
+			return fmt.Errorf("--calib-data: %w", err)
+		}
+		copt := dopt
+		if cs.Options != nil {
+			copt = *cs.Options
+		} else {
+			if calSeqs <= 0 {
+				return usageErrorf("--calib-data needs --sequences N (the calibration set's size, as the checkpoints were calibrated)")
+			}
+			if *calibFraction <= 0 || *calibFraction >= 1 {
+				return usageErrorf("--calib-fraction %v: want 0 < f < 1", *calibFraction)
+			}
+			short := dataset.Short(d.short)
+			if d.mode == "pack" {
+				short = ""
+			}
+			copt.Calibration = dataset.SetOptions{Sequences: calSeqs, SeqLen: d.seqLen, Mode: dataset.Mode(d.mode), Short: short}
+			copt.EvalFraction = *calibFraction
+		}
+		opt.Calib, opt.CalibOptions = cs, copt
+	} else if calSeqs > 0 {
+		return usageErrorf("--sequences describes the calibration set of --calib-data, which is not given")
+	}
+	if !*quiet {
+		opt.Log = func(msg string) { e.log.Info(msg) }
+		opt.Progress = evalProgress(e)
+	}
+	start := time.Now()
+	rep, err := harness.Run(ctx, opt)
+	if !*quiet && err == nil {
+		fmt.Fprintf(e.stderr, "eval: done in %s\n", time.Since(start).Round(time.Millisecond))
+	}
+	var oe *harness.OverlapError
+	switch {
+	case errors.As(err, &oe):
+		return fmt.Errorf("%w (--allow-overlap)", err)
+	case err != nil:
+		return err
+	}
+	if *asJSON {
+		return rep.WriteJSON(e.stdout)
+	}
+	if err := rep.WriteMarkdown(e.stdout); err != nil {
+		return err
+	}
+	for _, w := range rep.Warnings {
+		fmt.Fprintf(e.stdout, "\nwarning: %s\n", w)
+	}
+	return nil
+}
+
+// evalProgress prints one progress line, rewritten in place.
+func evalProgress(e *env) func(eval.Progress) {
+	last := time.Time{}
+	return func(p eval.Progress) {
+		done := p.WindowsDone == p.Windows
+		if !done && time.Since(last) < 500*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		rate := 0.0
+		if p.Elapsed > 0 {
+			rate = float64(p.ScoredDone) / p.Elapsed.Seconds()
+		}
+		fmt.Fprintf(e.stderr, "\reval: window %d/%d, %d/%d scored tokens, %.0f tokens/s, elapsed %s, ETA %s   ",
+			p.WindowsDone, p.Windows, p.ScoredDone, p.Scored, rate, p.Elapsed.Round(time.Second), p.ETA.Round(time.Second))
+		if done {
+			fmt.Fprintln(e.stderr)
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/emulator/eval"
+	"github.com/ttquant/ttquant/internal/testdata"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/internal/text/tokenizer"
+)
+
+type refRecord struct {
+	Corpus string  `json:"corpus"`
+	IDs    []int32 `json:"ids"`
+	Scored int     `json:"scored"`
+	NLLSum float64 `json:"nll_sum"`
+}
+
+func readReference(t *testing.T, dir string) []refRecord {
+	f, err := os.Open(filepath.Join(dir, "reference-dev.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []refRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var r refRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// perRecord is the convention of the trained model's reference numbers:
+// every record of eval-dev tokenized alone and scored as one window from
+// empty state.
+func perRecord(t *testing.T, file string, n int) (*dataset.Spec, dataset.Options) {
+	spec, err := dataset.ParseSpec(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, dataset.Options{EvalFraction: 1, Seed: 1,
+		Evaluation: dataset.SetOptions{Sequences: n, SeqLen: 8192, Mode: dataset.ModeRecord, Short: dataset.ShortKeep}}
+}
+
+// TestReferenceAndSelf runs the BF16 source as reference and as its own
+// candidate over records of eval-dev with the per-record convention: the
+// candidate must agree exactly (ΔPPL 0, top-1 1, KL 0 — the lockstep
+// scoring of identical logits), and the reference's per-corpus NLL must be
+// the sum of reference-dev.jsonl's per-record NLL (an independent float32
+// forward) over the same records, within 1e-4 relative. A few records keep
+// it fast; the model README's corpus perplexities (code
+// 30.44, prose 43.74, all 36.21) are reproduced over all 80 records by
+// `ttquant eval` (docs/evaluation.md).
+func TestReferenceAndSelf(t *testing.T) {
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	// The shortest code and prose records (418 and 386 tokens), and under
+	// the full build also eval-dev's first code and prose records.
+	pick := []int{20, 44}
+	if !pureGo && !testing.Short() {
+		pick = append(pick, 0, 40)
+	}
+	lines := strings.SplitAfter(string(must(os.ReadFile(filepath.Join(dir, "eval-dev.jsonl")))), "\n")
+	var sub strings.Builder
+	for _, i := range pick {
+		sub.WriteString(lines[i])
+	}
+	file := filepath.Join(t.TempDir(), "eval-dev-subset.jsonl")
+	if err := os.WriteFile(file, []byte(sub.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, dopt := perRecord(t, file, len(pick))
+	rep, err := Run(context.Background(), Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Window: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Candidates) != 1 || rep.Candidates[0].Label != "self" {
+		t.Fatalf("candidates %+v", rep.Candidates)
+	}
+	rows := rep.Candidates[0].Rows
+	if got := []string{rows[0].Corpus, rows[1].Corpus, rows[2].Corpus}; !slices.Equal(got, []string{"code", "prose", "all"}) && !slices.Equal(got, []string{"prose", "code", "all"}) {
+		t.Fatalf("corpus rows %q", got)
+	}
+	for _, r := range rows {
+		if r.DeltaPPLPercent != 0 || r.Top1 != 1 || r.MeanKL != 0 || r.P99KL != 0 || r.RefPPL != r.CandPPL {
+			t.Errorf("%s: self against self gives ΔPPL %v, top-1 %v, mean KL %v, p99 KL %v", r.Corpus, r.DeltaPPLPercent, r.Top1, r.MeanKL, r.P99KL)
+		}
+	}
+
+	// The same records, identified by their token ids.
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dopt.Workers = 1
+	ds, err := dataset.Build(spec, tok, dopt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := readReference(t, dir)
+	want := map[string]float64{}
+	scored := map[string]int64{}
+	for _, s := range ds.Evaluation.Sequences {
+		i := slices.IndexFunc(refs, func(r refRecord) bool { return slices.Equal(r.IDs, s.IDs) })
+		if i < 0 {
+			t.Fatalf("%s sequence %v: no reference-dev record has its token ids", s.Label, s.Records)
+		}
+		for _, c := range []string{s.Label, eval.AllCorpus} {
+			want[c] += refs[i].NLLSum
+			scored[c] += int64(refs[i].Scored)
+		}
+	}
+	for _, r := range rows {
+		if r.PPLTokens != scored[r.Corpus] || r.Tokens != scored[r.Corpus] {
+			t.Errorf("%s: %d scored tokens, reference-dev %d", r.Corpus, r.PPLTokens, scored[r.Corpus])
+		}
+		got := math.Log(r.RefPPL) * float64(r.PPLTokens)
+		if rel := math.Abs(got-want[r.Corpus]) / want[r.Corpus]; rel > 1e-4 {
+			t.Errorf("%s: reference NLL %.6f, reference-dev %.6f (rel %.2g)", r.Corpus, got, want[r.Corpus], rel)
+		}
+	}
+	info := rep.Data.(DataInfo)
+	if info.Windows != len(pick) || info.Split != 0 || info.Provenance.Evaluation == nil || info.Overlap.Checked {
+		t.Errorf("data info %+v", info)
+	}
+}
+
+// TestOverlapRefused: evaluation text that shares runs of tokens with the
+// calibration text is refused before anything runs, or allowed with a
+// warning (the run then stops at once on the cancelled context).
+func TestOverlapRefused(t *testing.T) {
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	spec, dopt := perRecord(t, filepath.Join(dir, "eval-dev.jsonl"), 80)
+	// A calibration set cut from the same file: every record of it is
+	// also an evaluation record.
+	copt := dataset.Options{EvalFraction: 0.5, Seed: 3, Calibration: dataset.SetOptions{Sequences: 2, SeqLen: 256}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	opt := Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Calib: spec, CalibOptions: copt, Window: 8192}
+	_, err := Run(ctx, opt)
+	var oe *OverlapError
+	if !errors.As(err, &oe) || oe.Windows == 0 || len(oe.First) == 0 {
+		t.Fatalf("overlapping calibration text: error %v, want an OverlapError", err)
+	}
+	opt.AllowOverlap = true
+	var logged []string
+	opt.Log = func(s string) { logged = append(logged, s) }
+	if _, err := Run(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("with AllowOverlap: error %v, want the cancelled context", err)
+	}
+	found := false
+	for _, l := range logged {
+		found = found || len(l) > 8 && l[:8] == "warning:"
+	}
+	if !found {
+		t.Errorf("with AllowOverlap no warning was logged: %q", logged)
+	}
+
+	// Disjoint text passes the check. (calib.jsonl does not: its Go files
+	// share their licence header with eval-dev's.)
+	other := filepath.Join(t.TempDir(), "other.txt")
+	text := "Quantization error is measured against the reference run, position by position, never on stored logits. "
+	if err := os.WriteFile(other, []byte(text+text+text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cspec, err := dataset.ParseSpec("other=txt:" + other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.AllowOverlap, opt.Calib = false, cspec
+	opt.CalibOptions = dataset.Options{EvalFraction: 1e-9, Calibration: dataset.SetOptions{Sequences: 1, SeqLen: 40}}
+	if _, err := Run(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("disjoint calibration text: error %v, want the cancelled context", err)
+	}
+}
+
+func TestOptionsRefused(t *testing.T) {
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	spec, dopt := perRecord(t, filepath.Join(dir, "eval-dev.jsonl"), 2)
+	base := Options{Model: dir, Self: true, Data: spec, DataOptions: dopt}
+	for name, c := range map[string]struct {
+		mod         func(*Options)
+		unsupported bool
+	}{
+		"device numerics": {func(o *Options) { o.Numerics = "device:HiFi2" }, true},
+		"bfp8 kv cache":   {func(o *Options) { o.KVCache = "bfp8" }, true},
+		"no candidate":    {func(o *Options) { o.Self = false }, false},
+		"labels":          {func(o *Options) { o.Labels = []string{"x"} }, false},
+		"no data":         {func(o *Options) { o.Data = nil }, false},
+		"no sequences":    {func(o *Options) { o.DataOptions.Evaluation.Sequences = 0 }, false},
+		"window":          {func(o *Options) { o.Window = 1 }, false},
+		"missing ckpt":    {func(o *Options) { o.Checkpoints = []string{filepath.Join(t.TempDir(), "none")} }, false},
+	} {
+		o := base
+		c.mod(&o)
+		_, err := Run(context.Background(), o)
+		if err == nil || errors.Is(err, ErrUnsupported) != c.unsupported {
+			t.Errorf("%s: error %v (unsupported: want %v)", name, err, c.unsupported)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
