@@ -31,7 +31,7 @@ type exportResult struct {
 func runExport(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "ttnn" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stderr, "usage: ttquant export ttnn CKPT --out DIR --names MAP [flags]")
+			fmt.Fprintln(e.stdout, "usage: ttquant export ttnn CKPT --out DIR --names MAP [flags]")
 			return &statusError{status: exitOK}
 		}
 		return usageErrorf("export: want a target format: ttquant export ttnn CKPT --out DIR --names MAP")

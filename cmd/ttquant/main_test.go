@@ -75,8 +75,15 @@ func TestBuildInfoRevision(t *testing.T) {
 // TestHelpExitsZero: -h and --help print the usage on stdout and exit 0,
 // for commands and subcommands alike; a bad flag stays a usage error.
 func TestHelpExitsZero(t *testing.T) {
+	var cases [][]string
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"gptq", "-h"}, {"convert", "--help"}, {"calib", "-h"},
 		{"calib", "synth", "-h"}, {"emulate", "-h"}, {"emulate", "check", "--help"}, {"verify", "-h"}, {"demo", "-h"}} {
+		cases = append(cases, args)
+	}
+	for name := range commands {
+		cases = append(cases, []string{name, "-h"})
+	}
+	for _, args := range cases {
 		code, out, _ := runCLI(t, args...)
 		if code != exitOK || !strings.Contains(out, "usage: ttquant") {
 			t.Errorf("%v: status %d, stdout %q", args, code, out)
