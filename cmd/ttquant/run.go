@@ -11,6 +11,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/text/tokenizer"
 )
 
 func init() {
@@ -39,7 +40,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	model := fs.String("model", "", "Hugging Face model directory (config.json and safetensors)")
 	native := fs.String("checkpoint", "", "native ttquant checkpoint of this model: its decoded (dequantized) weights replace the model's")
 	tokens := fs.String("tokens", "", "comma-separated token ids")
-	text := fs.String("text", "", "text to tokenize (not yet supported: use --tokens)")
+	text := fs.String("text", "", "text to tokenize with the model's tokenizer.json (instead of --tokens)")
 	top := fs.Int("top", 5, "number of next-token predictions to print (1..100)")
 	gen := fs.Int("generate", 8, "greedy continuation length (0..4096)")
 	dumpLogits := fs.String("dump-logits", "", "write the logits of every position (tensor logits, F32 [T, V]) to this safetensors file")
@@ -56,11 +57,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if *model == "" {
 		return usageErrorf("--model DIR is required")
 	}
-	if *text != "" {
-		return usageErrorf("--text is not yet supported (no tokenizer in this build): pass token ids with --tokens")
-	}
-	if *tokens == "" {
-		return usageErrorf("--tokens is required (comma-separated token ids)")
+	if (*text == "") == (*tokens == "") {
+		return usageErrorf("give exactly one of --tokens (comma-separated token ids) and --text")
 	}
 	if *top < 1 || *top > 100 {
 		return usageErrorf("--top must be in 1..100, got %d", *top)
@@ -74,9 +72,25 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if *workers < 0 {
 		return usageErrorf("--workers must not be negative, got %d", *workers)
 	}
-	ids, err := parseTokens(*tokens)
-	if err != nil {
-		return err
+	var tok *tokenizer.Tokenizer
+	var ids []int32
+	if *text != "" {
+		t, err := tokenizer.Load(*model)
+		if err != nil {
+			return err
+		}
+		tok = t
+		for _, id := range tok.Encode(*text) {
+			ids = append(ids, int32(id))
+		}
+		if len(ids) == 0 {
+			return usageErrorf("--text: the text encodes to no tokens")
+		}
+	} else {
+		var err error
+		if ids, err = parseTokens(*tokens); err != nil {
+			return err
+		}
 	}
 	prev := kernels.SetWorkers(*workers)
 	defer kernels.SetWorkers(prev)
@@ -148,6 +162,15 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			s[i] = strconv.Itoa(int(id))
 		}
 		fmt.Fprintf(e.stdout, "greedy continuation: %s\n", strings.Join(s, ","))
+		if tok != nil {
+			c := make([]int, len(cont))
+			for i, id := range cont {
+				c[i] = int(id)
+			}
+			if str, err := tok.Decode(c); err == nil {
+				fmt.Fprintf(e.stdout, "as text: %q\n", str)
+			}
+		}
 	}
 	for _, f := range []string{*dumpLogits, *dumpLayers} {
 		if f != "" {

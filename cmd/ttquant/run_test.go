@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ttquant/ttquant/internal/testdata"
+	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -83,7 +85,8 @@ func TestRunUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--tokens", "1,2"}, "--model"},
 		{[]string{"--model", model}, "--tokens"},
-		{[]string{"--model", model, "--text", "hello"}, "--text"},
+		{[]string{"--model", model, "--text", "hello", "--tokens", "1"}, "--text"},
+		{[]string{"--model", model, "--text", ""}, "--text"},
 		{[]string{"--model", model, "--tokens", "1,x"}, "--tokens"},
 		{[]string{"--model", model, "--tokens", "1,-3"}, "--tokens"},
 		{[]string{"--model", model, "--tokens", "1,4096"}, "vocabulary"},
@@ -146,5 +149,38 @@ func TestRunNativeCheckpoint(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "run", "--model", model, "--tokens", "1", "--checkpoint", filepath.Join(dir, "none")); code != exitError || errs == "" {
 		t.Errorf("missing native checkpoint: status %d, stderr %q", code, errs)
+	}
+}
+
+// TestRunText tokenizes --text with the model's own tokenizer: the prompt the
+// forward pass sees is exactly the tokenizer's encoding, and the greedy
+// continuation is also shown as text.
+func TestRunText(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	const prompt = "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt."
+	code, out, errs := runCLI(t, "run", "--model", model, "--text", prompt, "--generate", "4", "--json")
+	if code != exitOK {
+		t.Fatalf("status %d, stderr %s", code, errs)
+	}
+	var doc struct {
+		Tokens       []int `json:"tokens"`
+		Continuation []int `json:"continuation"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	tok, err := tokenizer.Load(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tok.Encode(prompt); !slices.Equal(doc.Tokens, want) {
+		t.Errorf("prompt ids %v, tokenizer gives %v", doc.Tokens, want)
+	}
+	if len(doc.Continuation) != 4 {
+		t.Errorf("continuation %v, want 4 tokens", doc.Continuation)
+	}
+	code, out, errs = runCLI(t, "run", "--model", model, "--text", prompt, "--generate", "4")
+	if code != exitOK || !strings.Contains(out, "as text: ") {
+		t.Errorf("status %d, stdout %q, stderr %s", code, out, errs)
 	}
 }
