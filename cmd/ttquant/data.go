@@ -148,7 +148,7 @@ func runData(ctx context.Context, e *env, args []string) error {
 	model := fs.String("model", "", "model `directory` holding tokenizer.json and tokenizer_config.json (required)")
 	out := fs.String("out", "", "write the sequences as JSON lines to this `file` (provenance first)")
 	asJSON := fs.Bool("json", false, "print the provenance as JSON")
-	workers := fs.Int("workers", 0, "goroutines encoding records (0: all CPUs)")
+	workers := addWorkersFlag(fs, "records encoded")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	d := addDataFlags(fs, 128, 0)
 	if err := parseFlags(fs, args); err != nil {
@@ -160,8 +160,8 @@ func runData(ctx context.Context, e *env, args []string) error {
 	if *model == "" {
 		return usageErrorf("--model is required")
 	}
-	if *workers < 0 {
-		return usageErrorf("--workers %d: want ≥ 0", *workers)
+	if err := checkWorkers(*workers); err != nil {
+		return err
 	}
 	spec, opt, err := d.resolve(*workers)
 	if err != nil {

@@ -33,7 +33,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations) or device[:LoFi|HiFi2|HiFi3|HiFi4] (not supported yet)")
 	kvCache := fs.String("kv-cache", "f32", "KV cache format: f32 (bfp8: not supported yet)")
 	stream := fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
-	workers := fs.Int("workers", 0, "goroutines to use (0: GOMAXPROCS)")
+	workers := addWorkersFlag(fs, "goroutines")
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	d := addDataFlags(fs, 0, 0)
@@ -61,8 +61,8 @@ func runEval(ctx context.Context, e *env, args []string) error {
 			seen[l] = true
 		}
 	}
-	if *workers < 0 {
-		return usageErrorf("--workers %d: want ≥ 0", *workers)
+	if err := checkWorkers(*workers); err != nil {
+		return err
 	}
 	if *overlapRun < 8 || *overlapRun > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)

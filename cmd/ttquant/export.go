@@ -42,7 +42,7 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	memFlag := fs.String("memory-config", "dram-interleaved", "memory config stored in every file: dram-interleaved or l1-interleaved")
 	meshFlag := fs.String("mesh", "1x1", "mesh shape the tensors are replicated over, RxC (e.g. 1x8, 2x4) or N")
 	overwrite := fs.Bool("overwrite", false, "replace an earlier export in --out (its files this export does not write are removed)")
-	workers := fs.Int("workers", 2, "files checked at once while verifying the checkpoint")
+	workers := addWorkersFlag(fs, "files checked")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	pos, err := parseInterleaved(fs, args[1:])
@@ -58,8 +58,8 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	if *names == "" {
 		return usageErrorf("--names is required")
 	}
-	if *workers < 1 {
-		return usageErrorf("--workers must be at least 1, got %d", *workers)
+	if err := checkWorkers(*workers); err != nil {
+		return err
 	}
 	mem, err := ttnn.ParseMemoryConfig(*memFlag)
 	if err != nil {

@@ -46,7 +46,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	dumpLogits := fs.String("dump-logits", "", "write the logits of every position (tensor logits, F32 [T, V]) to this safetensors file")
 	mtp := fs.Bool("mtp", false, "with --dump-logits, also write the MTP head's logits (mtp_logits, F32 [T-1, V])")
 	dumpLayers := fs.String("dump-layers", "", "write the residual stream before layer 0 (embed) and after each layer (layer.N), F32 [T, hidden]")
-	workers := fs.Int("workers", 0, "goroutines to use (0: GOMAXPROCS)")
+	workers := addWorkersFlag(fs, "goroutines")
 	asJSON := fs.Bool("json", false, "print a JSON document")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -69,8 +69,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if *mtp && *dumpLogits == "" {
 		return usageErrorf("--mtp needs --dump-logits")
 	}
-	if *workers < 0 {
-		return usageErrorf("--workers must not be negative, got %d", *workers)
+	if err := checkWorkers(*workers); err != nil {
+		return err
 	}
 	var tok *tokenizer.Tokenizer
 	var ids []int32

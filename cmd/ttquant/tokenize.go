@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -47,7 +46,7 @@ func runTokenize(ctx context.Context, e *env, args []string) error {
 	toks := fs.Bool("tokens", false, "print only the tokens' text, one quoted token a line")
 	asJSON := fs.Bool("json", false, "print a JSON document with ids, tokens and offsets")
 	jsonl := fs.Bool("jsonl", false, "read JSON lines {\"text\": ...} on stdin, write one {\"ids\": [...]} line per input line")
-	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "goroutines encoding --jsonl lines")
+	workers := addWorkersFlag(fs, "--jsonl lines encoded")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -63,8 +62,8 @@ func runTokenize(ctx context.Context, e *env, args []string) error {
 	if modes > 1 {
 		return usageErrorf("--ids, --tokens, --json and --jsonl exclude each other")
 	}
-	if *workers < 1 {
-		return usageErrorf("--workers %d: want at least 1", *workers)
+	if err := checkWorkers(*workers); err != nil {
+		return err
 	}
 	if *jsonl {
 		if fs.NArg() != 0 {
