@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -67,3 +69,50 @@ func BenchmarkInverseFactor2048(b *testing.B)  { benchHeadline(b, "inverse-facto
 func BenchmarkInverseFactor768(b *testing.B)   { benchHeadline(b, "inverse-factor-768", false) }
 func BenchmarkSgemm4096x768x2048(b *testing.B) { benchHeadline(b, "sgemm", false) }
 func BenchmarkDgemm1024(b *testing.B)          { benchHeadline(b, "dgemm", false) }
+
+// BenchmarkInverseFactor32 times CholInvUpper32 (GPTQ's float32 inverse
+// factor: Cholesky plus triangular inverse, 2n³/3 flops) at the sizes
+// compared with LAPACK's spotrf+strtri, with 1 and 2 workers. cpu-s is
+// the process CPU time per call.
+func BenchmarkInverseFactor32(b *testing.B) {
+	for _, n := range []int{512, 1024, 2048} {
+		for _, w := range []int{1, 2} {
+			b.Run(fmt.Sprintf("n=%d/workers=%d", n, w), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(uint64(n), 7))
+				h := to32(randSPDFast(r, n))
+				u := make([]float32, n*n)
+				prev := SetWorkers(w)
+				defer SetWorkers(prev)
+				if err := CholInvUpper32(n, h, n, u, n); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				cpu0, ok0 := processCPU()
+				for i := 0; i < b.N; i++ {
+					if err := CholInvUpper32(n, h, n, u, n); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				if cpu1, ok := processCPU(); ok && ok0 {
+					b.ReportMetric((cpu1-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+				}
+				b.ReportMetric(2*float64(n)*float64(n)*float64(n)/3/sec/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// randSPDFast returns XᵀX/n + I for a random n×n X (float64, via Dgemm).
+func randSPDFast(r *rand.Rand, n int) []float64 {
+	x := make([]float64, n*n)
+	for i := range x {
+		x[i] = r.NormFloat64()
+	}
+	h := make([]float64, n*n)
+	Dgemm(true, false, n, n, n, 1/float64(n), x, n, x, n, 0, h, n)
+	for i := 0; i < n; i++ {
+		h[i*n+i]++
+	}
+	return h
+}

@@ -159,3 +159,59 @@ func dot8x32(x, y []float32) (s [8]float32) {
 	}
 	return dot8Go(x[:n8], y[:n8])
 }
+
+//go:noescape
+func dotRows32AVX2(x *float32, ldx int, y *float32, n8, rows int, s *float32)
+
+//go:noescape
+func dotRows64AVX2(x *float64, ldx int, y *float64, n8, rows int, s *float64)
+
+//go:noescape
+func axpyTri32AVX2(c, a *float32, lda int, acc *float32, m int)
+
+//go:noescape
+func axpyTri64AVX2(c, a *float64, lda int, acc *float64, m int)
+
+// dotRows stores in s[8r:8r+8] the eight partial sums of dot8 of row r of
+// x (rows rows, leading dimension ldx, the first n8 elements, n8 a multiple
+// of 8) with y, for r < rows: one call for what dot8x32/dot8x64 compute
+// row by row, with the same bits.
+func dotRows[T float32 | float64](x []T, ldx int, y []T, n8, rows int, s []T) {
+	if rows == 0 {
+		return
+	}
+	if !useAsm || n8 == 0 {
+		dotRowsGo(x, ldx, y, n8, rows, s)
+		return
+	}
+	_ = x[(rows-1)*ldx+n8-1]
+	_ = y[n8-1]
+	_ = s[rows*8-1]
+	switch xs := any(x).(type) {
+	case []float32:
+		dotRows32AVX2(unsafe.SliceData(xs), ldx, unsafe.SliceData(any(y).([]float32)), n8, rows, unsafe.SliceData(any(s).([]float32)))
+	case []float64:
+		dotRows64AVX2(unsafe.SliceData(xs), ldx, unsafe.SliceData(any(y).([]float64)), n8, rows, unsafe.SliceData(any(s).([]float64)))
+	}
+}
+
+// axpyTri runs, for k = 0..m-1 in order, axpy(c[k], a[k·lda : k·lda+k+1],
+// acc[:k+1]) in one call, with the same bits.
+func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) {
+	if m == 0 {
+		return
+	}
+	if !useAsm {
+		axpyTriGo(c, a, lda, acc, m)
+		return
+	}
+	_ = c[m-1]
+	_ = a[(m-1)*lda+m-1]
+	_ = acc[m-1]
+	switch cs := any(c).(type) {
+	case []float32:
+		axpyTri32AVX2(unsafe.SliceData(cs), unsafe.SliceData(any(a).([]float32)), lda, unsafe.SliceData(any(acc).([]float32)), m)
+	case []float64:
+		axpyTri64AVX2(unsafe.SliceData(cs), unsafe.SliceData(any(a).([]float64)), lda, unsafe.SliceData(any(acc).([]float64)), m)
+	}
+}

@@ -306,3 +306,60 @@ func TestVectorTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchedVectorTwins checks the batched dot products and triangular
+// axpy of the factorizations' diagonal blocks against the row-by-row
+// operations they replace (dot8x32/dot8x64 and axpy32/axpy64), bit for
+// bit, and against the pure-Go twins, on every length class of the
+// vector loops and their scalar tails.
+func TestBatchedVectorTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 33, 96, 101} {
+		ld := n + 3
+		a32, a64 := make([]float32, n*ld), make([]float64, n*ld)
+		for i := range a32 {
+			a32[i] = float32(r.NormFloat64())
+			a64[i] = r.NormFloat64()
+		}
+		y32, y64 := a32[(n-1)*ld:(n-1)*ld+n], a64[(n-1)*ld:(n-1)*ld+n]
+		for _, n8 := range []int{0, n &^ 7} {
+			s32, g32 := make([]float32, 8*n), make([]float32, 8*n)
+			s64, g64 := make([]float64, 8*n), make([]float64, 8*n)
+			dotRows(a32, ld, y32, n8, n, s32)
+			dotRowsGo(a32, ld, y32, n8, n, g32)
+			dotRows(a64, ld, y64, n8, n, s64)
+			dotRowsGo(a64, ld, y64, n8, n, g64)
+			for row := 0; row < n; row++ {
+				w32 := dot8x32(a32[row*ld:row*ld+n8], y32[:n8])
+				w64 := dot8x64(a64[row*ld:row*ld+n8], y64[:n8])
+				for k := 0; k < 8; k++ {
+					if !bitsEqual32(s32[8*row+k], w32[k]) || !bitsEqual32(g32[8*row+k], w32[k]) {
+						t.Fatalf("dotRows32 n=%d n8=%d row %d lane %d: %v / %v, want %v", n, n8, row, k, s32[8*row+k], g32[8*row+k], w32[k])
+					}
+					if !bitsEqual64(s64[8*row+k], w64[k]) || !bitsEqual64(g64[8*row+k], w64[k]) {
+						t.Fatalf("dotRows64 n=%d n8=%d row %d lane %d: %v / %v, want %v", n, n8, row, k, s64[8*row+k], g64[8*row+k], w64[k])
+					}
+				}
+			}
+		}
+		c32, c64 := y32, y64
+		acc32, want32, go32 := make([]float32, n), make([]float32, n), make([]float32, n)
+		acc64, want64, go64 := make([]float64, n), make([]float64, n), make([]float64, n)
+		axpyTri(c32, a32, ld, acc32, n)
+		axpyTriGo(c32, a32, ld, go32, n)
+		axpyTri(c64, a64, ld, acc64, n)
+		axpyTriGo(c64, a64, ld, go64, n)
+		for k := 0; k < n; k++ {
+			axpy32(c32[k], a32[k*ld:k*ld+k+1], want32[:k+1])
+			axpy64(c64[k], a64[k*ld:k*ld+k+1], want64[:k+1])
+		}
+		for x := 0; x < n; x++ {
+			if !bitsEqual32(acc32[x], want32[x]) || !bitsEqual32(go32[x], want32[x]) {
+				t.Fatalf("axpyTri32 n=%d [%d]: %v / %v, want %v", n, x, acc32[x], go32[x], want32[x])
+			}
+			if !bitsEqual64(acc64[x], want64[x]) || !bitsEqual64(go64[x], want64[x]) {
+				t.Fatalf("axpyTri64 n=%d [%d]: %v / %v, want %v", n, x, acc64[x], go64[x], want64[x])
+			}
+		}
+	}
+}
