@@ -9,6 +9,8 @@ package gptq
 
 import (
 	"math"
+	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/ttquant/ttquant/internal/kernels"
@@ -104,6 +106,97 @@ func inverseFactor[T float](h []T, n int) (u []T, ok bool) {
 		}
 	}
 	return u, true
+}
+
+// inverseFactorRev is inverseFactor for the Hessian given in reverse order
+// (r[i][j] = H[n-1-i][n-1-j], lower triangle; see
+// kernels.CholInvUpperRev), which it overwrites. The result is bit for bit
+// inverseFactor's. U comes from a pool (see releaseFactor) and the
+// finiteness check runs on all cores.
+func inverseFactorRev[T float](r []T, n int) (u []T, ok bool) {
+	u = getFactorBuf[T](n * n)
+	var err error
+	switch r := any(r).(type) {
+	case []float64:
+		err = kernels.CholInvUpperRev(n, r, n, any(u).([]float64), n)
+	case []float32:
+		err = kernels.CholInvUpperRev32(n, r, n, any(u).([]float32), n)
+	}
+	if err != nil {
+		releaseFactor(u)
+		return nil, false
+	}
+	procs := min(runtime.GOMAXPROCS(0), max(1, n/256))
+	bad := make([]bool, procs)
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		// Rows dealt out in turn, so that every core gets a similar share
+		// of the triangle.
+		for a := p; a < n; a += procs {
+			for _, v := range u[a*n+a : (a+1)*n] {
+				// One comparison catches NaN and ±Inf (float32 ones too,
+				// converted exactly).
+				if x := math.Abs(float64(v)); !(x <= math.MaxFloat64) {
+					bad[p] = true
+					return
+				}
+			}
+			if !(u[a*n+a] > 0) {
+				bad[p] = true
+				return
+			}
+		}
+	})
+	if slices.Contains(bad, true) {
+		releaseFactor(u)
+		return nil, false
+	}
+	return u, true
+}
+
+// factorPool32 and factorPool64 recycle the n×n inverse factors of
+// Factors that are no longer used (the package-level Quantize builds one
+// per call): a fresh 16 MB buffer for 2048 inputs costs more in page
+// faults than the factorization's rotation pass that overwrites it.
+var factorPool32, factorPool64 sync.Pool
+
+func getFactorBuf[T float](n int) []T {
+	var zero T
+	pool := &factorPool64
+	if _, ok := any(zero).(float32); ok {
+		pool = &factorPool32
+	}
+	if p, ok := pool.Get().(*[]T); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]T, n)
+}
+
+// releaseFactor returns u to its pool; u must not be used afterwards.
+func releaseFactor[T float](u []T) {
+	if u == nil {
+		return
+	}
+	var zero T
+	if _, ok := any(zero).(float32); ok {
+		factorPool32.Put(&u)
+	} else {
+		factorPool64.Put(&u)
+	}
+}
+
+// scratch64Pool recycles the float64 copy of the damped Hessian that
+// factor64 hands to the factorization.
+var scratch64Pool sync.Pool
+
+// getScratch64 returns a pooled buffer of n float64 values with arbitrary
+// contents; release it with scratch64Pool.Put.
+func getScratch64(n int) *[]float64 {
+	if p, ok := scratch64Pool.Get().(*[]float64); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]float64, n)
+	return &b
 }
 
 // gramPool recycles the n×n float64 buffers of traceForm: a fresh 32 MB

@@ -257,6 +257,10 @@ func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*R
 		return nil, err
 	}
 	res, err := f.quantize(w, rows, g, f.opt, rl)
+	// The Factor never leaves this call: its inverse factor can serve the
+	// next one.
+	releaseFactor(f.u32)
+	releaseFactor(f.u64)
 	if err != nil {
 		return nil, err
 	}
@@ -354,53 +358,72 @@ func NewFactor(h []float64, cols int, opt Options) (*Factor, error) {
 // the damping on failure (float64 mode).
 func (f *Factor) factor64(h, diag []float64, mean float64) {
 	cols := f.cols
-	hp := make([]float64, cols*cols)
+	hpBuf := getScratch64(cols * cols)
+	defer scratch64Pool.Put(hpBuf)
+	hp := *hpBuf
 	var u []float64
+	var lam float64
 	for try, p := range dampSchedule(f.opt.PercDamp) {
-		lam := p * mean
-		permuteLower(f, hp, h, diag, lam)
+		lam = p * mean
+		permuteRev(f, hp, h, diag, lam)
 		f.percDamp, f.damp, f.increases = p, lam, try
-		if v, ok := inverseFactor(hp, cols); ok {
+		if v, ok := inverseFactorRev(hp, cols); ok {
 			u = v
 			break
 		}
 	}
 	if u == nil {
 		f.noFeedback = true
-		u = diagonalFactor(hp, cols)
+		u = diagonalFactor(f, diag, lam)
 	}
 	f.u64 = u
 }
 
-// permuteLower writes into hp the lower triangle of the permuted Hessian,
-// rounded to T, with λ added to its (dead-fixed) diagonal, the diagonal
-// entry rounded to T before the addition.
-func permuteLower[T float](f *Factor, hp []T, h, diag []float64, lam T) {
-	cols := f.cols
-	for a := 0; a < cols; a++ {
-		pa := f.perm[a]
-		row := hp[a*cols : a*cols+a]
-		hr := h[pa*cols : (pa+1)*cols]
-		if f.opt.ActOrder {
-			for b := range row {
-				row[b] = T(hr[f.perm[b]])
-			}
-		} else {
-			for b := range row {
-				row[b] = T(hr[b])
+// permuteRev writes into hp the lower triangle of the damped, permuted
+// Hessian H′ in reverse order, R[a][b] = H′[n-1-a][n-1-b] (the input of
+// kernels.CholInvUpperRev), rounded to T, with λ added to its
+// (dead-fixed) diagonal, the diagonal entry rounded to T before the
+// addition. The values are those of the lower triangle of H′, read from h
+// at [perm[x]][perm[y]] with x > y, so an H that is symmetric only within
+// checkHessian's tolerance gives the same bits as a lower-triangle read.
+// Column b of R is one row of h read backwards: the copy runs in tiles so
+// that the strided writes stay in cache, tile rows on all cores.
+func permuteRev[T float](f *Factor, hp []T, h, diag []float64, lam T) {
+	n := f.cols
+	const bs = 64
+	nt := (n + bs - 1) / bs
+	procs := runtime.GOMAXPROCS(0)
+	if n < 256 {
+		procs = 1
+	}
+	kernels.ParallelFor(nt, procs, func(t, _ int) {
+		ia := (nt - 1 - t) * bs // longest tile rows first
+		for jb := 0; jb <= ia; jb += bs {
+			for b := jb; b < min(jb+bs, n); b++ {
+				src := h[f.perm[n-1-b]*n : (f.perm[n-1-b]+1)*n]
+				for a := max(ia, b+1); a < min(ia+bs, n); a++ {
+					if f.opt.ActOrder {
+						hp[a*n+b] = T(src[f.perm[n-1-a]])
+					} else {
+						hp[a*n+b] = T(src[n-1-a])
+					}
+				}
 			}
 		}
-		hp[a*cols+a] = T(diag[pa]) + lam
-	}
+		for a := ia; a < min(ia+bs, n); a++ {
+			hp[a*n+a] = T(diag[f.perm[n-1-a]]) + lam
+		}
+	})
 }
 
 // diagonalFactor is the factor used when no damping level gave a usable
 // factorization: no error feedback, U = diag(H′_kk^(-1/2)) with no
 // coupling.
-func diagonalFactor[T float](hp []T, cols int) []T {
+func diagonalFactor[T float](f *Factor, diag []float64, lam T) []T {
+	cols := f.cols
 	u := make([]T, cols*cols)
 	for k := 0; k < cols; k++ {
-		u[k*cols+k] = T(1 / math.Sqrt(float64(hp[k*cols+k])))
+		u[k*cols+k] = T(1 / math.Sqrt(float64(T(diag[f.perm[k]])+lam)))
 	}
 	return u
 }
@@ -418,18 +441,19 @@ func (f *Factor) factor32(h, diag []float64, mean float64) {
 	defer scratch32Pool.Put(hpBuf)
 	hp := *hpBuf
 	var u []float32
+	var lam float32
 	for try, p := range dampSchedule(f.opt.PercDamp) {
-		lam := float32(float32(p) * float32(mean))
-		permuteLower(f, hp, h, diag, lam)
+		lam = float32(float32(p) * float32(mean))
+		permuteRev(f, hp, h, diag, lam)
 		f.percDamp, f.damp, f.increases = p, float64(lam), try
-		if v, ok := inverseFactor(hp, cols); ok {
+		if v, ok := inverseFactorRev(hp, cols); ok {
 			u = v
 			break
 		}
 	}
 	if u == nil {
 		f.noFeedback = true
-		u = diagonalFactor(hp, cols)
+		u = diagonalFactor(f, diag, lam)
 	}
 	f.u32 = u
 }

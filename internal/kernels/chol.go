@@ -379,6 +379,64 @@ func CholInvUpper32(n int, h []float32, ldh int, u []float32, ldu int) error {
 	return cholInvUpper(n, h, ldh, u, ldu)
 }
 
+// CholInvUpperRev is CholInvUpper for a Hessian handed over with its rows
+// and columns already in reverse order: the lower triangle of r holds
+// P·H·P (r[i][j] = H[n-1-i][n-1-j]) and is used as the work space, so it is
+// overwritten. A caller that builds the matrix anyway (a permuted or damped
+// copy of H) saves the reordering pass and the in-place rotation of
+// CholInvUpper; U is bit for bit the same. r and u must not overlap.
+func CholInvUpperRev(n int, r []float64, ldr int, u []float64, ldu int) error {
+	checkMatrix("CholInvUpperRev", "R", n, n, ldr, len(r))
+	checkMatrix("CholInvUpperRev", "U", n, n, ldu, len(u))
+	return cholInvUpperRev(n, r, ldr, u, ldu)
+}
+
+// CholInvUpperRev32 is CholInvUpperRev in float32 (CholInvUpper32's
+// arithmetic).
+func CholInvUpperRev32(n int, r []float32, ldr int, u []float32, ldu int) error {
+	checkMatrix("CholInvUpperRev32", "R", n, n, ldr, len(r))
+	checkMatrix("CholInvUpperRev32", "U", n, n, ldu, len(u))
+	return cholInvUpperRev(n, r, ldr, u, ldu)
+}
+
+// invFactorInPlace factors the reversed Hessian in r and inverts the
+// factor, leaving M = chol(P·H·P)⁻¹ in the lower triangle of r.
+func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) error {
+	var dinv []T
+	if n > cholBlock {
+		dBuf := getBuf[T](n * cholBlock)
+		defer putBuf(dBuf)
+		dinv = *dBuf
+	}
+	if err := potrf(n, r, ldr, dinv); err != nil {
+		if e, ok := err.(*NotPositiveDefiniteError); ok {
+			e.Trailing = true
+		}
+		return err
+	}
+	return trtri(n, r, ldr, dinv)
+}
+
+func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int) error {
+	if err := invFactorInPlace(n, r, ldr); err != nil {
+		return err
+	}
+	// U[i][j] = M[n-1-i][n-1-j] for j ≥ i: row i of U is row n-1-i of M
+	// read backwards; the strict lower part of U is zero.
+	parallelRows(n, n, func(r0, r1 int) {
+		for i := r0; i < r1; i++ {
+			src := r[(n-1-i)*ldr : (n-1-i)*ldr+n-i]
+			row := u[i*ldu : i*ldu+n]
+			clear(row[:i])
+			dst := row[i:]
+			for j := range dst {
+				dst[j] = src[n-1-i-j]
+			}
+		}
+	})
+	return nil
+}
+
 func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) error {
 	// u (lower) = P·H·P: R[i][j] = H[n-1-i][n-1-j] = H[n-1-j][n-1-i].
 	// Tiled so that both the reads (down columns of H) and the writes stay
@@ -401,19 +459,7 @@ func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) er
 			}
 		}
 	})
-	var dinv []T
-	if n > cholBlock {
-		dBuf := getBuf[T](n * cholBlock)
-		defer putBuf(dBuf)
-		dinv = *dBuf
-	}
-	if err := potrf(n, u, ldu, dinv); err != nil {
-		if e, ok := err.(*NotPositiveDefiniteError); ok {
-			e.Trailing = true
-		}
-		return err
-	}
-	if err := trtri(n, u, ldu, dinv); err != nil {
+	if err := invFactorInPlace(n, u, ldu); err != nil {
 		return err
 	}
 	// Rotate by 180°: U[i][j] = M[n-1-i][n-1-j]. For i < j this reads the
