@@ -242,14 +242,23 @@ func traceForm(d []float32, m, n int, h []float64) float64 {
 		clear(g[i*n : i*n+i+1]) // only the lower triangle is used
 	}
 	kernels.SyrkLower64(n, m, d, n, g, n)
-	var s float64
-	for i := 0; i < n; i++ {
-		gi, hi := g[i*n:i*n+i], h[i*n:i*n+i]
-		var off float64
-		for j, v := range gi {
-			off += v * hi[j]
+	// Row terms on all cores, summed in row order: the same bits as one
+	// sequential loop.
+	terms := make([]float64, n)
+	procs := min(runtime.GOMAXPROCS(0), max(1, n/128))
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		for i := p; i < n; i += procs {
+			gi, hi := g[i*n:i*n+i], h[i*n:i*n+i]
+			var off float64
+			for j, v := range gi {
+				off += v * hi[j]
+			}
+			terms[i] = 2*off + g[i*n+i]*h[i*n+i]
 		}
-		s += 2*off + g[i*n+i]*h[i*n+i]
+	})
+	var s float64
+	for _, t := range terms {
+		s += t
 	}
 	return s
 }
