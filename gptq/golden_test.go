@@ -7,6 +7,7 @@ import (
 	"flag"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -94,6 +95,45 @@ func TestProxyLossIncremental(t *testing.T) {
 				want := proxyLoss(p.W, res.Q, p.Rows, p.Cols, p.H)
 				if d := math.Abs(res.ProxyLoss - want); !(d <= 1e-4*want) {
 					t.Errorf("%d×%d %v %+v: proxy loss %g, explicit %g (rel %.2g)", p.Rows, p.Cols, g, opt, res.ProxyLoss, want, d/want)
+				}
+			}
+		}
+	}
+}
+
+// TestChunkingIndependent: a 1100-row problem runs the in-block loop in 4
+// row chunks on one core and in 8 on four; the outputs and losses agree bit
+// for bit.
+func TestChunkingIndependent(t *testing.T) {
+	if n1, n4 := (1100+chunkRows(1100, nil, 1)-1)/chunkRows(1100, nil, 1), (1100+chunkRows(1100, nil, 4)-1)/chunkRows(1100, nil, 4); n1 == n4 {
+		t.Fatalf("the test needs different chunk counts, got %d and %d", n1, n4)
+	}
+	p := newSynthProblem("chunks", 1100, 64, 150, 31)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, opt := range []Options{
+		{BlockSize: 32, SubBlock: 8, PercDamp: 0.01},
+		{BlockSize: 24, PercDamp: 0.01, ActOrder: true, Float64: true},
+	} {
+		for _, axis := range []Axis{InputAxis, OutputAxis} {
+			g := NewBFPGrid(bfp.BFP4, axis)
+			var ref *Result
+			for _, procs := range []int{1, 4} {
+				runtime.GOMAXPROCS(procs)
+				res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ref == nil {
+					ref = res
+					continue
+				}
+				for i := range res.Q {
+					if math.Float32bits(res.Q[i]) != math.Float32bits(ref.Q[i]) {
+						t.Fatalf("%v %+v: Q[%d] = %g with 4 cores, %g with 1", axis, opt, i, res.Q[i], ref.Q[i])
+					}
+				}
+				if res.Error != ref.Error || res.ProxyLoss != ref.ProxyLoss || res.RTNProxyLoss != ref.RTNProxyLoss {
+					t.Errorf("%v %+v: losses differ between 1 and 4 cores", axis, opt)
 				}
 			}
 		}

@@ -578,17 +578,18 @@ type rowChunk[T float] struct {
 	cur    []T // scratch column of r1−r0 values
 }
 
-// chunkRows is the number of rows per chunk of the in-block loop. It
-// depends on the shape and the grid only, never on the number of CPUs, so
-// that the (elementwise) arithmetic and thus the result are the same for
-// any GOMAXPROCS: four chunks of whole 16-row groups for matrices of at
-// least 512 rows, fewer for smaller ones; one chunk for integer grids,
-// whose state is shared across rows.
-func chunkRows(rows int, g Grid) int {
+// chunkRows is the number of rows per chunk of the in-block loop: whole
+// 16-row groups, at least 128 rows per chunk, up to four chunks for up to
+// two cores and two per core beyond; one chunk for integer grids, whose
+// state is shared across rows. The chunking never changes the result: the
+// in-block arithmetic is elementwise per row, BFP groups never straddle a
+// chunk, and the sub-block products give every element the same chain
+// whatever the split of their columns (TestChunkingIndependent).
+func chunkRows(rows int, g Grid, procs int) int {
 	if _, ok := g.(*IntGrid); ok {
 		return rows
 	}
-	n := min(4, max(1, rows/128))
+	n := min(max(4, 2*procs), max(1, rows/128))
 	c := (rows + n - 1) / n
 	return (c + 15) &^ 15
 }
@@ -626,6 +627,11 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 	nb := s.i2 - i1
 	rl := rowLoss[r0:r1]
 	ch.done = 0
+	// This chunk's rows of the block: current weights in, errors cleared.
+	for i := 0; i < nb; i++ {
+		copy(s.w1[i*rows+r0:i*rows+r1], s.wt[(i1+i)*rows+r0:(i1+i)*rows+r1])
+		clear(s.e[i*rows+r0 : i*rows+r1])
+	}
 	for j1 := 0; j1 < nb; j1 += sb {
 		j2 := min(j1+sb, nb)
 		ch.s1, ch.s2 = j1, j2
@@ -722,7 +728,7 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	}
 	s.w1 = make([]T, bs*rows)
 	s.e = make([]T, bs*rows)
-	cr := chunkRows(rows, g)
+	cr := chunkRows(rows, g, procs)
 	var chunks []rowChunk[T]
 	for r0 := 0; r0 < rows; r0 += cr {
 		r1 := min(r0+cr, rows)
@@ -733,8 +739,6 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		i2 := min(i1+bs, cols)
 		nb := i2 - i1
 		s.i1, s.i2 = i1, i2
-		copy(s.w1[:nb*rows], s.wt[i1*rows:i2*rows])
-		clear(s.e[:nb*rows])
 		kernels.ParallelFor(len(chunks), workers, func(c, _ int) { s.block(&chunks[c], cq, qt, rowLoss, sb) })
 		if i2 < cols {
 			// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here in
