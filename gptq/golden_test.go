@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -137,5 +138,77 @@ func TestChunkingIndependent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPooledBuffersClean: the solver's pooled work buffers are fully
+// written before they are read. The pools are stuffed with NaN-filled
+// buffers of every size the run asks for, and the outputs and both losses
+// must equal those of a run from fresh buffers.
+func TestPooledBuffersClean(t *testing.T) {
+	p := newSynthProblem("pool", 200, 130, 300, 37)
+	for _, opt := range []Options{{BlockSize: 64, PercDamp: 0.01}, {BlockSize: 50, PercDamp: 0.01, Float64: true}} {
+		g := NewBFPGrid(bfp.BFP4, InputAxis)
+		want, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{p.Rows * p.Cols, p.Cols * p.Cols, 64 * p.Rows, 50 * p.Rows} {
+			for k := 0; k < 4; k++ {
+				b32, b64 := make([]float32, n), make([]float64, n)
+				for i := range b32 {
+					b32[i], b64[i] = float32(math.NaN()), math.NaN()
+				}
+				putBuf(b32)
+				putBuf(b64)
+				putBuf(slices.Clone(b32)) // never two owners
+			}
+		}
+		got, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got.Q {
+			if math.Float32bits(got.Q[i]) != math.Float32bits(want.Q[i]) {
+				t.Fatalf("%+v: Q[%d] = %v, from fresh buffers %v", opt, i, got.Q[i], want.Q[i])
+			}
+		}
+		if got.Error != want.Error || got.ProxyLoss != want.ProxyLoss || got.RTNProxyLoss != want.RTNProxyLoss {
+			t.Errorf("%+v: losses %v %v %v, from fresh buffers %v %v %v", opt, got.Error, got.ProxyLoss, got.RTNProxyLoss, want.Error, want.ProxyLoss, want.RTNProxyLoss)
+		}
+	}
+}
+
+// TestHessianFinish: Finish gives Matrix's bits without a copy, for a
+// stream with tokens and for an empty one, and recycled matrices do not
+// leak into later Hessians.
+func TestHessianFinish(t *testing.T) {
+	x := randActivations(300, 70, 9)
+	for round := 0; round < 3; round++ {
+		a, b := NewHessian(70), NewHessian(70)
+		if err := a.Add(x, 300); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Add(x, 300); err != nil {
+			t.Fatal(err)
+		}
+		want, got := a.Matrix(), b.Finish()
+		a.Release()
+		for i := range want {
+			if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+				t.Fatalf("round %d: [%d] = %v, Matrix gives %v", round, i, got[i], want[i])
+			}
+		}
+		empty := NewHessian(70).Finish()
+		for i, v := range empty {
+			if math.Float64bits(v) != 0 {
+				t.Fatalf("round %d: empty Hessian [%d] = %v", round, i, v)
+			}
+		}
+		for i := range got {
+			got[i] = math.NaN()
+		}
+		RecycleMatrix(got)
+		RecycleMatrix(empty)
 	}
 }

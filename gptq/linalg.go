@@ -11,7 +11,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/ttquant/ttquant/internal/kernels"
 )
@@ -111,10 +110,10 @@ func inverseFactor[T float](h []T, n int) (u []T, ok bool) {
 // inverseFactorRev is inverseFactor for the Hessian given in reverse order
 // (r[i][j] = H[n-1-i][n-1-j], lower triangle; see
 // kernels.CholInvUpperRev), which it overwrites. The result is bit for bit
-// inverseFactor's. U comes from a pool (see releaseFactor) and the
+// inverseFactor's. U comes from the buffer pool and the
 // finiteness check runs on all cores.
 func inverseFactorRev[T float](r []T, n int) (u []T, ok bool) {
-	u = getFactorBuf[T](n * n)
+	u = getBuf[T](n * n)
 	var err error
 	switch r := any(r).(type) {
 	case []float64:
@@ -123,7 +122,7 @@ func inverseFactorRev[T float](r []T, n int) (u []T, ok bool) {
 		err = kernels.CholInvUpperRev32(n, r, n, any(u).([]float32), n)
 	}
 	if err != nil {
-		releaseFactor(u)
+		putBuf(u)
 		return nil, false
 	}
 	procs := min(runtime.GOMAXPROCS(0), max(1, n/256))
@@ -147,87 +146,10 @@ func inverseFactorRev[T float](r []T, n int) (u []T, ok bool) {
 		}
 	})
 	if slices.Contains(bad, true) {
-		releaseFactor(u)
+		putBuf(u)
 		return nil, false
 	}
 	return u, true
-}
-
-// factorPool32 and factorPool64 recycle the n×n inverse factors of
-// Factors that are no longer used (the package-level Quantize builds one
-// per call): a fresh 16 MB buffer for 2048 inputs costs more in page
-// faults than the factorization's rotation pass that overwrites it.
-var factorPool32, factorPool64 sync.Pool
-
-func getFactorBuf[T float](n int) []T {
-	var zero T
-	pool := &factorPool64
-	if _, ok := any(zero).(float32); ok {
-		pool = &factorPool32
-	}
-	if p, ok := pool.Get().(*[]T); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]T, n)
-}
-
-// releaseFactor returns u to its pool; u must not be used afterwards.
-func releaseFactor[T float](u []T) {
-	if u == nil {
-		return
-	}
-	var zero T
-	if _, ok := any(zero).(float32); ok {
-		factorPool32.Put(&u)
-	} else {
-		factorPool64.Put(&u)
-	}
-}
-
-// scratch64Pool recycles the float64 copy of the damped Hessian that
-// factor64 hands to the factorization.
-var scratch64Pool sync.Pool
-
-// getScratch64 returns a pooled buffer of n float64 values with arbitrary
-// contents; release it with scratch64Pool.Put.
-func getScratch64(n int) *[]float64 {
-	if p, ok := scratch64Pool.Get().(*[]float64); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
-	}
-	b := make([]float64, n)
-	return &b
-}
-
-// gramPool recycles the n×n float64 buffers of traceForm: a fresh 32 MB
-// buffer per report (2048 inputs) costs more in page faults and zeroing
-// than clearing the triangle of a used one.
-var gramPool sync.Pool
-
-// getGram returns a pooled buffer of at least n·n float64 values, sliced
-// to n·n, with arbitrary contents.
-func getGram(n int) *[]float64 {
-	if p, ok := gramPool.Get().(*[]float64); ok && cap(*p) >= n*n {
-		*p = (*p)[:n*n]
-		return p
-	}
-	g := make([]float64, n*n)
-	return &g
-}
-
-// scratch32Pool recycles the float32 copy of the damped Hessian that
-// factor32 hands to the factorization (16 MB for 2048 inputs).
-var scratch32Pool sync.Pool
-
-// getScratch32 returns a pooled buffer of n float32 values with arbitrary
-// contents; release it with scratch32Pool.Put.
-func getScratch32(n int) *[]float32 {
-	if p, ok := scratch32Pool.Get().(*[]float32); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
-	}
-	b := make([]float32, n)
-	return &b
 }
 
 // traceForm returns tr(Δ·H·Δᵀ) = ⟨H, ΔᵀΔ⟩ for the m×n matrix Δ (float32,
@@ -235,9 +157,8 @@ func getScratch32(n int) *[]float32 {
 // accumulated in float64 (kernels.SyrkLower64), which costs m·n² flops —
 // half of forming Δ·H.
 func traceForm(d []float32, m, n int, h []float64) float64 {
-	gp := getGram(n)
-	defer gramPool.Put(gp)
-	g := *gp
+	g := getBuf[float64](n * n)
+	defer putBuf(g)
 	for i := 0; i < n; i++ {
 		clear(g[i*n : i*n+i+1]) // only the lower triangle is used
 	}

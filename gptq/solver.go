@@ -263,8 +263,8 @@ func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*R
 	res, err := f.quantize(w, rows, g, f.opt, rl)
 	// The Factor never leaves this call: its inverse factor can serve the
 	// next one.
-	releaseFactor(f.u32)
-	releaseFactor(f.u64)
+	putBuf(f.u32)
+	putBuf(f.u64)
 	if err != nil {
 		return nil, err
 	}
@@ -376,9 +376,8 @@ func NewFactor(h []float64, cols int, opt Options) (*Factor, error) {
 // the damping on failure (float64 mode).
 func (f *Factor) factor64(h, diag []float64, mean float64) {
 	cols := f.cols
-	hpBuf := getScratch64(cols * cols)
-	defer scratch64Pool.Put(hpBuf)
-	hp := *hpBuf
+	hp := getBuf[float64](cols * cols)
+	defer putBuf(hp)
 	var u []float64
 	var lam float64
 	for try, p := range dampSchedule(f.opt.PercDamp) {
@@ -456,9 +455,8 @@ func (f *Factor) factor32(h, diag []float64, mean float64) {
 	// Only the lower triangle is written and read (CholInvUpper32 reads
 	// the lower triangle of its input), so a reused buffer needs no
 	// clearing.
-	hpBuf := getScratch32(cols * cols)
-	defer scratch32Pool.Put(hpBuf)
-	hp := *hpBuf
+	hp := getBuf[float32](cols * cols)
+	defer putBuf(hp)
 	var u []float32
 	var lam float32
 	for try, p := range dampSchedule(f.opt.PercDamp) {
@@ -704,7 +702,10 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	// streams on each side stay in cache), the tiles shared among the
 	// cores (plain copies, so the split cannot change the result).
 	procs := runtime.GOMAXPROCS(0)
-	s.wt = make([]T, rows*cols)
+	// The working copies come from a pool and go back at the end: every
+	// element is written before it is read.
+	s.wt = getBuf[T](rows * cols)
+	defer putBuf(s.wt)
 	const tb = 16
 	nkt := (cols + tb - 1) / tb
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
@@ -719,15 +720,18 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		}
 	})
 	cq := bind(g, s)
-	qt := make([]T, rows*cols)
+	qt := getBuf[T](rows * cols)
+	defer putBuf(qt)
 	rowLoss := make([]float64, rows)
 	bs := min(opt.BlockSize, cols)
 	sb := bs
 	if opt.SubBlock > 0 {
 		sb = min(opt.SubBlock, bs)
 	}
-	s.w1 = make([]T, bs*rows)
-	s.e = make([]T, bs*rows)
+	s.w1 = getBuf[T](bs * rows) // each block fills its columns first
+	defer putBuf(s.w1)
+	s.e = getBuf[T](bs * rows)
+	defer putBuf(s.e)
 	cr := chunkRows(rows, g, procs)
 	var chunks []rowChunk[T]
 	for r0 := 0; r0 < rows; r0 += cr {
@@ -859,11 +863,16 @@ func startRTNLoss(g Grid, w []float32, rows, cols int, h []float64, f64 bool) *a
 // solver's arithmetic (float64 with f64).
 func rtnProxyLoss(g Grid, w []float32, rows, cols int, h []float64, f64 bool) float64 {
 	if f64 {
-		w64 := make([]float64, len(w))
+		w64 := getBuf[float64](len(w))
+		defer putBuf(w64)
 		for i, v := range w {
 			w64[i] = float64(v)
 		}
-		return proxyLoss(w, rtn(g, w64, rows, cols), rows, cols, h)
+		q := rtnTo(getBuf[float64](len(w)), g, w64, rows, cols)
+		defer putBuf(q)
+		return proxyLoss(w, q, rows, cols, h)
 	}
-	return proxyLoss(w, rtn(g, w, rows, cols), rows, cols, h)
+	q := rtnTo(getBuf[float32](len(w)), g, w, rows, cols)
+	defer putBuf(q)
+	return proxyLoss(w, q, rows, cols, h)
 }
