@@ -93,7 +93,8 @@ func (h *Hessian) Matrix() []float64 {
 
 // Finish returns H like Matrix, but builds it in the Hessian's own
 // accumulation storage instead of a new cols×cols matrix (the same bits),
-// and returns the row buffer to a pool. h must not be used afterwards. Hand
+// and returns the row buffer to a pool. h must not be used afterwards,
+// except for Tokens and Cols. Hand
 // the matrix to RecycleMatrix once no Factor or Quantize call uses it any
 // more: later NewHessian calls then reuse it, so a loop that builds one
 // Hessian per expert allocates no matrices once warm.

@@ -263,8 +263,7 @@ func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*R
 	res, err := f.quantize(w, rows, g, f.opt, rl)
 	// The Factor never leaves this call: its inverse factor can serve the
 	// next one.
-	putBuf(f.u32)
-	putBuf(f.u64)
+	f.Release()
 	if err != nil {
 		return nil, err
 	}
@@ -474,6 +473,15 @@ func (f *Factor) factor32(h, diag []float64, mean float64) {
 	}
 	setExtra(f, h, diag, lam)
 	f.u32 = u
+}
+
+// Release hands the Factor's inverse factor (cols² values) to the buffer
+// pool for later factorizations; f must not be used afterwards. Optional:
+// without it the garbage collector reclaims the memory.
+func (f *Factor) Release() {
+	putBuf(f.u32)
+	putBuf(f.u64)
+	f.u32, f.u64 = nil, nil
 }
 
 // Cols returns the number of input columns of the Factor's Hessian.
