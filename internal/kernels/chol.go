@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // cholBlock is the column block of the blocked factorizations: diagonal
@@ -194,17 +195,18 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	defer putBuf(tBuf)
 	pBuf := getBuf[T](n * nb)
 	defer putBuf(pBuf)
-	t, p := *tBuf, *pBuf
-	for j := 0; j < n; j += nb {
-		jb := min(nb, n-j)
+	p := *pBuf
+	// diag factors the diagonal block at j and, unless it is the last,
+	// returns its inverse T = L11⁻¹ (in dinv when kept, else in the
+	// shared buffer).
+	diag := func(j, jb int) ([]T, error) {
 		if err := potrfUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
-			return err
+			return nil, err
 		}
-		rest := n - j - jb
-		if rest == 0 {
-			break
+		if j+jb == n {
+			return nil, nil
 		}
-		// T = L11⁻¹.
+		t := *tBuf
 		if dinv != nil {
 			t = dinv[j*nb : j*nb+jb*jb]
 		}
@@ -212,7 +214,25 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 			copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
 		}
 		if err := trtriUnblocked(jb, t, jb, j); err != nil {
-			return &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+			return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+		}
+		return t, nil
+	}
+	lookahead := Workers() > 1
+	var t []T
+	ready := false // the diagonal block at j was done during the last update
+	for j := 0; j < n; j += nb {
+		jb := min(nb, n-j)
+		if !ready {
+			var err error
+			if t, err = diag(j, jb); err != nil {
+				return err
+			}
+		}
+		ready = false
+		rest := n - j - jb
+		if rest == 0 {
+			break
 		}
 		// L21 = A21·L11⁻ᵀ = A21·Tᵀ.
 		a21 := a[(j+jb)*lda+j:]
@@ -223,8 +243,38 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 				copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
 			}
 		})
-		// A22 −= L21·L21ᵀ, lower triangle only.
-		gemmMasked(false, true, rest, rest, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[(j+jb)*lda+j+jb:], lda, true)
+		// A22 −= L21·L21ᵀ, lower triangle only, in two parts: the next
+		// block column first, then the rest. With lookahead the next
+		// diagonal block, final after the first part, is factored and
+		// inverted while the second part runs, so the cores do not wait
+		// for its scalar work. Each element receives the same chain
+		// either way.
+		next, jb2 := j+jb, min(nb, rest)
+		gemmMasked(false, true, rest, jb2, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true)
+		if rest == jb2 {
+			continue
+		}
+		a31 := a21[jb2*lda:]
+		big := func() {
+			gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, a31, lda, maskNone, a31, lda, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true)
+		}
+		if !lookahead {
+			big()
+			continue
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			big()
+		}()
+		var err error
+		t, err = diag(next, jb2)
+		wg.Wait()
+		if err != nil {
+			return err
+		}
+		ready = true
 	}
 	return nil
 }
