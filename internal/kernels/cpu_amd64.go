@@ -31,3 +31,19 @@ func detectAVX2FMA() bool {
 	const avx2 = 1 << 5
 	return ebx7&avx2 != 0
 }
+
+// detectAVX512 reports whether, beyond AVX2 and FMA, the processor has
+// AVX-512F and the operating system saves the opmask and ZMM state (XCR0
+// bits 5 to 7). The kernels need nothing beyond AVX-512F.
+func detectAVX512() bool {
+	if !detectAVX2FMA() {
+		return false
+	}
+	xcr0, _ := xgetbv()
+	if xcr0&0xe6 != 0xe6 {
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	const avx512f = 1 << 16
+	return ebx7&avx512f != 0
+}

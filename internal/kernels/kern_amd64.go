@@ -2,7 +2,10 @@
 
 package kernels
 
-import "unsafe"
+import (
+	"os"
+	"unsafe"
+)
 
 //go:noescape
 func sgemmKernAVX2(kc int, a, b, c *float32, ldc int)
@@ -16,13 +19,34 @@ func dgemmKernAVX2(kc int, a, b, c *float64, ldc int)
 func fmaLoop32AVX2(n int)
 func fmaLoop64AVX2(n int)
 
+//go:noescape
+func sgemmKernAVX512(kc int, a, b, c *float32, ldc int)
+
+//go:noescape
+func sgemmKern64AVX512(kc int, a, b *float32, c *float64, ldc int)
+
+//go:noescape
+func dgemmKernAVX512(kc int, a, b, c *float64, ldc int)
+
 // useAsm selects the AVX2/FMA micro-kernels. It is fixed at start-up by
 // CPU feature detection.
 var useAsm = detectAVX2FMA()
 
+// noAVX512Env names the environment variable that, when set to a
+// non-empty value, keeps the kernels on AVX2 on a processor with AVX-512.
+const noAVX512Env = "TTQUANT_NO_AVX512"
+
+// useAVX512 selects the AVX-512F forms of the three product micro-kernels
+// (bit-identical to the AVX2 ones). Fixed at start-up: AVX-512F with the
+// ZMM state enabled, unless TTQUANT_NO_AVX512 is set.
+var useAVX512 = useAsm && detectAVX512() && os.Getenv(noAVX512Env) == ""
+
 // implName names the micro-kernels in use.
 func implName() string {
-	if useAsm {
+	switch {
+	case useAVX512:
+		return "avx512f"
+	case useAsm:
 		return "avx2-fma"
 	}
 	return "go"
@@ -42,6 +66,10 @@ func sgemmKern(kc int, a, b, c []float32, ldc int) {
 		_ = b[kc*sNR-1]
 	}
 	_ = c[(sMR-1)*ldc+sNR-1]
+	if useAVX512 {
+		sgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+		return
+	}
 	sgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
@@ -55,6 +83,10 @@ func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) {
 		_ = b[kc*sNR-1]
 	}
 	_ = c[(sMR-1)*ldc+sNR-1]
+	if useAVX512 {
+		sgemmKern64AVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+		return
+	}
 	sgemmKern64AVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
@@ -68,26 +100,42 @@ func dgemmKern(kc int, a, b, c []float64, ldc int) {
 		_ = b[kc*dNR-1]
 	}
 	_ = c[(dMR-1)*ldc+dNR-1]
+	if useAVX512 {
+		dgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+		return
+	}
 	dgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
-// fmaLoop32 runs n iterations of 12 independent 8-wide float32 FMAs and
-// returns the number of floating-point operations performed.
+func fmaLoop32AVX512(n int)
+func fmaLoop64AVX512(n int)
+
+// fmaLoop32 runs n iterations of 12 independent float32 FMAs of the
+// widest vectors the product kernels use (8 lanes with AVX2, 16 with
+// AVX-512) and returns the number of floating-point operations performed.
 func fmaLoop32(n int) float64 {
-	if !useAsm {
-		return fmaLoop32Go(n)
+	switch {
+	case useAVX512:
+		fmaLoop32AVX512(n)
+		return float64(n) * 12 * 16 * 2
+	case useAsm:
+		fmaLoop32AVX2(n)
+		return float64(n) * 12 * 8 * 2
 	}
-	fmaLoop32AVX2(n)
-	return float64(n) * 12 * 8 * 2
+	return fmaLoop32Go(n)
 }
 
-// fmaLoop64 is fmaLoop32 for 4-wide float64 FMAs.
+// fmaLoop64 is fmaLoop32 for float64 FMAs (4 or 8 lanes).
 func fmaLoop64(n int) float64 {
-	if !useAsm {
-		return fmaLoop64Go(n)
+	switch {
+	case useAVX512:
+		fmaLoop64AVX512(n)
+		return float64(n) * 12 * 8 * 2
+	case useAsm:
+		fmaLoop64AVX2(n)
+		return float64(n) * 12 * 4 * 2
 	}
-	fmaLoop64AVX2(n)
-	return float64(n) * 12 * 4 * 2
+	return fmaLoop64Go(n)
 }
 
 //go:noescape

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -359,6 +360,80 @@ func TestBatchedVectorTwins(t *testing.T) {
 			}
 			if !bitsEqual64(acc64[x], want64[x]) || !bitsEqual64(go64[x], want64[x]) {
 				t.Fatalf("axpyTri64 n=%d [%d]: %v / %v, want %v", n, x, acc64[x], go64[x], want64[x])
+			}
+		}
+	}
+}
+
+// TestAVX512KernelTwins runs the AVX-512 micro-kernels, where the
+// processor has them, against the AVX2 ones and the Go twins on random
+// tiles with special values: all three must agree bit for bit. Elsewhere
+// (no AVX-512F, the purego tag, another architecture) it is skipped; the
+// Go twin still defines the result and TestKernelTwins checks the
+// dispatching kernels against it.
+func TestAVX512KernelTwins(t *testing.T) {
+	if !kernelVariants.avx512 {
+		t.Skipf("no AVX-512 micro-kernels on this processor/build (%s)", implName())
+	}
+	r := rand.New(rand.NewPCG(71, 72))
+	for trial := 0; trial < 300; trial++ {
+		kc := r.IntN(40)
+		if trial%50 == 0 {
+			kc = 256
+		}
+		a, b := make([]float32, kc*sMR), make([]float32, kc*sNR)
+		for i := range a {
+			a[i] = randSpecial32(r)
+		}
+		for i := range b {
+			b[i] = randSpecial32(r)
+		}
+		ldc := sNR + r.IntN(5)
+		c := make([]float32, sMR*ldc)
+		for i := range c {
+			c[i] = randSpecial32(r)
+		}
+		c2, c5 := slices.Clone(c), slices.Clone(c)
+		kernelVariants.s2(kc, a, b, c2, ldc)
+		kernelVariants.s5(kc, a, b, c5, ldc)
+		sgemmKernGo(kc, a, b, c, ldc)
+		for i := range c {
+			if !bitsEqual32(c5[i], c[i]) || !bitsEqual32(c2[i], c[i]) {
+				t.Fatalf("float32 trial %d element %d: avx512 %g avx2 %g go %g", trial, i, c5[i], c2[i], c[i])
+			}
+		}
+		d := make([]float64, sMR*ldc)
+		for i := range d {
+			d[i] = r.NormFloat64()
+		}
+		d2, d5 := slices.Clone(d), slices.Clone(d)
+		kernelVariants.s64x2(kc, a, b, d2, ldc)
+		kernelVariants.s64x5(kc, a, b, d5, ldc)
+		sgemmKern64Go(kc, a, b, d, ldc)
+		for i := range d {
+			if !bitsEqual64(d5[i], d[i]) || !bitsEqual64(d2[i], d[i]) {
+				t.Fatalf("float32→64 trial %d element %d: avx512 %g avx2 %g go %g", trial, i, d5[i], d2[i], d[i])
+			}
+		}
+		da, db := make([]float64, kc*dMR), make([]float64, kc*dNR)
+		for i := range da {
+			da[i] = float64(randSpecial32(r)) * (1 + r.Float64())
+		}
+		for i := range db {
+			db[i] = r.NormFloat64() * math.Ldexp(1, r.IntN(200)-100)
+		}
+		ldd := dNR + r.IntN(3)
+		e := make([]float64, dMR*ldd)
+		for i := range e {
+			e[i] = r.NormFloat64()
+		}
+		e2, e5 := slices.Clone(e), slices.Clone(e)
+		kernelVariants.d2(kc, da, db, e2, ldd)
+		kernelVariants.d5(kc, da, db, e5, ldd)
+		dgemmKernGo(kc, da, db, e, ldd)
+		for i := range e {
+			if !bitsEqual64(e5[i], e[i]) || !bitsEqual64(e2[i], e[i]) {
+				t.Fatalf("float64 trial %d element %d: avx512 %g avx2 %g go %g", trial, i, e5[i], e2[i], e[i])
 			}
 		}
 	}
