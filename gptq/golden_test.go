@@ -72,6 +72,32 @@ func TestGoldenQ(t *testing.T) {
 	}
 }
 
+// TestProxyLossIncrementalReference: the derived proxy loss against the
+// explicit trace on the reference problems p1–p4 (p4: 40 tokens, a
+// rank-deficient H, where the damping's share of the error is largest),
+// integer and BFP grids, both precisions, 1e-4 relative.
+func TestProxyLossIncrementalReference(t *testing.T) {
+	for _, p := range loadProblems(t) {
+		for _, g := range []Grid{NewBFPGrid(bfp.BFP4, InputAxis), NewBFPGrid(bfp.BFP8, OutputAxis), NewIntGrid(IntConfig{Bits: 4, GroupSize: 32})} {
+			for _, f64 := range []bool{false, true} {
+				opt := DefaultOptions()
+				opt.Float64 = f64
+				opt.ActOrder = f64
+				res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := proxyLoss(p.W, res.Q, p.Rows, p.Cols, p.H)
+				d := math.Abs(res.ProxyLoss - want)
+				t.Logf("%s %v float64=%v: derived %.6g, explicit %.6g, rel %.2g, Error/loss %.2f", p.ID, g, f64, res.ProxyLoss, want, d/want, res.Error/want)
+				if !(d <= 1e-4*want) {
+					t.Errorf("%s %v float64=%v: proxy loss %g, explicit %g (rel %.2g)", p.ID, g, f64, res.ProxyLoss, want, d/want)
+				}
+			}
+		}
+	}
+}
+
 // TestProxyLossIncremental: the proxy loss derived from the solve's
 // reported error (Error − ½·Σ extra_c·‖Δ₀[:, c]‖²) agrees with the
 // explicit trace ½·tr(Δ·H·Δᵀ) to 1e-4 relative over the grid families,
