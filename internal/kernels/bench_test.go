@@ -51,12 +51,25 @@ func benchHeadline(b *testing.B, name string, small bool) {
 	b.Fatalf("no headline case %q", name)
 }
 
-// BenchmarkPeak reports the FMA throughput loop itself.
+// BenchmarkPeak reports the FMA throughput loop itself, and the float32
+// FMA work done per CPU-second of the process: on a shared machine that
+// rate, against the idle machine's per-core peak, tells how much slower a
+// CPU-second is at the moment (cache and memory contention), which CPU
+// times measured at the same moment need to be read with.
 func BenchmarkPeak(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		p := MeasurePeak(200*time.Millisecond, 0)
 		b.ReportMetric(p.F32, "f32-GFLOP/s")
 		b.ReportMetric(p.F64, "f64-GFLOP/s")
+	}
+	// A fixed amount of float32 FMA work on one goroutine.
+	c0, ok0 := processCPU()
+	var fl float64
+	for fl < 20e9 {
+		fl += fmaLoop32(1 << 20)
+	}
+	if c1, ok := processCPU(); ok && ok0 && c1 > c0 {
+		b.ReportMetric(fl/(c1-c0).Seconds()/1e9, "f32-GFLOP/cpu-s")
 	}
 }
 
