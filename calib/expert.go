@@ -95,7 +95,7 @@ func (d *driver) downHessianAll(q *ExpertWeights, inter int) ([]float64, int64, 
 			return nil, 0, err
 		}
 	}
-	return hs.Matrix(), hs.Tokens(), nil
+	return hs.Finish(), hs.Tokens(), nil
 }
 
 // intermediate computes silu(x·Gateᵀ) ⊙ (x·Upᵀ) into the scratch buffer.
@@ -210,6 +210,7 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 		opt.Name = qz.what + " gate_proj/up_proj"
 		if f, ferr := gptq.NewFactor(hGU, h, opt); ferr == nil {
 			fGU = f
+			defer f.Release() // made here, used only here
 		}
 	}
 	if q.Gate, st[0], err = qz.gptq(0, w.Gate, inter, h, hGU, fGU, srcGU, nGU); err != nil {
@@ -303,8 +304,9 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		if err := hs.Add(xe, n); err != nil {
 			return nil, fmt.Errorf("calib: %s gate/up Hessian: %w", what, err)
 		}
-		hGU := hs.Matrix()
+		hGU := hs.Finish() // built in place; recycled once gate and up are done
 		hs = nil
+		defer gptq.RecycleMatrix(hGU)
 		q, st.Matrices, err = qz.gateUpDown(w, inter, hGU, nil, HessianRouted, int64(n),
 			func(q *ExpertWeights) ([]float64, string, int64, error) {
 				a := ws.intermediate(q, xe, n, h, inter)
@@ -312,7 +314,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 				if err := hd.Add(a, n); err != nil {
 					return nil, "", 0, err
 				}
-				return hd.Matrix(), HessianRouted, int64(n), nil
+				return hd.Finish(), HessianRouted, int64(n), nil
 			})
 	}
 	if err != nil {

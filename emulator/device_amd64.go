@@ -12,7 +12,7 @@ func devKernAVX2(ktiles int, a *int16, b *int32, phases int, scratch *int32, dst
 // deviceAsm selects the AVX2 kernel for the FP32-Dst Blackhole case. It is
 // set when the processor has AVX2 (the kernels package's AVX2 code is in
 // use); tests switch it off to compare the two paths.
-var deviceAsm = kernels.Impl() == "avx2-fma"
+var deviceAsm = kernels.Impl() != "go"
 
 func devKern(ktiles int, a []int16, b []int32, phases int, scratch []int32, dst *[8]uint32) {
 	_ = a[ktiles*TileDim*panelStride-1]

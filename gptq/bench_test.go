@@ -47,6 +47,28 @@ func BenchmarkHessian(b *testing.B) {
 	b.ReportMetric(sec, "s/hessian")
 }
 
+// BenchmarkHessianPooled is BenchmarkHessian on the allocation-free path
+// for repeated Hessians: Finish builds H in the accumulator's storage and
+// RecycleMatrix hands it to the next NewHessian (compare B/op and
+// allocs/op with -benchmem).
+func BenchmarkHessianPooled(b *testing.B) {
+	const tokens, cols = 4096, 2048
+	x := randActivations(tokens, cols, 1)
+	b.SetBytes(int64(len(x) * 4))
+	RecycleMatrix(NewHessian(cols).Finish()) // warm the pool
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h := NewHessian(cols)
+		if err := h.Add(x, tokens); err != nil {
+			b.Fatal(err)
+		}
+		RecycleMatrix(h.Finish())
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(tokens)*cols*(cols+1)/sec/1e9, "GFLOP/s")
+	b.ReportMetric(sec, "s/hessian")
+}
+
 func benchProblem(b *testing.B, rows, cols int) ([]float32, []float64) {
 	hs := NewHessian(cols)
 	tokens := 2 * cols

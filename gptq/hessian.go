@@ -91,6 +91,30 @@ func (h *Hessian) Matrix() []float64 {
 	return h.acc.MatrixScaled(2 / float64(n))
 }
 
+// Finish returns H like Matrix, but builds it in the Hessian's own
+// accumulation storage instead of a new cols×cols matrix (the same bits),
+// and returns the row buffer to a pool. h must not be used afterwards,
+// except for Tokens and Cols. Hand
+// the matrix to RecycleMatrix once no Factor or Quantize call uses it any
+// more: later NewHessian calls then reuse it, so a loop that builds one
+// Hessian per expert allocates no matrices once warm.
+func (h *Hessian) Finish() []float64 {
+	n := h.Tokens()
+	if n == 0 {
+		return h.acc.TakeScaled(0) // the empty sum: all +0
+	}
+	return h.acc.TakeScaled(2 / float64(n))
+}
+
+// Release returns the Hessian's buffers to the pool without building H;
+// h must not be used afterwards.
+func (h *Hessian) Release() { h.acc.Release() }
+
+// RecycleMatrix hands a matrix from Finish or Matrix back to the pool that
+// NewHessian draws from. m must not be used afterwards (nor by a Factor
+// built on it: a Factor keeps its Hessian).
+func RecycleMatrix(m []float64) { kernels.RecycleMatrix(m) }
+
 // maxActivationBits is the float32 bit pattern of maxActivation without
 // its sign; NaNs and infinities have larger patterns.
 var maxActivationBits = math.Float32bits(maxActivation)

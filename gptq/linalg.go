@@ -9,7 +9,8 @@ package gptq
 
 import (
 	"math"
-	"sync"
+	"runtime"
+	"slices"
 
 	"github.com/ttquant/ttquant/internal/kernels"
 )
@@ -106,35 +107,49 @@ func inverseFactor[T float](h []T, n int) (u []T, ok bool) {
 	return u, true
 }
 
-// gramPool recycles the n×n float64 buffers of traceForm: a fresh 32 MB
-// buffer per report (2048 inputs) costs more in page faults and zeroing
-// than clearing the triangle of a used one.
-var gramPool sync.Pool
-
-// getGram returns a pooled buffer of at least n·n float64 values, sliced
-// to n·n, with arbitrary contents.
-func getGram(n int) *[]float64 {
-	if p, ok := gramPool.Get().(*[]float64); ok && cap(*p) >= n*n {
-		*p = (*p)[:n*n]
-		return p
+// inverseFactorRev is inverseFactor for the Hessian given in reverse order
+// (r[i][j] = H[n-1-i][n-1-j], lower triangle; see
+// kernels.CholInvUpperRev), which it overwrites. The result is bit for bit
+// inverseFactor's. U comes from the buffer pool and the
+// finiteness check runs on all cores.
+func inverseFactorRev[T float](r []T, n int) (u []T, ok bool) {
+	u = getBuf[T](n * n)
+	var err error
+	switch r := any(r).(type) {
+	case []float64:
+		err = kernels.CholInvUpperRev(n, r, n, any(u).([]float64), n)
+	case []float32:
+		err = kernels.CholInvUpperRev32(n, r, n, any(u).([]float32), n)
 	}
-	g := make([]float64, n*n)
-	return &g
-}
-
-// scratch32Pool recycles the float32 copy of the damped Hessian that
-// factor32 hands to the factorization (16 MB for 2048 inputs).
-var scratch32Pool sync.Pool
-
-// getScratch32 returns a pooled buffer of n float32 values with arbitrary
-// contents; release it with scratch32Pool.Put.
-func getScratch32(n int) *[]float32 {
-	if p, ok := scratch32Pool.Get().(*[]float32); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
+	if err != nil {
+		putBuf(u)
+		return nil, false
 	}
-	b := make([]float32, n)
-	return &b
+	procs := min(runtime.GOMAXPROCS(0), max(1, n/256))
+	bad := make([]bool, procs)
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		// Rows dealt out in turn, so that every core gets a similar share
+		// of the triangle.
+		for a := p; a < n; a += procs {
+			for _, v := range u[a*n+a : (a+1)*n] {
+				// One comparison catches NaN and ±Inf (float32 ones too,
+				// converted exactly).
+				if x := math.Abs(float64(v)); !(x <= math.MaxFloat64) {
+					bad[p] = true
+					return
+				}
+			}
+			if !(u[a*n+a] > 0) {
+				bad[p] = true
+				return
+			}
+		}
+	})
+	if slices.Contains(bad, true) {
+		putBuf(u)
+		return nil, false
+	}
+	return u, true
 }
 
 // traceForm returns tr(Δ·H·Δᵀ) = ⟨H, ΔᵀΔ⟩ for the m×n matrix Δ (float32,
@@ -142,21 +157,29 @@ func getScratch32(n int) *[]float32 {
 // accumulated in float64 (kernels.SyrkLower64), which costs m·n² flops —
 // half of forming Δ·H.
 func traceForm(d []float32, m, n int, h []float64) float64 {
-	gp := getGram(n)
-	defer gramPool.Put(gp)
-	g := *gp
+	g := getBuf[float64](n * n)
+	defer putBuf(g)
 	for i := 0; i < n; i++ {
 		clear(g[i*n : i*n+i+1]) // only the lower triangle is used
 	}
 	kernels.SyrkLower64(n, m, d, n, g, n)
-	var s float64
-	for i := 0; i < n; i++ {
-		gi, hi := g[i*n:i*n+i], h[i*n:i*n+i]
-		var off float64
-		for j, v := range gi {
-			off += v * hi[j]
+	// Row terms on all cores, summed in row order: the same bits as one
+	// sequential loop.
+	terms := make([]float64, n)
+	procs := min(runtime.GOMAXPROCS(0), max(1, n/128))
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		for i := p; i < n; i += procs {
+			gi, hi := g[i*n:i*n+i], h[i*n:i*n+i]
+			var off float64
+			for j, v := range gi {
+				off += v * hi[j]
+			}
+			terms[i] = 2*off + g[i*n+i]*h[i*n+i]
 		}
-		s += 2*off + g[i*n+i]*h[i*n+i]
+	})
+	var s float64
+	for _, t := range terms {
+		s += t
 	}
 	return s
 }

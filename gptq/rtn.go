@@ -23,7 +23,11 @@ func RTN(w []float32, rows, cols int, g Grid) ([]float32, error) {
 }
 
 func rtn[T float](g Grid, w []T, rows, cols int) []T {
-	q := make([]T, len(w))
+	return rtnTo(make([]T, len(w)), g, w, rows, cols)
+}
+
+// rtnTo is rtn writing every element of q (len(w) values).
+func rtnTo[T float](q []T, g Grid, w []T, rows, cols int) []T {
 	switch g := g.(type) {
 	case *IntGrid:
 		cfg := &g.cfg
@@ -79,7 +83,8 @@ func rtn[T float](g Grid, w []T, rows, cols int) []T {
 
 // proxyLoss returns ½·tr(Δ·H·Δᵀ) for Δ = w − q.
 func proxyLoss[T float](w []float32, q []T, rows, cols int, h []float64) float64 {
-	d := make([]float32, rows*cols)
+	d := getBuf[float32](rows * cols)
+	defer putBuf(d)
 	for i, v := range w {
 		d[i] = float32(float64(v) - float64(q[i]))
 	}

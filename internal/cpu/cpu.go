@@ -11,4 +11,7 @@ var (
 	AVX2 bool
 	// FMA is set when AVX2 is and the processor has FMA3.
 	FMA bool
+	// AVX512F is set when FMA is, the processor has AVX-512F, and the
+	// operating system saves the opmask and ZMM state (XCR0 bits 5 to 7).
+	AVX512F bool
 )

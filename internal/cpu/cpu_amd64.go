@@ -4,6 +4,7 @@ package cpu
 
 func init() {
 	AVX2, FMA = detect()
+	AVX512F = FMA && detectAVX512F()
 }
 
 //go:noescape
@@ -37,4 +38,16 @@ func detect() (avx2, fma bool) {
 	const avx2Bit = 1 << 5
 	avx2 = ebx7&avx2Bit != 0
 	return avx2, avx2 && ecx1&fma3 != 0
+}
+
+// detectAVX512F reports whether the processor has AVX-512F and the operating
+// system saves the opmask and the full ZMM state (XCR0 bits 5, 6 and 7, with
+// the SSE and AVX bits). The kernels need nothing beyond AVX-512F.
+func detectAVX512F() bool {
+	if xcr0, _ := xgetbv(); xcr0&0xe6 != 0xe6 {
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	const avx512f = 1 << 16
+	return ebx7&avx512f != 0
 }

@@ -7,5 +7,8 @@ func TestFeaturesConsistent(t *testing.T) {
 	if FMA && !AVX2 {
 		t.Error("FMA without AVX2")
 	}
-	t.Logf("AVX2=%v FMA=%v", AVX2, FMA)
+	if AVX512F && !FMA {
+		t.Error("AVX-512F without FMA")
+	}
+	t.Logf("AVX2=%v FMA=%v AVX512F=%v", AVX2, FMA, AVX512F)
 }

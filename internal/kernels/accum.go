@@ -1,6 +1,68 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
+
+// matPool64 and matPool32 hold the accumulators' n×n matrices and row
+// buffers, apart from the kernels' small scratch buffers so that a large
+// matrix is not handed out as scratch. They are bounded free lists rather
+// than sync.Pools: the garbage collections that large allocations trigger
+// would empty a sync.Pool before the next Hessian asks, and a bound keeps
+// the memory held independent of how many Hessians are built.
+var (
+	matPool64 matPool[float64]
+	matPool32 matPool[float32]
+)
+
+const matSlots = 4
+
+type matPool[T float32 | float64] struct {
+	mu   sync.Mutex
+	free [][]T
+}
+
+// Get returns a slice of n values with arbitrary contents.
+func (p *matPool[T]) Get(n int) []T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	best := -1
+	for i, b := range p.free {
+		if cap(b) >= n && (best < 0 || cap(b) < cap(p.free[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return make([]T, n)
+	}
+	b := p.free[best]
+	p.free[best] = p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return b[:n]
+}
+
+// Put hands b back; when the list is full the smallest buffer is dropped.
+func (p *matPool[T]) Put(b []T) {
+	if cap(b) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < matSlots {
+		p.free = append(p.free, b)
+		return
+	}
+	small := 0
+	for i, f := range p.free {
+		if cap(f) < cap(p.free[small]) {
+			small = i
+		}
+	}
+	if cap(b) > cap(p.free[small]) {
+		p.free[small] = b
+	}
+}
 
 // GramAccumulator accumulates G = Σ x xᵀ over a stream of float32 rows x of
 // n features (the Hessian of a linear layer's inputs, up to scaling) into a
@@ -21,12 +83,64 @@ type GramAccumulator struct {
 }
 
 // NewGramAccumulator returns an empty accumulator for n features. It holds
-// an n×n float64 matrix and a 256×n float32 row buffer.
+// an n×n float64 matrix and a 256×n float32 row buffer, taken from a pool
+// that Release, TakeScaled and RecycleMatrix refill, so that repeated
+// accumulations (one Hessian per expert) allocate nothing once warm.
 func NewGramAccumulator(n int) *GramAccumulator {
 	if n <= 0 {
 		panic(fmt.Sprintf("kernels: NewGramAccumulator: %d features", n))
 	}
-	return &GramAccumulator{n: n, buf: make([]float32, blockK*n), lower: make([]float64, n*n)}
+	lower := matPool64.Get(n * n)
+	// Only the lower triangle is ever read.
+	parallelRows(n, n/2, func(r0, r1 int) {
+		for i := r0; i < r1; i++ {
+			clear(lower[i*n : i*n+i+1])
+		}
+	})
+	return &GramAccumulator{n: n, buf: matPool32.Get(blockK * n), lower: lower}
+}
+
+// Release hands the accumulator's buffers back to the pool; it must not
+// be used afterwards.
+func (g *GramAccumulator) Release() {
+	if g.lower != nil {
+		matPool64.Put(g.lower)
+	}
+	if g.buf != nil {
+		matPool32.Put(g.buf)
+	}
+	g.lower, g.buf = nil, nil
+}
+
+// RecycleMatrix hands an n×n matrix obtained from TakeScaled (or any
+// float64 slice the caller no longer uses) to the pool that
+// NewGramAccumulator draws from. m must not be used afterwards.
+func RecycleMatrix(m []float64) {
+	if cap(m) > 0 {
+		matPool64.Put(m)
+	}
+}
+
+// TakeScaled is MatrixScaled without the copy: it builds f times the full
+// symmetric sum in the accumulator's own n×n storage (the same bits as
+// MatrixScaled) and returns it, releasing the row buffer. The accumulator
+// must not be used afterwards; hand the matrix to RecycleMatrix when done
+// with it.
+func (g *GramAccumulator) TakeScaled(f float64) []float64 {
+	g.used("TakeScaled")
+	g.flush()
+	m := g.lower
+	g.scaleInto(m, f)
+	matPool32.Put(g.buf)
+	g.lower, g.buf = nil, nil
+	return m
+}
+
+// used panics when the accumulator was released.
+func (g *GramAccumulator) used(fn string) {
+	if g.lower == nil {
+		panic("kernels: GramAccumulator." + fn + " after Release or TakeScaled")
+	}
 }
 
 // N returns the number of features.
@@ -37,6 +151,7 @@ func (g *GramAccumulator) Rows() int64 { return g.rows }
 
 // Add appends rows rows of x (row-major, leading dimension ldx ≥ n).
 func (g *GramAccumulator) Add(x []float32, rows, ldx int) {
+	g.used("Add")
 	checkMatrix("GramAccumulator.Add", "X", rows, g.n, ldx, len(x))
 	n := g.n
 	for r := 0; r < rows; {
@@ -77,6 +192,8 @@ func (g *GramAccumulator) Merge(o *GramAccumulator) {
 	if o.n != g.n {
 		panic(fmt.Sprintf("kernels: GramAccumulator.Merge: %d features into %d", o.n, g.n))
 	}
+	g.used("Merge")
+	o.used("Merge")
 	g.flush()
 	o.flush()
 	for i := 0; i < g.n; i++ {
@@ -97,9 +214,19 @@ func (g *GramAccumulator) Matrix() []float64 { return g.MatrixScaled(1) }
 // float64 multiplication of the accumulated value, so the result does not
 // depend on the number of workers that build it).
 func (g *GramAccumulator) MatrixScaled(f float64) []float64 {
+	g.used("MatrixScaled")
 	g.flush()
+	m := make([]float64, g.n*g.n)
+	g.scaleInto(m, f)
+	return m
+}
+
+// scaleInto writes f times the full symmetric sum into the n×n matrix m,
+// which may be g.lower itself: every lower element is read and then
+// written by the same goroutine, and the mirrored writes land in the
+// strict upper triangle, which is never read.
+func (g *GramAccumulator) scaleInto(m []float64, f float64) {
 	n := g.n
-	m := make([]float64, n*n)
 	const bs = 64
 	blocks := (n + bs - 1) / bs
 	// Block row ib writes the lower-triangle rows ib…ib+bs and their
@@ -118,5 +245,4 @@ func (g *GramAccumulator) MatrixScaled(f float64) []float64 {
 			}
 		}
 	})
-	return m
 }

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -87,5 +88,46 @@ func TestGramAccumulatorMatrixScaled(t *testing.T) {
 				t.Fatalf("%d workers: element [%d,%d] = %g, want %g", w, i/n, i%n, got[i], want[i])
 			}
 		}
+	}
+}
+
+// TestGramAccumulatorTakeScaled: the in-place matrix equals MatrixScaled
+// bit for bit, pooled buffers come back clean (a recycled matrix full of
+// garbage does not leak into the next sum), and use after TakeScaled
+// panics.
+func TestGramAccumulatorTakeScaled(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, n := range []int{3, 70, 130} {
+		x := make([]float32, 300*n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		a := NewGramAccumulator(n)
+		a.Add(x, 300, n)
+		want := a.MatrixScaled(0.5)
+		for round := 0; round < 3; round++ {
+			b := NewGramAccumulator(n)
+			b.Add(x[:77*n], 77, n)
+			b.Add(x[77*n:], 223, n)
+			got := b.TakeScaled(0.5)
+			for i := range want {
+				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+					t.Fatalf("n=%d round %d: [%d] = %v, want %v", n, round, i, got[i], want[i])
+				}
+			}
+			for i := range got {
+				got[i] = math.NaN()
+			}
+			RecycleMatrix(got)
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("Add after TakeScaled did not panic")
+					}
+				}()
+				b.Add(x[:n], 1, n)
+			}()
+		}
+		a.Release()
 	}
 }

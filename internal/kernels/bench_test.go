@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -49,12 +51,25 @@ func benchHeadline(b *testing.B, name string, small bool) {
 	b.Fatalf("no headline case %q", name)
 }
 
-// BenchmarkPeak reports the FMA throughput loop itself.
+// BenchmarkPeak reports the FMA throughput loop itself, and the float32
+// FMA work done per CPU-second of the process: on a shared machine that
+// rate, against the idle machine's per-core peak, tells how much slower a
+// CPU-second is at the moment (cache and memory contention), which CPU
+// times measured at the same moment need to be read with.
 func BenchmarkPeak(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		p := MeasurePeak(200*time.Millisecond, 0)
 		b.ReportMetric(p.F32, "f32-GFLOP/s")
 		b.ReportMetric(p.F64, "f64-GFLOP/s")
+	}
+	// A fixed amount of float32 FMA work on one goroutine.
+	c0, ok0 := processCPU()
+	var fl float64
+	for fl < 20e9 {
+		fl += fmaLoop32(1 << 20)
+	}
+	if c1, ok := processCPU(); ok && ok0 && c1 > c0 {
+		b.ReportMetric(fl/(c1-c0).Seconds()/1e9, "f32-GFLOP/cpu-s")
 	}
 }
 
@@ -67,3 +82,72 @@ func BenchmarkInverseFactor2048(b *testing.B)  { benchHeadline(b, "inverse-facto
 func BenchmarkInverseFactor768(b *testing.B)   { benchHeadline(b, "inverse-factor-768", false) }
 func BenchmarkSgemm4096x768x2048(b *testing.B) { benchHeadline(b, "sgemm", false) }
 func BenchmarkDgemm1024(b *testing.B)          { benchHeadline(b, "dgemm", false) }
+
+// BenchmarkInverseFactor32 times GPTQ's float32 inverse factor
+// (Cholesky plus triangular inverse, 2n³/3 flops) at the sizes compared
+// with LAPACK's spotrf+strtri, with 1 and 2 workers: "rev" is
+// CholInvUpperRev32, what GPTQ runs (the reversed copy of H is made by
+// its damping pass; here it is refreshed outside the timed region, as a
+// LAPACK harness copies its input outside), "full" is CholInvUpper32
+// including its reordering pass. cpu-s is the process CPU time per call
+// (timed region only).
+func BenchmarkInverseFactor32(b *testing.B) {
+	for _, n := range []int{512, 1024, 2048} {
+		r := rand.New(rand.NewPCG(uint64(n), 7))
+		h := to32(randSPDFast(r, n))
+		rev := make([]float32, n*n)
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				rev[i*n+j] = h[(n-1-i)*n+n-1-j]
+			}
+		}
+		for _, form := range []string{"rev", "full"} {
+			for _, w := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/n=%d/workers=%d", form, n, w), func(b *testing.B) {
+					u := make([]float32, n*n)
+					work := make([]float32, n*n)
+					prev := SetWorkers(w)
+					defer SetWorkers(prev)
+					var cpu time.Duration
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						b.StopTimer()
+						copy(work, rev)
+						b.StartTimer()
+						c0, _ := processCPU()
+						var err error
+						if form == "rev" {
+							err = CholInvUpperRev32(n, work, n, u, n)
+						} else {
+							err = CholInvUpper32(n, h, n, u, n)
+						}
+						c1, _ := processCPU()
+						cpu += c1 - c0
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					if cpu > 0 {
+						b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+					}
+					b.ReportMetric(2*float64(n)*float64(n)*float64(n)/3/sec/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+// randSPDFast returns XᵀX/n + I for a random n×n X (float64, via Dgemm).
+func randSPDFast(r *rand.Rand, n int) []float64 {
+	x := make([]float64, n*n)
+	for i := range x {
+		x[i] = r.NormFloat64()
+	}
+	h := make([]float64, n*n)
+	Dgemm(true, false, n, n, n, 1/float64(n), x, n, x, n, 0, h, n)
+	for i := 0; i < n; i++ {
+		h[i*n+i]++
+	}
+	return h
+}

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // cholBlock is the column block of the blocked factorizations: diagonal
@@ -101,8 +102,14 @@ func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, 
 
 // potrfUnblocked factors the n×n block at a in place (lower triangle,
 // row-oriented Cholesky–Crout). off is the block's position in the whole
-// matrix, for error reports.
+// matrix, for error reports. Each entry is (a_ij − dot(row i, row j))/l_jj
+// with dot's order of operations; the dot products of one column are
+// formed in one batched call (dotRows) and finished here exactly as dot
+// finishes them.
 func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
+	psBuf := getBuf[T](8 * n)
+	defer putBuf(psBuf)
+	ps := *psBuf
 	for j := 0; j < n; j++ {
 		rj := a[j*lda : j*lda+j]
 		d := a[j*lda+j] - dot(rj, rj)
@@ -111,9 +118,22 @@ func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 		}
 		l := sqrtT(d)
 		a[j*lda+j] = l
-		for i := j + 1; i < n; i++ {
+		m := n - j - 1
+		if m == 0 {
+			break
+		}
+		n8 := j &^ 7
+		dotRows(a[(j+1)*lda:], lda, rj, n8, m, ps)
+		for t := 0; t < m; t++ {
+			i := j + 1 + t
 			ri := a[i*lda : i*lda+j+1]
-			ri[j] = (ri[j] - dot(ri[:j], rj)) / l
+			s := ps[8*t : 8*t+8 : 8*t+8]
+			s0 := s[0]
+			for x := n8; x < j; x++ {
+				s0 += T(ri[x] * rj[x])
+			}
+			sum := ((s0 + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
+			ri[j] = (ri[j] - sum) / l
 		}
 	}
 	return nil
@@ -137,10 +157,8 @@ func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 		}
 		acc := t[:i]
 		clear(acc)
-		for k := 0; k < i; k++ {
-			c := ri[k]
-			axpy(c, a[k*lda:k*lda+k+1], acc[:k+1])
-		}
+		// axpy(ri[k], row k of L⁻¹, acc[:k+1]) for k < i, in one call.
+		axpyTri(ri[:i], a, lda, acc, i)
 		inv := 1 / d
 		for x := range acc {
 			ri[x] = -acc[x] * inv
@@ -162,10 +180,13 @@ func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 // the packed lower-triangle GEMM, which carries almost all the work.
 func Dpotrf(n int, a []float64, lda int) error {
 	checkMatrix("Dpotrf", "A", n, n, lda, len(a))
-	return potrf(n, a, lda)
+	return potrf(n, a, lda, nil)
 }
 
-func potrf[T float32 | float64](n int, a []T, lda int) error {
+// potrf factors A in place. When dinv is not nil (n·cholBlock values) it
+// also keeps the inverse of every diagonal block but the last, block j
+// (jb×jb, leading dimension jb) at dinv[j·cholBlock:], for trtri.
+func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	nb := cholBlock
 	if n <= nb {
 		return potrfUnblocked(n, a, lda, 0)
@@ -174,32 +195,86 @@ func potrf[T float32 | float64](n int, a []T, lda int) error {
 	defer putBuf(tBuf)
 	pBuf := getBuf[T](n * nb)
 	defer putBuf(pBuf)
-	t, p := *tBuf, *pBuf
-	for j := 0; j < n; j += nb {
-		jb := min(nb, n-j)
+	p := *pBuf
+	// diag factors the diagonal block at j and, unless it is the last,
+	// returns its inverse T = L11⁻¹ (in dinv when kept, else in the
+	// shared buffer).
+	diag := func(j, jb int) ([]T, error) {
 		if err := potrfUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
-			return err
+			return nil, err
 		}
-		rest := n - j - jb
-		if rest == 0 {
-			break
+		if j+jb == n {
+			return nil, nil
 		}
-		// T = L11⁻¹.
+		t := *tBuf
+		if dinv != nil {
+			t = dinv[j*nb : j*nb+jb*jb]
+		}
 		for r := 0; r < jb; r++ {
 			copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
 		}
 		if err := trtriUnblocked(jb, t, jb, j); err != nil {
-			return &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+			return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+		}
+		return t, nil
+	}
+	lookahead := Workers() > 1
+	var t []T
+	ready := false // the diagonal block at j was done during the last update
+	for j := 0; j < n; j += nb {
+		jb := min(nb, n-j)
+		if !ready {
+			var err error
+			if t, err = diag(j, jb); err != nil {
+				return err
+			}
+		}
+		ready = false
+		rest := n - j - jb
+		if rest == 0 {
+			break
 		}
 		// L21 = A21·L11⁻ᵀ = A21·Tᵀ.
 		a21 := a[(j+jb)*lda+j:]
 		clear(p[:rest*jb])
 		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false)
-		for r := 0; r < rest; r++ {
-			copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
+		parallelRows(rest, jb, func(r0, r1 int) {
+			for r := r0; r < r1; r++ {
+				copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
+			}
+		})
+		// A22 −= L21·L21ᵀ, lower triangle only, in two parts: the next
+		// block column first, then the rest. With lookahead the next
+		// diagonal block, final after the first part, is factored and
+		// inverted while the second part runs, so the cores do not wait
+		// for its scalar work. Each element receives the same chain
+		// either way.
+		next, jb2 := j+jb, min(nb, rest)
+		gemmMasked(false, true, rest, jb2, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true)
+		if rest == jb2 {
+			continue
 		}
-		// A22 −= L21·L21ᵀ, lower triangle only.
-		gemmMasked(false, true, rest, rest, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[(j+jb)*lda+j+jb:], lda, true)
+		a31 := a21[jb2*lda:]
+		big := func() {
+			gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, a31, lda, maskNone, a31, lda, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true)
+		}
+		if !lookahead {
+			big()
+			continue
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			big()
+		}()
+		var err error
+		t, err = diag(next, jb2)
+		wg.Wait()
+		if err != nil {
+			return err
+		}
+		ready = true
 	}
 	return nil
 }
@@ -214,10 +289,13 @@ func potrf[T float32 | float64](n int, a []T, lda int) error {
 // inner dimension 96 (the same shape as the Cholesky trailing update).
 func Dtrtri(n int, a []float64, lda int) error {
 	checkMatrix("Dtrtri", "L", n, n, lda, len(a))
-	return trtri(n, a, lda)
+	return trtri(n, a, lda, nil)
 }
 
-func trtri[T float32 | float64](n int, a []T, lda int) error {
+// trtri inverts L in place. dinv, when not nil, holds the inverses of the
+// diagonal blocks that potrf computed while factoring L (the same
+// operations on the same values, so reusing them changes no bit).
+func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	nb := cholBlock
 	if n <= nb {
 		return trtriUnblocked(n, a, lda, 0)
@@ -236,20 +314,29 @@ func trtri[T float32 | float64](n int, a []T, lda int) error {
 		rest := n - j - jb
 		// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
 		// region accumulates −L·X like the columns before it.
-		for i := 0; i < rest; i++ {
-			row := a[(j+jb+i)*lda+j : (j+jb+i)*lda+j+jb]
-			copy(p[i*jb:i*jb+jb], row)
-			clear(row)
-		}
-		if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		parallelRows(rest, jb, func(i0, i1 int) {
+			for i := i0; i < i1; i++ {
+				row := a[(j+jb+i)*lda+j : (j+jb+i)*lda+j+jb]
+				copy(p[i*jb:i*jb+jb], row)
+				clear(row)
+			}
+		})
+		if dinv != nil && rest > 0 {
+			t := dinv[j*nb : j*nb+jb*jb]
+			for i := 0; i < jb; i++ {
+				copy(a[(j+i)*lda+j:(j+i)*lda+j+i+1], t[i*jb:i*jb+i+1])
+			}
+		} else if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
 			return err
 		}
 		if j > 0 {
 			// X[j, :j] = L_jj⁻¹ · (accumulated row block).
-			for i := 0; i < jb; i++ {
-				copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
-				clear(a[(j+i)*lda : (j+i)*lda+j])
-			}
+			parallelRows(jb, j, func(i0, i1 int) {
+				for i := i0; i < i1; i++ {
+					copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
+					clear(a[(j+i)*lda : (j+i)*lda+j])
+				}
+			})
 			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false)
 		}
 		if rest > 0 {
@@ -274,7 +361,7 @@ func Dpotri(n int, a []float64, lda int) error {
 }
 
 func potri[T float32 | float64](n int, a []T, lda int) error {
-	if err := trtri(n, a, lda); err != nil {
+	if err := trtri(n, a, lda, nil); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -317,13 +404,13 @@ func CholInvUpper(n int, h []float64, ldh int, u []float64, ldu int) error {
 // packed GEMM rounding of Sgemm).
 func Spotrf(n int, a []float32, lda int) error {
 	checkMatrix("Spotrf", "A", n, n, lda, len(a))
-	return potrf(n, a, lda)
+	return potrf(n, a, lda, nil)
 }
 
 // Strtri is Dtrtri in float32.
 func Strtri(n int, a []float32, lda int) error {
 	checkMatrix("Strtri", "L", n, n, lda, len(a))
-	return trtri(n, a, lda)
+	return trtri(n, a, lda, nil)
 }
 
 // Spotri is Dpotri in float32.
@@ -342,12 +429,77 @@ func CholInvUpper32(n int, h []float32, ldh int, u []float32, ldu int) error {
 	return cholInvUpper(n, h, ldh, u, ldu)
 }
 
+// CholInvUpperRev is CholInvUpper for a Hessian handed over with its rows
+// and columns already in reverse order: the lower triangle of r holds
+// P·H·P (r[i][j] = H[n-1-i][n-1-j]) and is used as the work space, so it is
+// overwritten. A caller that builds the matrix anyway (a permuted or damped
+// copy of H) saves the reordering pass and the in-place rotation of
+// CholInvUpper; U is bit for bit the same. r and u must not overlap.
+func CholInvUpperRev(n int, r []float64, ldr int, u []float64, ldu int) error {
+	checkMatrix("CholInvUpperRev", "R", n, n, ldr, len(r))
+	checkMatrix("CholInvUpperRev", "U", n, n, ldu, len(u))
+	return cholInvUpperRev(n, r, ldr, u, ldu)
+}
+
+// CholInvUpperRev32 is CholInvUpperRev in float32 (CholInvUpper32's
+// arithmetic).
+func CholInvUpperRev32(n int, r []float32, ldr int, u []float32, ldu int) error {
+	checkMatrix("CholInvUpperRev32", "R", n, n, ldr, len(r))
+	checkMatrix("CholInvUpperRev32", "U", n, n, ldu, len(u))
+	return cholInvUpperRev(n, r, ldr, u, ldu)
+}
+
+// invFactorInPlace factors the reversed Hessian in r and inverts the
+// factor, leaving M = chol(P·H·P)⁻¹ in the lower triangle of r.
+func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) error {
+	var dinv []T
+	if n > cholBlock {
+		dBuf := getBuf[T](n * cholBlock)
+		defer putBuf(dBuf)
+		dinv = *dBuf
+	}
+	if err := potrf(n, r, ldr, dinv); err != nil {
+		if e, ok := err.(*NotPositiveDefiniteError); ok {
+			e.Trailing = true
+		}
+		return err
+	}
+	return trtri(n, r, ldr, dinv)
+}
+
+func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int) error {
+	if err := invFactorInPlace(n, r, ldr); err != nil {
+		return err
+	}
+	// U[i][j] = M[n-1-i][n-1-j] for j ≥ i: row i of U is row n-1-i of M
+	// read backwards; the strict lower part of U is zero.
+	parallelRows(n, n, func(r0, r1 int) {
+		for i := r0; i < r1; i++ {
+			src := r[(n-1-i)*ldr : (n-1-i)*ldr+n-i]
+			row := u[i*ldu : i*ldu+n]
+			clear(row[:i])
+			dst := row[i:]
+			for j := range dst {
+				dst[j] = src[n-1-i-j]
+			}
+		}
+	})
+	return nil
+}
+
 func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) error {
 	// u (lower) = P·H·P: R[i][j] = H[n-1-i][n-1-j] = H[n-1-j][n-1-i].
 	// Tiled so that both the reads (down columns of H) and the writes stay
-	// in cache.
+	// in cache; tile rows are shared among the goroutines, the longest
+	// first.
 	const bs = 64
-	for ib := 0; ib < n; ib += bs {
+	nt := ceilDiv(n, bs)
+	workers := Workers()
+	if n < 256 {
+		workers = 1
+	}
+	ParallelFor(nt, workers, func(t, _ int) {
+		ib := (nt - 1 - t) * bs
 		for jb := 0; jb <= ib; jb += bs {
 			for j := jb; j < min(jb+bs, n); j++ {
 				src := h[(n-1-j)*ldh:]
@@ -356,33 +508,32 @@ func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) er
 				}
 			}
 		}
-	}
-	if err := potrf(n, u, ldu); err != nil {
-		if e, ok := err.(*NotPositiveDefiniteError); ok {
-			e.Trailing = true
-		}
-		return err
-	}
-	if err := trtri(n, u, ldu); err != nil {
+	})
+	if err := invFactorInPlace(n, u, ldu); err != nil {
 		return err
 	}
 	// Rotate by 180°: U[i][j] = M[n-1-i][n-1-j]. For i < j this reads the
 	// strict lower triangle of M and writes the strict upper triangle of
-	// u, which holds nothing needed; the diagonal is reversed in place;
-	// then the strict lower part is cleared.
-	for i := 0; i < n; i++ {
-		src := u[(n-1-i)*ldu:]
-		row := u[i*ldu : i*ldu+n]
-		for j := i + 1; j < n; j++ {
-			row[j] = src[n-1-j]
+	// u, which holds nothing needed (so rows can be done in any order and
+	// concurrently); the diagonal is reversed in place; then the strict
+	// lower part is cleared.
+	parallelRows(n, n/2, func(r0, r1 int) {
+		for i := r0; i < r1; i++ {
+			src := u[(n-1-i)*ldu:]
+			row := u[i*ldu : i*ldu+n]
+			for j := i + 1; j < n; j++ {
+				row[j] = src[n-1-j]
+			}
 		}
-	}
+	})
 	for i := 0; i < n/2; i++ {
 		x, y := i*ldu+i, (n-1-i)*ldu+n-1-i
 		u[x], u[y] = u[y], u[x]
 	}
-	for i := 1; i < n; i++ {
-		clear(u[i*ldu : i*ldu+i])
-	}
+	parallelRows(n, n/2, func(r0, r1 int) {
+		for i := max(r0, 1); i < r1; i++ {
+			clear(u[i*ldu : i*ldu+i])
+		}
+	})
 	return nil
 }

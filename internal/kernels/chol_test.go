@@ -312,3 +312,68 @@ func TestFloat32Factorizations(t *testing.T) {
 		}
 	}
 }
+
+// TestCholInvUpperRev checks that the reversed-input form gives
+// CholInvUpper's U bit for bit (float64 and float32), writes the whole of
+// U (strict lower part zero) and reports a failure on the same trailing
+// minor.
+func TestCholInvUpperRev(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, n := range []int{1, 7, 96, 97, 250, 400} {
+		ld := n + 2
+		h := randSPD(r, n, ld, 1e3)
+		rev := make([]float64, n*ld)
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				rev[i*ld+j] = h[(n-1-i)*ld+n-1-j]
+			}
+		}
+		h32, rev32 := to32(h), to32(rev)
+		for _, w := range []int{1, 3} {
+			prev := SetWorkers(w)
+			want := make([]float64, n*ld)
+			if err := CholInvUpper(n, h, ld, want, ld); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float64, n*ld)
+			for i := range got {
+				got[i] = math.NaN()
+			}
+			if err := CholInvUpperRev(n, append([]float64(nil), rev...), ld, got, ld); err != nil {
+				t.Fatal(err)
+			}
+			want32 := make([]float32, n*ld)
+			if err := CholInvUpper32(n, h32, ld, want32, ld); err != nil {
+				t.Fatal(err)
+			}
+			got32 := make([]float32, n*ld)
+			if err := CholInvUpperRev32(n, append([]float32(nil), rev32...), ld, got32, ld); err != nil {
+				t.Fatal(err)
+			}
+			SetWorkers(prev)
+			for i := 0; i < n; i++ {
+				for j := 0; j < n; j++ {
+					x := i*ld + j
+					if !bitsEqual64(got[x], want[x]) || !bitsEqual32(got32[x], want32[x]) {
+						t.Fatalf("n=%d workers=%d [%d][%d]: %v/%v, want %v/%v", n, w, i, j, got[x], got32[x], want[x], want32[x])
+					}
+				}
+			}
+		}
+	}
+	// A trailing minor of order 1 that is not positive definite.
+	n := 5
+	h := randSPD(r, n, n, 10)
+	h[(n-1)*n+n-1] = -1
+	rev := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			rev[i*n+j] = h[(n-1-i)*n+n-1-j]
+		}
+	}
+	err := CholInvUpperRev(n, rev, n, make([]float64, n*n), n)
+	var npd *NotPositiveDefiniteError
+	if !errors.As(err, &npd) || npd.Order != 1 || !npd.Trailing {
+		t.Fatalf("got %v, want a trailing minor of order 1", err)
+	}
+}

@@ -91,9 +91,13 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 			r3 := a.data[o+3*a.ld : o+3*a.ld+kc]
 			r4 := a.data[o+4*a.ld : o+4*a.ld+kc]
 			r5 := a.data[o+5*a.ld : o+5*a.ld+kc]
+			// Equal lengths, stated so that the loop needs no bounds
+			// checks.
+			r1, r2, r3, r4, r5 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)]
+			d := sl[:6*len(r0)]
 			for p := range r0 {
-				d := sl[p*6 : p*6+6 : p*6+6]
-				d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+				e := d[6*p : 6*p+6 : 6*p+6]
+				e[0], e[1], e[2], e[3], e[4], e[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
 			}
 		} else if !a.trans {
 			for r := 0; r < rows; r++ {

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"os"
 	"unsafe"
 
 	"github.com/ttquant/ttquant/internal/cpu"
@@ -20,13 +21,34 @@ func dgemmKernAVX2(kc int, a, b, c *float64, ldc int)
 func fmaLoop32AVX2(n int)
 func fmaLoop64AVX2(n int)
 
+//go:noescape
+func sgemmKernAVX512(kc int, a, b, c *float32, ldc int)
+
+//go:noescape
+func sgemmKern64AVX512(kc int, a, b *float32, c *float64, ldc int)
+
+//go:noescape
+func dgemmKernAVX512(kc int, a, b, c *float64, ldc int)
+
 // useAsm selects the AVX2/FMA micro-kernels. It is fixed at start-up by
 // CPU feature detection.
 var useAsm = cpu.AVX2 && cpu.FMA
 
+// noAVX512Env names the environment variable that, when set to a
+// non-empty value, keeps the kernels on AVX2 on a processor with AVX-512.
+const noAVX512Env = "TTQUANT_NO_AVX512"
+
+// useAVX512 selects the AVX-512F forms of the three product micro-kernels
+// (bit-identical to the AVX2 ones). Fixed at start-up: AVX-512F with the
+// ZMM state enabled, unless TTQUANT_NO_AVX512 is set.
+var useAVX512 = useAsm && cpu.AVX512F && os.Getenv(noAVX512Env) == ""
+
 // implName names the micro-kernels in use.
 func implName() string {
-	if useAsm {
+	switch {
+	case useAVX512:
+		return "avx512f"
+	case useAsm:
 		return "avx2-fma"
 	}
 	return "go"
@@ -46,6 +68,10 @@ func sgemmKern(kc int, a, b, c []float32, ldc int) {
 		_ = b[kc*sNR-1]
 	}
 	_ = c[(sMR-1)*ldc+sNR-1]
+	if useAVX512 {
+		sgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+		return
+	}
 	sgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
@@ -59,6 +85,10 @@ func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) {
 		_ = b[kc*sNR-1]
 	}
 	_ = c[(sMR-1)*ldc+sNR-1]
+	if useAVX512 {
+		sgemmKern64AVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+		return
+	}
 	sgemmKern64AVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
@@ -72,26 +102,42 @@ func dgemmKern(kc int, a, b, c []float64, ldc int) {
 		_ = b[kc*dNR-1]
 	}
 	_ = c[(dMR-1)*ldc+dNR-1]
+	if useAVX512 {
+		dgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+		return
+	}
 	dgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
-// fmaLoop32 runs n iterations of 12 independent 8-wide float32 FMAs and
-// returns the number of floating-point operations performed.
+func fmaLoop32AVX512(n int)
+func fmaLoop64AVX512(n int)
+
+// fmaLoop32 runs n iterations of 12 independent float32 FMAs of the
+// widest vectors the product kernels use (8 lanes with AVX2, 16 with
+// AVX-512) and returns the number of floating-point operations performed.
 func fmaLoop32(n int) float64 {
-	if !useAsm {
-		return fmaLoop32Go(n)
+	switch {
+	case useAVX512:
+		fmaLoop32AVX512(n)
+		return float64(n) * 12 * 16 * 2
+	case useAsm:
+		fmaLoop32AVX2(n)
+		return float64(n) * 12 * 8 * 2
 	}
-	fmaLoop32AVX2(n)
-	return float64(n) * 12 * 8 * 2
+	return fmaLoop32Go(n)
 }
 
-// fmaLoop64 is fmaLoop32 for 4-wide float64 FMAs.
+// fmaLoop64 is fmaLoop32 for float64 FMAs (4 or 8 lanes).
 func fmaLoop64(n int) float64 {
-	if !useAsm {
-		return fmaLoop64Go(n)
+	switch {
+	case useAVX512:
+		fmaLoop64AVX512(n)
+		return float64(n) * 12 * 8 * 2
+	case useAsm:
+		fmaLoop64AVX2(n)
+		return float64(n) * 12 * 4 * 2
 	}
-	fmaLoop64AVX2(n)
-	return float64(n) * 12 * 4 * 2
+	return fmaLoop64Go(n)
 }
 
 //go:noescape
@@ -162,4 +208,60 @@ func dot8x32(x, y []float32) (s [8]float32) {
 		return s
 	}
 	return dot8Go(x[:n8], y[:n8])
+}
+
+//go:noescape
+func dotRows32AVX2(x *float32, ldx int, y *float32, n8, rows int, s *float32)
+
+//go:noescape
+func dotRows64AVX2(x *float64, ldx int, y *float64, n8, rows int, s *float64)
+
+//go:noescape
+func axpyTri32AVX2(c, a *float32, lda int, acc *float32, m int)
+
+//go:noescape
+func axpyTri64AVX2(c, a *float64, lda int, acc *float64, m int)
+
+// dotRows stores in s[8r:8r+8] the eight partial sums of dot8 of row r of
+// x (rows rows, leading dimension ldx, the first n8 elements, n8 a multiple
+// of 8) with y, for r < rows: one call for what dot8x32/dot8x64 compute
+// row by row, with the same bits.
+func dotRows[T float32 | float64](x []T, ldx int, y []T, n8, rows int, s []T) {
+	if rows == 0 {
+		return
+	}
+	if !useAsm || n8 == 0 {
+		dotRowsGo(x, ldx, y, n8, rows, s)
+		return
+	}
+	_ = x[(rows-1)*ldx+n8-1]
+	_ = y[n8-1]
+	_ = s[rows*8-1]
+	switch xs := any(x).(type) {
+	case []float32:
+		dotRows32AVX2(unsafe.SliceData(xs), ldx, unsafe.SliceData(any(y).([]float32)), n8, rows, unsafe.SliceData(any(s).([]float32)))
+	case []float64:
+		dotRows64AVX2(unsafe.SliceData(xs), ldx, unsafe.SliceData(any(y).([]float64)), n8, rows, unsafe.SliceData(any(s).([]float64)))
+	}
+}
+
+// axpyTri runs, for k = 0..m-1 in order, axpy(c[k], a[k·lda : k·lda+k+1],
+// acc[:k+1]) in one call, with the same bits.
+func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) {
+	if m == 0 {
+		return
+	}
+	if !useAsm {
+		axpyTriGo(c, a, lda, acc, m)
+		return
+	}
+	_ = c[m-1]
+	_ = a[(m-1)*lda+m-1]
+	_ = acc[m-1]
+	switch cs := any(c).(type) {
+	case []float32:
+		axpyTri32AVX2(unsafe.SliceData(cs), unsafe.SliceData(any(a).([]float32)), lda, unsafe.SliceData(any(acc).([]float32)), m)
+	case []float64:
+		axpyTri64AVX2(unsafe.SliceData(cs), unsafe.SliceData(any(a).([]float64)), lda, unsafe.SliceData(any(acc).([]float64)), m)
+	}
 }

@@ -528,3 +528,187 @@ dot32done:
 	VMOVUPS Y0, (DX)
 	VZEROUPPER
 	RET
+
+// func dotRows32AVX2(x *float32, ldx int, y *float32, n8, rows int, s *float32)
+// For every row r < rows: s[8r+k] = Σ_{i ≡ k mod 8, i < n8} x[r·ldx+i]*y[i],
+// exactly as dot32AVX2 computes it for that row (n8 a multiple of 8).
+TEXT ·dotRows32AVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ ldx+8(FP), R8
+	SHLQ $2, R8
+	MOVQ y+16(FP), DI
+	MOVQ n8+24(FP), R9
+	SHRQ $3, R9
+	MOVQ rows+32(FP), R10
+	MOVQ s+40(FP), DX
+	TESTQ R10, R10
+	JZ   dr32done
+dr32row:
+	VXORPS Y0, Y0, Y0
+	MOVQ SI, AX
+	MOVQ DI, BX
+	MOVQ R9, CX
+	TESTQ CX, CX
+	JZ   dr32store
+dr32loop:
+	VMOVUPS (AX), Y2
+	VMULPS (BX), Y2, Y2
+	VADDPS Y2, Y0, Y0
+	ADDQ $32, AX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  dr32loop
+dr32store:
+	VMOVUPS Y0, (DX)
+	ADDQ $32, DX
+	ADDQ R8, SI
+	DECQ R10
+	JNZ  dr32row
+dr32done:
+	VZEROUPPER
+	RET
+
+// func dotRows64AVX2(x *float64, ldx int, y *float64, n8, rows int, s *float64)
+// The float64 form of dotRows32AVX2, row by row the arithmetic of dotAVX2.
+TEXT ·dotRows64AVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ ldx+8(FP), R8
+	SHLQ $3, R8
+	MOVQ y+16(FP), DI
+	MOVQ n8+24(FP), R9
+	SHRQ $3, R9
+	MOVQ rows+32(FP), R10
+	MOVQ s+40(FP), DX
+	TESTQ R10, R10
+	JZ   dr64done
+dr64row:
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ SI, AX
+	MOVQ DI, BX
+	MOVQ R9, CX
+	TESTQ CX, CX
+	JZ   dr64store
+dr64loop:
+	VMOVUPD (AX), Y2
+	VMULPD (BX), Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VMOVUPD 32(AX), Y3
+	VMULPD 32(BX), Y3, Y3
+	VADDPD Y3, Y1, Y1
+	ADDQ $64, AX
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  dr64loop
+dr64store:
+	VMOVUPD Y0, (DX)
+	VMOVUPD Y1, 32(DX)
+	ADDQ $64, DX
+	ADDQ R8, SI
+	DECQ R10
+	JNZ  dr64row
+dr64done:
+	VZEROUPPER
+	RET
+
+// func axpyTri32AVX2(c *float32, a *float32, lda int, acc *float32, m int)
+// For k = 0..m-1 in order: acc[x] += c[k]*a[k·lda+x] for x ≤ k, each
+// product rounded before its addition (axpy32 on the row prefixes of a
+// lower triangle).
+TEXT ·axpyTri32AVX2(SB), NOSPLIT, $0-40
+	MOVQ c+0(FP), R11
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R8
+	SHLQ $2, R8
+	MOVQ acc+24(FP), DI
+	MOVQ m+32(FP), R10
+	XORQ R12, R12
+at32k:
+	CMPQ R12, R10
+	JGE  at32done
+	VBROADCASTSS (R11)(R12*4), Y0
+	LEAQ 1(R12), R13
+	MOVQ R13, CX
+	SHRQ $3, CX
+	ANDQ $7, R13
+	MOVQ SI, AX
+	MOVQ DI, BX
+	TESTQ CX, CX
+	JZ   at32tail
+at32vec:
+	VMULPS (AX), Y0, Y1
+	VADDPS (BX), Y1, Y1
+	VMOVUPS Y1, (BX)
+	ADDQ $32, AX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  at32vec
+at32tail:
+	TESTQ R13, R13
+	JZ   at32next
+at32s:
+	VMOVSS (AX), X1
+	VMULSS X0, X1, X1
+	VADDSS (BX), X1, X1
+	VMOVSS X1, (BX)
+	ADDQ $4, AX
+	ADDQ $4, BX
+	DECQ R13
+	JNZ  at32s
+at32next:
+	ADDQ R8, SI
+	INCQ R12
+	JMP  at32k
+at32done:
+	VZEROUPPER
+	RET
+
+// func axpyTri64AVX2(c *float64, a *float64, lda int, acc *float64, m int)
+// The float64 form of axpyTri32AVX2 (axpy64 on each row prefix).
+TEXT ·axpyTri64AVX2(SB), NOSPLIT, $0-40
+	MOVQ c+0(FP), R11
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R8
+	SHLQ $3, R8
+	MOVQ acc+24(FP), DI
+	MOVQ m+32(FP), R10
+	XORQ R12, R12
+at64k:
+	CMPQ R12, R10
+	JGE  at64done
+	VBROADCASTSD (R11)(R12*8), Y0
+	LEAQ 1(R12), R13
+	MOVQ R13, CX
+	SHRQ $2, CX
+	ANDQ $3, R13
+	MOVQ SI, AX
+	MOVQ DI, BX
+	TESTQ CX, CX
+	JZ   at64tail
+at64vec:
+	VMULPD (AX), Y0, Y1
+	VADDPD (BX), Y1, Y1
+	VMOVUPD Y1, (BX)
+	ADDQ $32, AX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  at64vec
+at64tail:
+	TESTQ R13, R13
+	JZ   at64next
+at64s:
+	VMOVSD (AX), X1
+	VMULSD X0, X1, X1
+	VADDSD (BX), X1, X1
+	VMOVSD X1, (BX)
+	ADDQ $8, AX
+	ADDQ $8, BX
+	DECQ R13
+	JNZ  at64s
+at64next:
+	ADDQ R8, SI
+	INCQ R12
+	JMP  at64k
+at64done:
+	VZEROUPPER
+	RET

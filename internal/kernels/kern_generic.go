@@ -184,3 +184,26 @@ func dot8Go[T float32 | float64](x, y []T) (s [8]T) {
 	}
 	return s
 }
+
+// dotRowsGo is the twin of the batched dot products: s[8r:8r+8] =
+// dot8Go(row r of x[:n8], y[:n8]) for r < rows.
+func dotRowsGo[T float32 | float64](x []T, ldx int, y []T, n8, rows int, s []T) {
+	for r := 0; r < rows; r++ {
+		p := dot8Go(x[r*ldx:r*ldx+n8], y[:n8])
+		copy(s[8*r:8*r+8], p[:])
+	}
+}
+
+// axpyTriGo is the twin of the batched triangular axpy: for k = 0..m-1,
+// acc[x] += T(c[k]·a[k·lda+x]) for x ≤ k, each product rounded before the
+// addition.
+func axpyTriGo[T float32 | float64](c, a []T, lda int, acc []T, m int) {
+	for k := 0; k < m; k++ {
+		ck := c[k]
+		row := a[k*lda : k*lda+k+1]
+		dst := acc[:k+1]
+		for x, v := range row {
+			dst[x] += T(ck * v)
+		}
+	}
+}

@@ -30,3 +30,9 @@ func axpy32(c float32, x, y []float32) {
 }
 
 func dot8x32(x, y []float32) [8]float32 { return dot8Go(x[:len(x)&^7], y[:len(x)&^7]) }
+
+func dotRows[T float32 | float64](x []T, ldx int, y []T, n8, rows int, s []T) {
+	dotRowsGo(x, ldx, y, n8, rows, s)
+}
+
+func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) { axpyTriGo(c, a, lda, acc, m) }

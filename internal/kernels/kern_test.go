@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -302,6 +303,137 @@ func TestVectorTwins(t *testing.T) {
 		for i := range y {
 			if w := y[i] + float64(c*x[i]); !bitsEqual64(y1[i], w) {
 				t.Fatalf("n=%d: axpy[%d] = %g, want %g", n, i, y1[i], w)
+			}
+		}
+	}
+}
+
+// TestBatchedVectorTwins checks the batched dot products and triangular
+// axpy of the factorizations' diagonal blocks against the row-by-row
+// operations they replace (dot8x32/dot8x64 and axpy32/axpy64), bit for
+// bit, and against the pure-Go twins, on every length class of the
+// vector loops and their scalar tails.
+func TestBatchedVectorTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 33, 96, 101} {
+		ld := n + 3
+		a32, a64 := make([]float32, n*ld), make([]float64, n*ld)
+		for i := range a32 {
+			a32[i] = float32(r.NormFloat64())
+			a64[i] = r.NormFloat64()
+		}
+		y32, y64 := a32[(n-1)*ld:(n-1)*ld+n], a64[(n-1)*ld:(n-1)*ld+n]
+		for _, n8 := range []int{0, n &^ 7} {
+			s32, g32 := make([]float32, 8*n), make([]float32, 8*n)
+			s64, g64 := make([]float64, 8*n), make([]float64, 8*n)
+			dotRows(a32, ld, y32, n8, n, s32)
+			dotRowsGo(a32, ld, y32, n8, n, g32)
+			dotRows(a64, ld, y64, n8, n, s64)
+			dotRowsGo(a64, ld, y64, n8, n, g64)
+			for row := 0; row < n; row++ {
+				w32 := dot8x32(a32[row*ld:row*ld+n8], y32[:n8])
+				w64 := dot8x64(a64[row*ld:row*ld+n8], y64[:n8])
+				for k := 0; k < 8; k++ {
+					if !bitsEqual32(s32[8*row+k], w32[k]) || !bitsEqual32(g32[8*row+k], w32[k]) {
+						t.Fatalf("dotRows32 n=%d n8=%d row %d lane %d: %v / %v, want %v", n, n8, row, k, s32[8*row+k], g32[8*row+k], w32[k])
+					}
+					if !bitsEqual64(s64[8*row+k], w64[k]) || !bitsEqual64(g64[8*row+k], w64[k]) {
+						t.Fatalf("dotRows64 n=%d n8=%d row %d lane %d: %v / %v, want %v", n, n8, row, k, s64[8*row+k], g64[8*row+k], w64[k])
+					}
+				}
+			}
+		}
+		c32, c64 := y32, y64
+		acc32, want32, go32 := make([]float32, n), make([]float32, n), make([]float32, n)
+		acc64, want64, go64 := make([]float64, n), make([]float64, n), make([]float64, n)
+		axpyTri(c32, a32, ld, acc32, n)
+		axpyTriGo(c32, a32, ld, go32, n)
+		axpyTri(c64, a64, ld, acc64, n)
+		axpyTriGo(c64, a64, ld, go64, n)
+		for k := 0; k < n; k++ {
+			axpy32(c32[k], a32[k*ld:k*ld+k+1], want32[:k+1])
+			axpy64(c64[k], a64[k*ld:k*ld+k+1], want64[:k+1])
+		}
+		for x := 0; x < n; x++ {
+			if !bitsEqual32(acc32[x], want32[x]) || !bitsEqual32(go32[x], want32[x]) {
+				t.Fatalf("axpyTri32 n=%d [%d]: %v / %v, want %v", n, x, acc32[x], go32[x], want32[x])
+			}
+			if !bitsEqual64(acc64[x], want64[x]) || !bitsEqual64(go64[x], want64[x]) {
+				t.Fatalf("axpyTri64 n=%d [%d]: %v / %v, want %v", n, x, acc64[x], go64[x], want64[x])
+			}
+		}
+	}
+}
+
+// TestAVX512KernelTwins runs the AVX-512 micro-kernels, where the
+// processor has them, against the AVX2 ones and the Go twins on random
+// tiles with special values: all three must agree bit for bit. Elsewhere
+// (no AVX-512F, the purego tag, another architecture) it is skipped; the
+// Go twin still defines the result and TestKernelTwins checks the
+// dispatching kernels against it.
+func TestAVX512KernelTwins(t *testing.T) {
+	if !kernelVariants.avx512 {
+		t.Skipf("no AVX-512 micro-kernels on this processor/build (%s)", implName())
+	}
+	r := rand.New(rand.NewPCG(71, 72))
+	for trial := 0; trial < 300; trial++ {
+		kc := r.IntN(40)
+		if trial%50 == 0 {
+			kc = 256
+		}
+		a, b := make([]float32, kc*sMR), make([]float32, kc*sNR)
+		for i := range a {
+			a[i] = randSpecial32(r)
+		}
+		for i := range b {
+			b[i] = randSpecial32(r)
+		}
+		ldc := sNR + r.IntN(5)
+		c := make([]float32, sMR*ldc)
+		for i := range c {
+			c[i] = randSpecial32(r)
+		}
+		c2, c5 := slices.Clone(c), slices.Clone(c)
+		kernelVariants.s2(kc, a, b, c2, ldc)
+		kernelVariants.s5(kc, a, b, c5, ldc)
+		sgemmKernGo(kc, a, b, c, ldc)
+		for i := range c {
+			if !bitsEqual32(c5[i], c[i]) || !bitsEqual32(c2[i], c[i]) {
+				t.Fatalf("float32 trial %d element %d: avx512 %g avx2 %g go %g", trial, i, c5[i], c2[i], c[i])
+			}
+		}
+		d := make([]float64, sMR*ldc)
+		for i := range d {
+			d[i] = r.NormFloat64()
+		}
+		d2, d5 := slices.Clone(d), slices.Clone(d)
+		kernelVariants.s64x2(kc, a, b, d2, ldc)
+		kernelVariants.s64x5(kc, a, b, d5, ldc)
+		sgemmKern64Go(kc, a, b, d, ldc)
+		for i := range d {
+			if !bitsEqual64(d5[i], d[i]) || !bitsEqual64(d2[i], d[i]) {
+				t.Fatalf("float32→64 trial %d element %d: avx512 %g avx2 %g go %g", trial, i, d5[i], d2[i], d[i])
+			}
+		}
+		da, db := make([]float64, kc*dMR), make([]float64, kc*dNR)
+		for i := range da {
+			da[i] = float64(randSpecial32(r)) * (1 + r.Float64())
+		}
+		for i := range db {
+			db[i] = r.NormFloat64() * math.Ldexp(1, r.IntN(200)-100)
+		}
+		ldd := dNR + r.IntN(3)
+		e := make([]float64, dMR*ldd)
+		for i := range e {
+			e[i] = r.NormFloat64()
+		}
+		e2, e5 := slices.Clone(e), slices.Clone(e)
+		kernelVariants.d2(kc, da, db, e2, ldd)
+		kernelVariants.d5(kc, da, db, e5, ldd)
+		dgemmKernGo(kc, da, db, e, ldd)
+		for i := range e {
+			if !bitsEqual64(e5[i], e[i]) || !bitsEqual64(e2[i], e[i]) {
+				t.Fatalf("float64 trial %d element %d: avx512 %g avx2 %g go %g", trial, i, e5[i], e2[i], e[i])
 			}
 		}
 	}

@@ -62,3 +62,17 @@ func ParallelFor(n, workers int, f func(task, worker int)) {
 	}
 	wg.Wait()
 }
+
+// parallelRows runs f over contiguous ranges covering [0, n) on up to
+// Workers() goroutines, or on the calling goroutine alone when n·rowWork
+// (elements touched) is too small to be worth it. f must treat the rows
+// of different ranges independently; the split never changes results.
+func parallelRows(n, rowWork int, f func(r0, r1 int)) {
+	w := Workers()
+	if w <= 1 || n <= 1 || float64(n)*float64(rowWork) < 1<<15 {
+		f(0, n)
+		return
+	}
+	chunks := min(n, 4*w)
+	ParallelFor(chunks, w, func(t, _ int) { f(t*n/chunks, (t+1)*n/chunks) })
+}

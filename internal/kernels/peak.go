@@ -5,9 +5,12 @@ import (
 	"time"
 )
 
-// Impl names the micro-kernels in use: "avx2-fma" for the assembly, "go"
-// for the portable twins (other architectures, processors without
-// AVX2/FMA, or the purego build tag).
+// Impl names the micro-kernels in use: "avx512f" when the product
+// micro-kernels and the peak loop use AVX-512 (the vector helpers stay on
+// AVX2), "avx2-fma" for the AVX2 assembly, "go" for the portable twins
+// (other architectures, processors without AVX2/FMA, or the purego build
+// tag). All three give the same bits. Any value but "go" implies AVX2 and
+// FMA.
 func Impl() string { return implName() }
 
 // Peak is a measured fused-multiply-add throughput: what the processor

@@ -1,0 +1,38 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"unsafe"
+
+	"github.com/ttquant/ttquant/internal/cpu"
+)
+
+// kernelVariants gives the tests each assembly micro-kernel by name,
+// whatever the dispatch chose.
+var kernelVariants = struct {
+	avx512       bool
+	s2, s5       func(kc int, a, b, c []float32, ldc int)
+	s64x2, s64x5 func(kc int, a, b []float32, c []float64, ldc int)
+	d2, d5       func(kc int, a, b, c []float64, ldc int)
+}{
+	avx512: useAsm && cpu.AVX512F,
+	s2: func(kc int, a, b, c []float32, ldc int) {
+		sgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+	},
+	s5: func(kc int, a, b, c []float32, ldc int) {
+		sgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+	},
+	s64x2: func(kc int, a, b []float32, c []float64, ldc int) {
+		sgemmKern64AVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+	},
+	s64x5: func(kc int, a, b []float32, c []float64, ldc int) {
+		sgemmKern64AVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+	},
+	d2: func(kc int, a, b, c []float64, ldc int) {
+		dgemmKernAVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+	},
+	d5: func(kc int, a, b, c []float64, ldc int) {
+		dgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+	},
+}
