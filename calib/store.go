@@ -52,6 +52,11 @@ type Provenance struct {
 	Tokens    int64  `json:"tokens"`
 	// TokenIDsSHA256 is HashTokenIDs of the calibration token ids.
 	TokenIDsSHA256 string `json:"token_ids_sha256"`
+	// Synthetic is true for a store of generated activations (see
+	// SynthesizeStore) rather than activations of the model on text.
+	// GPTQ on synthetic activations can be worse than rounding, so
+	// builders refuse such a store unless told otherwise.
+	Synthetic bool `json:"synthetic,omitempty"`
 }
 
 // HashTokenIDs returns the hex SHA-256 identifying a calibration set: for

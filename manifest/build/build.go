@@ -53,6 +53,12 @@ type BuildOptions struct {
 
 	// Calib is the calibration store path.
 	Calib string
+	// AllowSyntheticCalibration accepts a calibration store whose
+	// provenance says it holds synthetic activations (calib.SynthesizeStore).
+	// Without it such a store is refused with ErrSyntheticCalibration
+	// before anything is written: GPTQ on synthetic activations can be
+	// worse than rounding.
+	AllowSyntheticCalibration bool
 	// Layers selects the matrices GPTQ handles: "experts", "dense", "all"
 	// or a regular expression over stored tensor names.
 	Layers string

@@ -18,6 +18,11 @@ import (
 	"github.com/ttquant/ttquant/manifest"
 )
 
+// ErrSyntheticCalibration is returned by a GPTQ build whose calibration
+// store holds synthetic activations and whose options do not set
+// AllowSyntheticCalibration.
+var ErrSyntheticCalibration = errors.New("the store holds synthetic activations, not activations of the model on text; GPTQ on them can be worse than rounding")
+
 // storeIdentity hashes every file of a calibration store directory: the
 // sha256 of a JSON list of (name, size, sha256) sorted by name.
 func storeIdentity(ctx context.Context, dir string, workers int) (string, error) {
@@ -67,6 +72,9 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	st, err := calib.OpenStore(b.opt.Calib)
 	if err != nil {
 		return err
+	}
+	if st.Provenance().Synthetic && !b.opt.AllowSyntheticCalibration {
+		return fmt.Errorf("manifest: calibration store %s: %w", b.opt.Calib, ErrSyntheticCalibration)
 	}
 	if err := st.Check(ctx, false); err != nil {
 		return err

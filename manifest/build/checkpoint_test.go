@@ -86,7 +86,7 @@ func convertOpts(t testing.TB, out string, workers int) BuildOptions {
 
 func gptqOpts(t testing.TB, out string, workers int) BuildOptions {
 	src, store := tinyFixture(t)
-	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers, Calib: store, Layers: "experts", HeldOutSequences: 1}
+	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers, Calib: store, AllowSyntheticCalibration: true, Layers: "experts", HeldOutSequences: 1}
 }
 
 // gptq1Opts selects the routed experts of layer 1 only: a GPTQ build that
