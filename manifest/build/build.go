@@ -447,9 +447,9 @@ func (b *builder) summary() *WorkSummary {
 func layerSelector(s string) (func(*storedTensor) bool, error) {
 	switch s {
 	case "experts":
-		return func(st *storedTensor) bool { return st.isExpertMatrix() }, nil
+		return func(st *storedTensor) bool { return st.isExpertMatrix() || st.isSharedExpertMatrix() }, nil
 	case "dense":
-		return func(st *storedTensor) bool { return !st.isExpertMatrix() }, nil
+		return func(st *storedTensor) bool { return !st.isExpertMatrix() && !st.isSharedExpertMatrix() }, nil
 	case "all":
 		return func(*storedTensor) bool { return true }, nil
 	}
