@@ -57,6 +57,10 @@ type Provenance struct {
 	// GPTQ on synthetic activations can be worse than rounding, so
 	// builders refuse such a store unless told otherwise.
 	Synthetic bool `json:"synthetic,omitempty"`
+	// Data, for a store built from text, is the provenance of the token
+	// sequences (internal/text/dataset's Provenance: the sources with
+	// their sha256s, the options, the tokenizer and the token-id hash).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // HashTokenIDs returns the hex SHA-256 identifying a calibration set: for
