@@ -156,3 +156,66 @@ func TestBuildRefusals(t *testing.T) {
 		t.Error("a request for more tokens than the text holds was not refused")
 	}
 }
+
+// TestMTPRowsAlign pins the alignment docs/calibration.md describes for
+// the MTP layer, which is why a store (one row per token) holds no MTP
+// sites: a sequence of T tokens has T−1 MTP rows, row t combining the
+// final hidden state at t with the embedding of token t+1, so the last
+// token has no row and the first token's id is never read.
+func TestMTPRowsAlign(t *testing.T) {
+	m, err := forward.Open(testdata.Dir(t, "models", "tiny-qwen36-trained"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	H := m.Config.Hidden
+	ids := []int32{11, 22, 33, 44, 55, 66}
+	T := len(ids)
+	hf := make([]float32, T*H)
+	for i := range hf {
+		hf[i] = float32(i%7) - 3
+	}
+	base, err := m.MTPInput(ids, hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(base) != (T-1)*H {
+		t.Fatalf("%d MTP values for %d tokens, want %d rows", len(base), T, T-1)
+	}
+	changed := func(got []float32) []int {
+		var rows []int
+		for r := 0; r < T-1; r++ {
+			for c := 0; c < H; c++ {
+				if got[r*H+c] != base[r*H+c] {
+					rows = append(rows, r)
+					break
+				}
+			}
+		}
+		return rows
+	}
+	try := func(what string, ids []int32, hf []float32, want []int) {
+		t.Helper()
+		got, err := m.MTPInput(ids, hf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows := changed(got); len(rows) != len(want) || (len(want) == 1 && rows[0] != want[0]) {
+			t.Errorf("%s changed MTP rows %v, want %v", what, rows, want)
+		}
+	}
+	// Token t+1's embedding feeds row t.
+	ids2 := append([]int32(nil), ids...)
+	ids2[3] = 99
+	try("token 3", ids2, hf, []int{2})
+	ids2 = append([]int32(nil), ids...)
+	ids2[0] = 99
+	try("token 0", ids2, hf, nil)
+	// The hidden state at t feeds row t; the last one feeds nothing.
+	hf2 := append([]float32(nil), hf...)
+	hf2[2*H] += 1
+	try("hidden state 2", ids, hf2, []int{2})
+	hf2 = append([]float32(nil), hf...)
+	hf2[(T-1)*H] += 1
+	try("the last hidden state", ids, hf2, nil)
+}
