@@ -52,6 +52,15 @@ type Provenance struct {
 	Tokens    int64  `json:"tokens"`
 	// TokenIDsSHA256 is HashTokenIDs of the calibration token ids.
 	TokenIDsSHA256 string `json:"token_ids_sha256"`
+	// Synthetic is true for a store of generated activations (see
+	// SynthesizeStore) rather than activations of the model on text.
+	// GPTQ on synthetic activations can be worse than rounding, so
+	// builders refuse such a store unless told otherwise.
+	Synthetic bool `json:"synthetic,omitempty"`
+	// Data, for a store built from text, is the provenance of the token
+	// sequences (internal/text/dataset's Provenance: the sources with
+	// their sha256s, the options, the tokenizer and the token-id hash).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // HashTokenIDs returns the hex SHA-256 identifying a calibration set: for

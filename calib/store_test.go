@@ -62,7 +62,7 @@ func TestStoreRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := s.Provenance()
-			if p.Model != "test/model" || p.Revision != "r1" || p.Sequences != 3 || p.Tokens != 20 || len(p.TokenIDsSHA256) != 64 {
+			if p.Model != "test/model" || p.Revision != "r1" || p.Sequences != 3 || p.Tokens != 20 || len(p.TokenIDsSHA256) != 64 || p.Synthetic {
 				t.Errorf("provenance %+v", p)
 			}
 			if got := s.SequenceOffsets(); len(got) != 4 || got[1] != 5 || got[2] != 14 || got[3] != 20 {

@@ -26,7 +26,7 @@ type SynthStoreOptions struct {
 // linear_attn.out_proj (linear-attention layers). Every site of every layer has its own
 // generator (see Synth), seeded from opt.Seed, the layer and the site name.
 // Token ids are pseudo-random in [0, vocab) and hashed into the provenance
-// like real ones.
+// like real ones. The provenance records the store as synthetic.
 func SynthesizeStore(dir string, cfg *model.Config, opt SynthStoreOptions) (*Store, error) {
 	if opt.Sequences == 0 {
 		opt.Sequences = 16
@@ -55,7 +55,7 @@ func SynthesizeStore(dir string, cfg *model.Config, opt SynthStoreOptions) (*Sto
 		}
 	}
 	tokens := int64(opt.Sequences) * int64(opt.SeqLen)
-	prov := Provenance{Model: opt.Model, Revision: opt.Revision, Sequences: opt.Sequences, Tokens: tokens}
+	prov := Provenance{Model: opt.Model, Revision: opt.Revision, Sequences: opt.Sequences, Tokens: tokens, Synthetic: true}
 	w, err := CreateStore(dir, prov, lens, ids, opt.Store)
 	if err != nil {
 		return nil, err

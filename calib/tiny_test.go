@@ -5,6 +5,7 @@ import (
 	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -63,6 +64,27 @@ func tinyModel(t testing.TB, v testmodel.Variant) (*safetensors.Model, *model.Co
 		t.Fatal(f.err)
 	}
 	return f.model, f.cfg, f.store
+}
+
+// TestSynthStoreIsMarked: a store of synthetic activations says so in its
+// index, and the mark survives reopening.
+func TestSynthStoreIsMarked(t *testing.T) {
+	_, cfg, _ := tinyModel(t, testmodel.Default)
+	dir := filepath.Join(t.TempDir(), "store")
+	st, err := SynthesizeStore(dir, cfg, SynthStoreOptions{Sequences: 2, SeqLen: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Provenance().Synthetic {
+		t.Fatal("SynthesizeStore's provenance is not marked synthetic")
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, StoreIndexName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"synthetic": true`) {
+		t.Errorf("the store index does not record synthetic: %s", raw[:min(len(raw), 400)])
+	}
 }
 
 func TestTinyConfig(t *testing.T) {

@@ -23,6 +23,8 @@ const calibUsage = `usage: ttquant calib <subcommand> [flags] [args]
 subcommands:
   stats STORE [--model DIR] [--deep] [--json]
                                            check every shard; tokens per layer and site; with the model, tokens routed to each expert
+  build --model DIR --data SPEC --out STORE [--sequences 128 --seq-len 2048]
+                                           run the model over calibration text and store every layer's sites
   synth --model DIR --out STORE [flags]    write a deterministic synthetic store for the model's config
   quantize --model DIR --store STORE [--layers all|N,M,...] [flags]
                                            quantize MoE layers' experts and report held-out GPTQ vs RTN error per layer`
@@ -35,6 +37,8 @@ func runCalib(ctx context.Context, e *env, args []string) error {
 	switch args[0] {
 	case "stats":
 		return runCalibStats(ctx, e, args[1:])
+	case "build":
+		return runCalibBuild(ctx, e, args[1:])
 	case "synth":
 		return runCalibSynth(ctx, e, args[1:])
 	case "quantize":
@@ -314,6 +318,19 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	list, err := parseLayerList(*layers, cfg.NumLayers())
 	if err != nil {
 		return usageErrorf("%v", err)
+	}
+	if *layers == "all" {
+		// A store built from text has no MTP-layer sites: "all" means
+		// every layer with MoE inputs; a layer named explicitly must have them.
+		kept := list[:0]
+		for _, l := range list {
+			if _, ok := st.Site(l, calib.SiteMoE); ok {
+				kept = append(kept, l)
+			} else {
+				e.log.Info("skipping layer without MoE inputs in the store", "layer", l)
+			}
+		}
+		list = kept
 	}
 	doc := calibQuantizeDoc{SchemaVersion: schemaVersion, Layers: []calibLayerReport{}}
 	for _, layer := range list {

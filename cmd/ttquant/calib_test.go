@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
@@ -114,5 +115,50 @@ func TestCalibUsage(t *testing.T) {
 	code, _, errs := runCLI(t, "calib", "stats", filepath.Join(t.TempDir(), "none"))
 	if code != exitError || !strings.Contains(errs, "calibration.json") {
 		t.Errorf("missing store: status %d, stderr %q", code, errs)
+	}
+}
+
+// TestCalibBuildThenGPTQ: calib build writes a store from the trained
+// model's calibration text; gptq accepts it without
+// --allow-synthetic-calibration, and the checkpoint verifies against the
+// source.
+func TestCalibBuildThenGPTQ(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	store := filepath.Join(t.TempDir(), "store")
+	code, out, errs := runCLI(t, "calib", "build", "--model", model, "--data", filepath.Join(model, "calib.jsonl"),
+		"--out", store, "--sequences", "3", "--seq-len", "32", "--quiet")
+	if code != exitOK || !strings.Contains(out, "12 sites of 4 layers, 3 sequences, 96 tokens") {
+		t.Fatalf("calib build: status %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "calib", "stats", store, "--json")
+	if code != exitOK || strings.Contains(out, `"synthetic"`) || !strings.Contains(out, "calib.jsonl") {
+		t.Errorf("calib stats of a text store: status %d\n%s\n%s", code, out, errs)
+	}
+	// calib quantize --layers all covers the layers with MoE inputs: the
+	// trunk's, not the MTP layer's.
+	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--held-out", "1", "--json")
+	if code != exitOK || strings.Count(out, `"held_out"`) != 4 {
+		t.Errorf("calib quantize on a text store: status %d\n%s\n%s", code, out, errs)
+	}
+	dst := filepath.Join(t.TempDir(), "native")
+	code, out, errs = runCLI(t, "gptq", "--model", model, "--calib", store, "--out", dst, "--held-out", "1", "--quiet")
+	if code != exitOK {
+		t.Fatalf("gptq on a text store: status %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, "verify", dst, "--source", model); code != exitOK {
+		t.Errorf("verify: status %d\n%s\n%s", code, out, errs)
+	}
+	// Bad options are usage errors naming the flag.
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"calib", "build", "--model", model, "--out", store}, "--data"},
+		{[]string{"calib", "build", "--model", model, "--data", filepath.Join(model, "calib.jsonl"), "--out", store, "--sequences", "0"}, "--sequences"},
+		{[]string{"calib", "build", "--model", model, "--data", filepath.Join(model, "calib.jsonl"), "--out", store, "--dtype", "F16"}, "--dtype"},
+	} {
+		if code, _, errs := runCLI(t, c.args...); code != exitUsage || !strings.Contains(errs, c.flag) {
+			t.Errorf("%v: status %d, stderr %q", c.args, code, errs)
+		}
 	}
 }

@@ -145,7 +145,7 @@ func TestGPTQDryRunOnReplica(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("status %d\n%s\n%s", code, out, errs)
 	}
-	for _, want := range []string{"plan qwen36-35b-a3b", "*.mlp.experts.*", "1312 expert groups", "GPTQ matrices    20992", "dry run"} {
+	for _, want := range []string{"plan qwen36-35b-a3b", "*.mlp.experts.*", "1312 expert groups", "GPTQ matrices    21115", "dry run"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run output lacks %q:\n%s", want, out)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -36,6 +37,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "gptq", "--model SRC --calib STORE --layers experts|dense|all|PATTERN --out DST [flags]")
 	bf := addBuildFlags(fs)
 	calibPath := fs.String("calib", "", "calibration store (required unless --dry-run)")
+	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
 	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
 	gf := addGPTQFlags(fs)
 	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each expert layer's held-out block error against RTN")
@@ -66,6 +68,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	}
 	opt.GPTQOptions = &g
 	opt.Calib = *calibPath
+	opt.AllowSyntheticCalibration = *allowSynth
 	opt.Layers = *layers
 	opt.DryRun = *dryRun
 	opt.HeldOutSequences = *heldOut
@@ -73,6 +76,9 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("%v", err)
 	}
 	res, err := build.GPTQ(ctx, opt)
+	if errors.Is(err, build.ErrSyntheticCalibration) {
+		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
+	}
 	if err != nil {
 		return buildError(opt, err)
 	}

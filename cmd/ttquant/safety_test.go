@@ -78,7 +78,7 @@ func TestBadShardFoundUpFront(t *testing.T) {
 		t.Errorf("calib stats with a truncated shard: status %d, stderr %q", code, errs)
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	code, _, errs = runCLI(t, "gptq", "--model", model, "--calib", store, "--out", out, "--quiet")
+	code, _, errs = runCLI(t, "gptq", "--model", model, "--calib", store, "--out", out, "--quiet", "--allow-synthetic-calibration")
 	if code != exitError || !strings.Contains(errs, filepath.Base(victim)) {
 		t.Errorf("gptq with a truncated shard: status %d, stderr %q", code, errs)
 	}
@@ -90,6 +90,34 @@ func TestBadShardFoundUpFront(t *testing.T) {
 		if len(names) > 0 {
 			t.Errorf("gptq wrote %v before finding the bad shard", names)
 		}
+	}
+}
+
+// TestGPTQRefusesSyntheticStore: a store from calib synth records that it
+// is synthetic; gptq refuses it with a usage error naming
+// --allow-synthetic-calibration before writing anything, and builds a
+// checkpoint that verifies when the flag is given.
+func TestGPTQRefusesSyntheticStore(t *testing.T) {
+	model := tinyModel(t)
+	store := synthStore(t, model)
+	code, stdout, errs := runCLI(t, "calib", "stats", store, "--json")
+	if code != exitOK || !strings.Contains(stdout, `"synthetic": true`) {
+		t.Errorf("calib stats --json does not report a synthetic store: status %d\n%s\n%s", code, stdout, errs)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, errs = runCLI(t, "gptq", "--model", model, "--calib", store, "--out", out, "--quiet")
+	if code != exitUsage || !strings.Contains(errs, "--allow-synthetic-calibration") || !strings.Contains(errs, "synthetic") {
+		t.Errorf("gptq on a synthetic store: status %d, stderr %q", code, errs)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the refused gptq created %s (%v)", out, err)
+	}
+	code, _, errs = runCLI(t, "gptq", "--model", model, "--calib", store, "--out", out, "--quiet", "--allow-synthetic-calibration")
+	if code != exitOK {
+		t.Fatalf("gptq --allow-synthetic-calibration: status %d\n%s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "verify", out); code != exitOK {
+		t.Errorf("verify: status %d\n%s", code, errs)
 	}
 }
 

@@ -62,6 +62,9 @@ var allowed = map[string][]string{
 	// builder or the quantizer. It uses calib's routing and expert code
 	// (the MoE block), which is why calib is allowed.
 	"internal/model/forward": {"safetensors", "internal/kernels", "internal/model", "calib"},
+	// Calibration from text: the store format, the forward pass and the
+	// text pipeline; never the checkpoint format or its builder.
+	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text"},
 }
 
 // allowedInTests are extra module packages that test files may import.
@@ -227,6 +230,9 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"internal/model/forward", "gptq", false},
 		{"internal/model/forward", "manifest", false},
 		{"internal/model/forward", "calib", true},
+		{"calib/textcalib", "internal/model/forward", true},
+		{"calib/textcalib", "manifest", false},
+		{"calib/textcalib", "manifest/build", false},
 	}
 	for _, c := range cases {
 		key, ok := owner(c.dir)

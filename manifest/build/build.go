@@ -53,6 +53,12 @@ type BuildOptions struct {
 
 	// Calib is the calibration store path.
 	Calib string
+	// AllowSyntheticCalibration accepts a calibration store whose
+	// provenance says it holds synthetic activations (calib.SynthesizeStore).
+	// Without it such a store is refused with ErrSyntheticCalibration
+	// before anything is written: GPTQ on synthetic activations can be
+	// worse than rounding.
+	AllowSyntheticCalibration bool
 	// Layers selects the matrices GPTQ handles: "experts", "dense", "all"
 	// or a regular expression over stored tensor names.
 	Layers string
@@ -441,9 +447,9 @@ func (b *builder) summary() *WorkSummary {
 func layerSelector(s string) (func(*storedTensor) bool, error) {
 	switch s {
 	case "experts":
-		return func(st *storedTensor) bool { return st.isExpertMatrix() }, nil
+		return func(st *storedTensor) bool { return st.isExpertMatrix() || st.isSharedExpertMatrix() }, nil
 	case "dense":
-		return func(st *storedTensor) bool { return !st.isExpertMatrix() }, nil
+		return func(st *storedTensor) bool { return !st.isExpertMatrix() && !st.isSharedExpertMatrix() }, nil
 	case "all":
 		return func(*storedTensor) bool { return true }, nil
 	}

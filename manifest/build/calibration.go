@@ -18,6 +18,11 @@ import (
 	"github.com/ttquant/ttquant/manifest"
 )
 
+// ErrSyntheticCalibration is returned by a GPTQ build whose calibration
+// store holds synthetic activations and whose options do not set
+// AllowSyntheticCalibration.
+var ErrSyntheticCalibration = errors.New("the store holds synthetic activations, not activations of the model on text; GPTQ on them can be worse than rounding")
+
 // storeIdentity hashes every file of a calibration store directory: the
 // sha256 of a JSON list of (name, size, sha256) sorted by name.
 func storeIdentity(ctx context.Context, dir string, workers int) (string, error) {
@@ -68,6 +73,9 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if st.Provenance().Synthetic && !b.opt.AllowSyntheticCalibration {
+		return fmt.Errorf("manifest: calibration store %s: %w", b.opt.Calib, ErrSyntheticCalibration)
+	}
 	if err := st.Check(ctx, false); err != nil {
 		return err
 	}
@@ -101,7 +109,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	for _, t := range b.tensors {
 		roles[t.name] = t.role
 	}
-	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles, tensors: b.tensors, family: b.opt.Family}
+	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles, tensors: b.tensors, family: b.opt.Family, stored: b.storedValues}
 	return nil
 }
 
@@ -121,6 +129,24 @@ type storeHessians struct {
 	roles       map[string]string // tensor name → role
 	family      model.Family
 	tensors     []*storedTensor
+	// stored returns a tensor's values exactly as the checkpoint stores
+	// them (quantized when the plan quantizes it).
+	stored func(context.Context, *storedTensor) ([]float32, error)
+}
+
+// storedValues returns st's values as the checkpoint holds them: the
+// dequantized BFP tiles for a quantized tensor (by GPTQ or rounding, as
+// the build produces it), else the stored dtype's values. The build is
+// deterministic, so these are the values of the written tensor.
+func (b *builder) storedValues(ctx context.Context, st *storedTensor) ([]float32, error) {
+	data, _, _, err := b.produce(ctx, st)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", st.name, err)
+	}
+	if st.isBFP {
+		return manifest.UnpackBFP(st.bfpF, st.tile, data, st.shape, st.orient)
+	}
+	return manifest.DecodeFloats(st.outDType, data)
 }
 
 // downInputs returns, for a down projection (shared expert or dense MLP),
@@ -145,8 +171,10 @@ func (s *storeHessians) downInputs(role model.Role, layer int) (gate, up *stored
 }
 
 // downHessian accumulates the Hessian of silu(x·Gᵀ) ⊙ (x·Uᵀ) over the
-// calibration tokens of the layer's MoE input, with the source gate and up
-// weights.
+// calibration tokens of the layer's MoE input, with the gate and up
+// weights as the checkpoint stores them (after their own GPTQ or
+// rounding): the down projection is fitted to the inputs it will see, the
+// in-block order calib uses for routed experts.
 func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer, cols int) ([]float64, int64, string, error) {
 	gt, ut := s.downInputs(role, layer)
 	if gt == nil || ut == nil || len(gt.shape) != 2 || !slices.Equal(gt.shape, ut.shape) || int(gt.shape[0]) != cols {
@@ -160,11 +188,15 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 	if si.Cols != hidden {
 		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the gate projection %d inputs", calib.SiteMoE, layer, si.Cols, hidden), nil
 	}
-	g, err := sourceFloats(gt)
+	load := sourceFloats
+	if s.stored != nil {
+		load = func(st *storedTensor) ([]float32, error) { return s.stored(ctx, st) }
+	}
+	g, err := load(gt)
 	if err != nil {
 		return nil, 0, "", err
 	}
-	u, err := sourceFloats(ut)
+	u, err := load(ut)
 	if err != nil {
 		return nil, 0, "", err
 	}

@@ -19,11 +19,13 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
+	"github.com/ttquant/ttquant/safetensors"
 )
 
 // fixture is the tiny source model and a small synthetic calibration
@@ -86,7 +88,7 @@ func convertOpts(t testing.TB, out string, workers int) BuildOptions {
 
 func gptqOpts(t testing.TB, out string, workers int) BuildOptions {
 	src, store := tinyFixture(t)
-	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers, Calib: store, Layers: "experts", HeldOutSequences: 1}
+	return BuildOptions{Source: src, Out: out, Plan: preset(t), Workers: workers, Calib: store, AllowSyntheticCalibration: true, Layers: "experts", HeldOutSequences: 1}
 }
 
 // gptq1Opts selects the routed experts of layer 1 only: a GPTQ build that
@@ -313,11 +315,33 @@ func TestGPTQBuildVerifies(t *testing.T) {
 			t.Errorf("RTN matrix %s without a fallback reason", ms.Tensor)
 		}
 	}
-	// 5 layers (4 trunk, 1 MTP) × 16 experts × 2 tensors. Experts that too
-	// few calibration tokens reach fall back to RTN, as does a layer
-	// without inputs in the store.
-	if gptqCount+fallbacks != 5*16*2 || gptqCount < 100 {
-		t.Errorf("%d GPTQ matrices and %d fallbacks, want %d in all", gptqCount, fallbacks, 5*16*2)
+	// 5 layers (4 trunk, 1 MTP) × (16 routed experts × 2 tensors + the
+	// shared expert's gate, up and down). Experts that too few calibration
+	// tokens reach fall back to RTN, as does a layer without inputs in the
+	// store.
+	if gptqCount+fallbacks != 5*(16*2+3) || gptqCount < 100 {
+		t.Errorf("%d GPTQ matrices and %d fallbacks, want %d in all", gptqCount, fallbacks, 5*(16*2+3))
+	}
+	// --layers experts covers the shared expert: every layer's shared
+	// gate, up and down are GPTQ'd over all calibration tokens (4
+	// sequences of 48, one held out), in the statistics and in the tensor
+	// entries.
+	shared := map[string]bool{}
+	for _, ms := range m.TTQuant.Matrices {
+		if strings.Contains(ms.Tensor, ".shared_expert.") {
+			shared[ms.Tensor] = true
+			if ms.Method != manifest.MethodGPTQ || ms.Tokens != 144 {
+				t.Errorf("shared expert %s: method %s, %d tokens (fallback %q), want gptq over 144", ms.Tensor, ms.Method, ms.Tokens, ms.Fallback)
+			}
+		}
+	}
+	if len(shared) != 5*3 {
+		t.Errorf("%d shared-expert matrices in the statistics, want %d: %v", len(shared), 5*3, shared)
+	}
+	for _, te := range m.Tensors {
+		if shared[te.Name] && te.Method != manifest.MethodGPTQ {
+			t.Errorf("tensor entry %s records %s, want gptq", te.Name, te.Method)
+		}
 	}
 	if m.TTQuant.Calibration == nil || m.TTQuant.Calibration.Sequences != 4 || m.TTQuant.Calibration.HeldOutSequences != 1 {
 		t.Errorf("calibration %+v", m.TTQuant.Calibration)
@@ -761,8 +785,9 @@ func TestDryRunOn35BReplica(t *testing.T) {
 	}
 	w := res.Work
 	// 40 trunk layers and the MTP layer, 256 experts in groups of 16, one
-	// gate_up and one down file per group.
-	if w.ExpertFiles != 41*16*2 || w.GPTQMatrices != 41*256*2 || len(w.Layers) != 41 {
+	// gate_up and one down file per group; GPTQ for the routed experts'
+	// gate_up and down and the shared expert's gate, up and down.
+	if w.ExpertFiles != 41*16*2 || w.GPTQMatrices != 41*(256*2+3) || len(w.Layers) != 41 {
 		t.Errorf("work %+v", w)
 	}
 	if w.OutputBytes <= 0 || w.OutputBytes >= w.SourceBytes || w.GPTQFlops <= 0 {
@@ -998,5 +1023,92 @@ func TestFusedAndPerExpertSourcesGiveSameFiles(t *testing.T) {
 	}
 	if rep := mustVerify(t, out, VerifyOptions{Source: per}); !rep.OK {
 		t.Fatalf("%v", rep.Failures)
+	}
+}
+
+// TestSharedDownFitsQuantizedGateUp: the shared expert's down projection
+// is GPTQ'd against the Hessian of the SwiGLU output of the gate and up
+// projections as the checkpoint stores them (quantized), not as the source
+// holds them: quantizing the source down_proj with that Hessian gives the
+// stored values exactly, and the source gate/up's Hessian gives others.
+func TestSharedDownFitsQuantizedGateUp(t *testing.T) {
+	src, store := tinyFixture(t)
+	c, err := manifest.OpenCheckpoint(reference(t, "gptq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := safetensors.OpenModel(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := calib.OpenStore(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := st.SequenceOffsets()
+	calibTokens := offs[len(offs)-2] // one held-out sequence
+	const layer = 2
+	name := func(p string) string {
+		return fmt.Sprintf("model.language_model.layers.%d.mlp.shared_expert.%s.weight", layer, p)
+	}
+	read := func(from func(string) ([]float32, error), n string) []float32 {
+		v, err := from(n)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		return v
+	}
+	source := func(n string) ([]float32, error) {
+		f, _, ok := sm.Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("not in the source")
+		}
+		return f.Float32s(n)
+	}
+	te, err := c.TensorInfo(name("down_proj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if te.Method != manifest.MethodGPTQ {
+		t.Fatalf("%s: method %s", te.Name, te.Method)
+	}
+	f, ok := manifest.ParseBFP(te.Format)
+	if !ok {
+		t.Fatalf("%s: format %q", te.Name, te.Format)
+	}
+	axis := gptq.InputAxis
+	if c.Manifest().Plan.Rules[te.Rule].Axis == manifest.AxisOutput {
+		axis = gptq.OutputAxis
+	}
+	rows, cols := int(te.Shape[0]), int(te.Shape[1])
+	w := read(source, te.Name)
+	stored := read(c.Float32s, te.Name)
+	quantize := func(g, u []float32) []float32 {
+		h, err := st.SwiGLUHessian(context.Background(), layer, calib.SiteMoE, calibTokens, g, u, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := gptq.Quantize(w, rows, cols, h.Matrix(), gptq.NewBFPGrid(f, axis), gptq.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Q
+	}
+	differs := func(a, b []float32) int {
+		n := 0
+		for i := range a {
+			if a[i] != b[i] {
+				n++
+			}
+		}
+		return n
+	}
+	q := quantize(read(c.Float32s, name("gate_proj")), read(c.Float32s, name("up_proj")))
+	if n := differs(q, stored); n != 0 {
+		t.Errorf("%d of %d stored down_proj values differ from GPTQ on the quantized gate/up's outputs", n, len(q))
+	}
+	qs := quantize(read(source, name("gate_proj")), read(source, name("up_proj")))
+	if differs(qs, stored) == 0 {
+		t.Errorf("the source gate/up's Hessian gives the same down_proj: the test cannot tell them apart")
 	}
 }

@@ -126,14 +126,17 @@ func Demo(ctx context.Context, opt DemoOptions) (*DemoResult, error) {
 		return nil, err
 	}
 	res, err := GPTQ(ctx, BuildOptions{
-		Source:           src,
-		Out:              out,
-		Plan:             p,
-		Workers:          opt.Workers,
-		Progress:         opt.Progress,
-		Calib:            storeDir,
-		Layers:           "experts",
-		HeldOutSequences: opt.HeldOut,
+		Source:   src,
+		Out:      out,
+		Plan:     p,
+		Workers:  opt.Workers,
+		Progress: opt.Progress,
+		Calib:    storeDir,
+		// The demo's model has random weights: synthetic activations are
+		// all it has.
+		AllowSyntheticCalibration: true,
+		Layers:                    "experts",
+		HeldOutSequences:          opt.HeldOut,
 	})
 	if err != nil {
 		return nil, err

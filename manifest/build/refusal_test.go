@@ -130,6 +130,24 @@ func TestRefusedRunLeavesDirectoryAsItWas(t *testing.T) {
 			_, err := GPTQ(context.Background(), o)
 			return err
 		}},
+		{"synthetic store without the option", finished, func(out string) error {
+			o := gptqOpts(t, out, 1)
+			o.AllowSyntheticCalibration = false
+			_, err := GPTQ(context.Background(), o)
+			if !errors.Is(err, ErrSyntheticCalibration) {
+				t.Errorf("synthetic store: got %v, want ErrSyntheticCalibration", err)
+			}
+			return err
+		}},
+		{"synthetic store without the option, new directory", func() string { return filepath.Join(t.TempDir(), "new") }, func(out string) error {
+			o := gptqOpts(t, out, 1)
+			o.AllowSyntheticCalibration = false
+			_, err := GPTQ(context.Background(), o)
+			if !errors.Is(err, ErrSyntheticCalibration) {
+				t.Errorf("synthetic store: got %v, want ErrSyntheticCalibration", err)
+			}
+			return err
+		}},
 		{"bad layer selection", finished, func(out string) error {
 			o := gptqOpts(t, out, 1)
 			o.Layers = "(["

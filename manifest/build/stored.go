@@ -2,6 +2,7 @@ package build
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
@@ -109,6 +110,16 @@ func (st *storedTensor) sourceRefs() []manifest.SourceRef {
 }
 
 func (st *storedTensor) isExpertMatrix() bool { return st.expert >= 0 }
+
+// isSharedExpertMatrix reports whether st is the shared expert's gate, up
+// or down projection (not its sigmoid gate).
+func (st *storedTensor) isSharedExpertMatrix() bool {
+	switch model.Role(st.role) {
+	case model.RoleSharedGate, model.RoleSharedUp, model.RoleSharedDown:
+		return true
+	}
+	return false
+}
 
 // expertKind returns "gate_up" or "down" for a routed expert tensor.
 func (st *storedTensor) expertKind() string {

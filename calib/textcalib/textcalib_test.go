@@ -1,0 +1,221 @@
+package textcalib
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/testdata"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/safetensors"
+)
+
+func trainedOptions(t *testing.T, out string, seqs, seqLen int) Options {
+	t.Helper()
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	spec, err := dataset.ParseSpec(filepath.Join(dir, "calib.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Model: dir, Out: out, Data: spec,
+		DataOptions: dataset.Options{EvalFraction: dataset.DefaultEvalFraction, Seed: 1,
+			Calibration: dataset.SetOptions{Sequences: seqs, SeqLen: seqLen, Mode: dataset.ModePack}},
+		Store: calib.StoreOptions{DType: safetensors.F32}}
+}
+
+// TestBuildFromText: a store built from the trained model's calibration
+// text holds every trunk layer's sites, exactly the activations an
+// independent run of the forward pass gives (F32 store), no MTP sites, and
+// provenance naming the text, the model and the token ids.
+func TestBuildFromText(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "store")
+	opt := trainedOptions(t, out, 3, 32)
+	res, err := Build(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := res.Store
+	m, err := forward.Open(opt.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cfg := m.Config
+	p := st.Provenance()
+	if p.Synthetic || p.Sequences != 3 || p.Tokens != 96 || p.Model != "tiny-qwen36-trained" {
+		t.Errorf("provenance %+v", p)
+	}
+	if id, err := ModelIdentity(opt.Model); err != nil || p.Revision != id || !strings.HasPrefix(id, "sha256:") {
+		t.Errorf("model identity %q, provenance %q (%v)", id, p.Revision, err)
+	}
+	var data dataset.Provenance
+	if err := json.Unmarshal(p.Data, &data); err != nil {
+		t.Fatalf("provenance data: %v", err)
+	}
+	if len(data.Sources) != 1 || len(data.Sources[0].Files) != 1 || len(data.Sources[0].Files[0].SHA256) != 64 ||
+		data.Calibration == nil || data.Calibration.TokenIDsSHA256 != p.TokenIDsSHA256 || data.Options.Calibration.SeqLen != 32 {
+		t.Errorf("text provenance %+v", data)
+	}
+	ids, err := st.TokenIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calib.HashTokenIDs(ids) != p.TokenIDsSHA256 {
+		t.Error("the stored token ids do not hash to the provenance's token-id hash")
+	}
+	// Every trunk layer has mlp, attn and its mixer's output-projection
+	// input; the MTP layer has none (its rows do not align one per token).
+	for l := 0; l < cfg.NumLayers(); l++ {
+		out := calib.SiteOutProj
+		if cfg.Kind(l) == forward.FullAttention {
+			out = calib.SiteOProj
+		}
+		for _, s := range []string{calib.SiteMoE, calib.SiteAttn, out} {
+			si, ok := st.Site(l, s)
+			if l >= cfg.Layers {
+				if ok {
+					t.Errorf("MTP layer %d has site %s", l, s)
+				}
+				continue
+			}
+			if !ok || si.Tokens != 96 || (s != out && si.Cols != cfg.Hidden) {
+				t.Errorf("layer %d site %s: %+v (present %v)", l, s, si, ok)
+			}
+		}
+	}
+	// An independent forward over the same token ids gives the same rows.
+	var x []float32
+	lens := make([]int, len(ids))
+	for i, s := range ids {
+		e, err := m.Embed(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x = append(x, e...)
+		lens[i] = len(s)
+	}
+	b := &forward.Batch{Lens: lens, X: x}
+	want := map[string][]float32{}
+	const layer = 2
+	for l := 0; l <= layer; l++ {
+		ly, err := m.Layer(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ly.Forward(b, func(a *forward.Activations) error {
+			if l == layer && a.Site == forward.SiteMLPIn {
+				want[calib.SiteMoE] = append(want[calib.SiteMoE], a.X[:a.Rows*a.Cols]...)
+			}
+			if l == layer && a.Site == forward.SiteAttnIn {
+				want[calib.SiteAttn] = append(want[calib.SiteAttn], a.X[:a.Rows*a.Cols]...)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for site, w := range want {
+		got, err := st.ReadRows(layer, site, 0, 96)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(w) {
+			t.Fatalf("layer %d %s: %d values, want %d", layer, site, len(got), len(w))
+		}
+		for i := range got {
+			if got[i] != w[i] {
+				t.Fatalf("layer %d %s value %d: %v, the forward pass gives %v", layer, site, i, got[i], w[i])
+			}
+		}
+	}
+}
+
+// TestBuildRefusals: no calibration sequences, an existing store and a
+// data set too small for the request are refused.
+func TestBuildRefusals(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "store")
+	opt := trainedOptions(t, out, 0, 32)
+	if _, err := Build(context.Background(), opt); !errors.Is(err, ErrNoCalibration) {
+		t.Errorf("no sequences: %v", err)
+	}
+	opt = trainedOptions(t, out, 1, 16)
+	if _, err := Build(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(context.Background(), opt); err == nil || !strings.Contains(err.Error(), "already holds") {
+		t.Errorf("existing store: %v", err)
+	}
+	opt = trainedOptions(t, filepath.Join(t.TempDir(), "big"), 100000, 2048)
+	if _, err := Build(context.Background(), opt); err == nil {
+		t.Error("a request for more tokens than the text holds was not refused")
+	}
+}
+
+// TestMTPRowsAlign pins the alignment docs/calibration.md describes for
+// the MTP layer, which is why a store (one row per token) holds no MTP
+// sites: a sequence of T tokens has T−1 MTP rows, row t combining the
+// final hidden state at t with the embedding of token t+1, so the last
+// token has no row and the first token's id is never read.
+func TestMTPRowsAlign(t *testing.T) {
+	m, err := forward.Open(testdata.Dir(t, "models", "tiny-qwen36-trained"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	H := m.Config.Hidden
+	ids := []int32{11, 22, 33, 44, 55, 66}
+	T := len(ids)
+	hf := make([]float32, T*H)
+	for i := range hf {
+		hf[i] = float32(i%7) - 3
+	}
+	base, err := m.MTPInput(ids, hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(base) != (T-1)*H {
+		t.Fatalf("%d MTP values for %d tokens, want %d rows", len(base), T, T-1)
+	}
+	changed := func(got []float32) []int {
+		var rows []int
+		for r := 0; r < T-1; r++ {
+			for c := 0; c < H; c++ {
+				if got[r*H+c] != base[r*H+c] {
+					rows = append(rows, r)
+					break
+				}
+			}
+		}
+		return rows
+	}
+	try := func(what string, ids []int32, hf []float32, want []int) {
+		t.Helper()
+		got, err := m.MTPInput(ids, hf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows := changed(got); len(rows) != len(want) || (len(want) == 1 && rows[0] != want[0]) {
+			t.Errorf("%s changed MTP rows %v, want %v", what, rows, want)
+		}
+	}
+	// Token t+1's embedding feeds row t.
+	ids2 := append([]int32(nil), ids...)
+	ids2[3] = 99
+	try("token 3", ids2, hf, []int{2})
+	ids2 = append([]int32(nil), ids...)
+	ids2[0] = 99
+	try("token 0", ids2, hf, nil)
+	// The hidden state at t feeds row t; the last one feeds nothing.
+	hf2 := append([]float32(nil), hf...)
+	hf2[2*H] += 1
+	try("hidden state 2", ids, hf2, []int{2})
+	hf2 = append([]float32(nil), hf...)
+	hf2[(T-1)*H] += 1
+	try("the last hidden state", ids, hf2, nil)
+}
