@@ -2,13 +2,12 @@ package calib
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/text/dataset"
 	"math"
 	"os"
 	"path/filepath"
@@ -65,21 +64,9 @@ type Provenance struct {
 
 // HashTokenIDs returns the hex SHA-256 identifying a calibration set: for
 // every sequence in order, its length as a little-endian uint32 followed by
-// its token ids as little-endian uint32s.
-func HashTokenIDs(seqs [][]int32) string {
-	h := sha256.New()
-	var b [4]byte
-	for _, s := range seqs {
-		binary.LittleEndian.PutUint32(b[:], uint32(len(s)))
-		h.Write(b[:])
-		buf := make([]byte, 4*len(s))
-		for i, id := range s {
-			binary.LittleEndian.PutUint32(buf[4*i:], uint32(id))
-		}
-		h.Write(buf)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
+// its token ids as little-endian uint32s. The convention is defined once, by
+// the dataset package that builds token sequences from text.
+func HashTokenIDs(seqs [][]int32) string { return dataset.HashTokenIDs(seqs) }
 
 // SiteInfo describes the activations stored for one site of one layer.
 type SiteInfo struct {

@@ -39,7 +39,7 @@ var allowed = map[string][]string{
 	"internal/model":         {"safetensors"},
 	"internal/testmodel":     {"safetensors", "internal/rng", "internal/atomicfile"},
 	"gptq":                   {"bfp", "internal/kernels"},
-	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng"},
+	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng", "internal/text/dataset"},
 	"internal/atomicfile":    {},
 	"internal/par":           {},
 	"manifest":               {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
