@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/calib/textcalib"
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -14,7 +16,7 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	modelDir := fs.String("model", "", "BF16 model directory (config.json, weights, tokenizer)")
 	out := fs.String("out", "", "store directory to create")
 	dtype := fs.String("dtype", "BF16", "stored dtype: BF16 or F32")
-	workers := fs.Int("workers", 0, "goroutines encoding records (0: all CPUs)")
+	workers := addWorkersFlag(fs, "goroutines")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
 	d := addDataFlags(fs, 128, 0)
@@ -28,8 +30,8 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	if *modelDir == "" || *out == "" {
 		return usageErrorf("--model and --out are required")
 	}
-	if *workers < 0 {
-		return usageErrorf("--workers %d: want ≥ 0", *workers)
+	if err := checkWorkers(*workers); err != nil {
+		return err
 	}
 	dt, err := safetensors.ParseDType(*dtype)
 	if err != nil || (dt != safetensors.BF16 && dt != safetensors.F32) {
@@ -39,9 +41,11 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if dopt.Calibration.Sequences < 1 {
-		return usageErrorf("--sequences %d: want at least 1", dopt.Calibration.Sequences)
+	if err := inRange("sequences", int64(dopt.Calibration.Sequences), 1, math.MaxInt32); err != nil {
+		return err
 	}
+	prev := kernels.SetWorkers(*workers)
+	defer kernels.SetWorkers(prev)
 	opt := textcalib.Options{Model: *modelDir, Out: *out, Data: spec, DataOptions: dopt, Store: calib.StoreOptions{DType: dt}}
 	if !*quiet {
 		opt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "calib build:", msg) }

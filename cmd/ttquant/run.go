@@ -107,6 +107,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		if err := ns.CheckSource(*model, *native); err != nil {
+			return err
+		}
 		// The model's own checkpoint stays underneath for anything the
 		// native one lacks.
 		nm, err := forward.New(cfg, forward.Overlay{ns, m.Src})
@@ -118,6 +121,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	for i, id := range ids {
 		if int(id) >= cfg.Vocab {
+			if tok != nil {
+				return fmt.Errorf("%s: the tokenizer gives id %d at position %d, outside the model's vocabulary 0..%d", *model, id, i, cfg.Vocab-1)
+			}
 			return usageErrorf("--tokens: id %d at position %d outside the vocabulary 0..%d", id, i, cfg.Vocab-1)
 		}
 	}

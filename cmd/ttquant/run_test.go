@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -149,6 +150,22 @@ func TestRunNativeCheckpoint(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "run", "--model", model, "--tokens", "1", "--checkpoint", filepath.Join(dir, "none")); code != exitError || errs == "" {
 		t.Errorf("missing native checkpoint: status %d, stderr %q", code, errs)
+	}
+	// A checkpoint built from another model is refused, not overlaid: here
+	// the same weights with a config.json whose bytes differ.
+	other := filepath.Join(dir, "other")
+	if err := os.CopyFS(other, os.DirFS(model)); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(other, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "config.json"), append(cfg, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCLI(t, "run", "--model", other, "--tokens", "1", "--checkpoint", native); code != exitError || !strings.Contains(errs, "config.json") {
+		t.Errorf("checkpoint of another model: status %d, stderr %q", code, errs)
 	}
 }
 

@@ -50,7 +50,9 @@ func OpenNative(dir string) (*Native, error) {
 			if len(t.Sources) != 1 {
 				return nil, fmt.Errorf("%s: tensor %s joins %d sources; only routed experts may", dir, t.Name, len(t.Sources))
 			}
-			s.names[t.Sources[0].Tensor] = nativeRef{stored: t.Name, shape: t.Shape}
+			if err := s.add(dir, t.Sources[0].Tensor, nativeRef{stored: t.Name, shape: t.Shape}); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		i := strings.LastIndex(t.Name, "experts.")
@@ -60,14 +62,20 @@ func OpenNative(dir string) (*Native, error) {
 		p := t.Name[:i] + "experts." + strconv.Itoa(*t.Expert) + "."
 		switch {
 		case strings.HasSuffix(t.Name, "down_proj"):
-			s.names[p+"down_proj.weight"] = nativeRef{stored: t.Name, shape: t.Shape}
+			if err := s.add(dir, p+"down_proj.weight", nativeRef{stored: t.Name, shape: t.Shape}); err != nil {
+				return nil, err
+			}
 		case strings.HasSuffix(t.Name, "gate_up_proj"):
 			if t.Shape[0]%2 != 0 {
 				return nil, fmt.Errorf("%s: expert tensor %s has an odd number of rows %v", dir, t.Name, t.Shape)
 			}
 			half := []int64{t.Shape[0] / 2, t.Shape[1]}
-			s.names[p+"gate_proj.weight"] = nativeRef{stored: t.Name, shape: half}
-			s.names[p+"up_proj.weight"] = nativeRef{stored: t.Name, off: half[0] * half[1], shape: half}
+			if err := s.add(dir, p+"gate_proj.weight", nativeRef{stored: t.Name, shape: half}); err != nil {
+				return nil, err
+			}
+			if err := s.add(dir, p+"up_proj.weight", nativeRef{stored: t.Name, off: half[0] * half[1], shape: half}); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, fmt.Errorf("%s: expert tensor %s is neither gate_up_proj nor down_proj", dir, t.Name)
 		}
@@ -111,5 +119,16 @@ func (s *Native) Read(name string, dst []float32, start int64) error {
 		return &forward.WeightError{Tensor: name, Problem: fmt.Sprintf("read of %d values at %d outside its %d values", len(dst), start, n)}
 	}
 	copy(dst, s.last[r.off+start:])
+	return nil
+}
+
+// add records that the source tensor name is served by ref, refusing a
+// checkpoint in which two stored tensors claim the same source tensor: which
+// one would win would depend on the manifest's order.
+func (s *Native) add(dir, name string, ref nativeRef) error {
+	if prev, dup := s.names[name]; dup {
+		return fmt.Errorf("%s: stored tensors %s and %s both provide %s", dir, prev.stored, ref.stored, name)
+	}
+	s.names[name] = ref
 	return nil
 }

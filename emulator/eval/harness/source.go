@@ -70,3 +70,12 @@ func fileSHA256(path string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// CheckSource refuses model as the base of the native checkpoint in dir when
+// the checkpoint was built from another model: the files the manifest
+// records must be present with their sizes, and the small ones with their
+// sha256. Substituting one model's quantized weights into another would
+// otherwise run silently.
+func (s *Native) CheckSource(model, dir string) error {
+	return checkSource(model, dir, s.Checkpoint().Manifest().Source)
+}
