@@ -55,7 +55,7 @@ var ErrNoCalibration = errors.New("textcalib: the data options build no calibrat
 // Build writes the calibration store. Everything that can refuse the run
 // (configuration, tokenizer, data, existing store) is checked before the
 // store directory is created.
-func Build(ctx context.Context, opt Options) (*Result, error) {
+func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if opt.DataOptions.Calibration.Sequences <= 0 {
 		return nil, ErrNoCalibration
 	}
@@ -111,10 +111,32 @@ func Build(ctx context.Context, opt Options) (*Result, error) {
 		TokenIDsSHA256: res.Provenance.Calibration.TokenIDsSHA256,
 		Data:           dataProv,
 	}
+	// Weights are read layer by layer below; a NaN or infinity would only
+	// show up as non-finite activations, so it is refused here, before the
+	// store is created.
+	if err := m.CheckFinite(); err != nil {
+		return nil, err
+	}
+	_, statErr := os.Stat(opt.Out)
+	created := os.IsNotExist(statErr)
 	w, err := calib.CreateStore(opt.Out, prov, lens, ids, opt.Store)
 	if err != nil {
 		return nil, err
 	}
+	// A store without its index is refused by every reader; a failed or
+	// interrupted build removes the directory it created, or says what it
+	// left in one that was there before.
+	defer func() {
+		if err == nil {
+			return
+		}
+		if created {
+			os.RemoveAll(opt.Out)
+			err = fmt.Errorf("%w (the unfinished store was removed)", err)
+		} else {
+			err = fmt.Errorf("%w (an unfinished store without an index is left in %s; remove it before building again)", err, opt.Out)
+		}
+	}()
 
 	// The residual stream of every sequence, one after another.
 	H := cfg.Hidden

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -151,9 +152,31 @@ func TestBuildRefusals(t *testing.T) {
 	if _, err := Build(context.Background(), opt); err == nil || !strings.Contains(err.Error(), "already holds") {
 		t.Errorf("existing store: %v", err)
 	}
-	opt = trainedOptions(t, filepath.Join(t.TempDir(), "big"), 100000, 2048)
+	big := filepath.Join(t.TempDir(), "big")
+	opt = trainedOptions(t, big, 100000, 2048)
 	if _, err := Build(context.Background(), opt); err == nil {
 		t.Error("a request for more tokens than the text holds was not refused")
+	}
+	if _, err := os.Stat(big); !os.IsNotExist(err) {
+		t.Errorf("refused build left %s behind (%v)", big, err)
+	}
+}
+
+// TestInterruptedBuildRemovesStore cancels a build after its first layer is
+// written: the store directory it created is removed, so no index-less store
+// is left for a later run to trip over.
+func TestInterruptedBuildRemovesStore(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "store")
+	opt := trainedOptions(t, out, 1, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opt.Progress = func(string) { cancel() }
+	_, err := Build(ctx, opt)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "removed") {
+		t.Fatalf("interrupted build: %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("interrupted build left %s behind (%v)", out, err)
 	}
 }
 
