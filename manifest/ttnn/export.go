@@ -3,8 +3,6 @@ package ttnn
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -716,9 +714,4 @@ func ReadRecord(dir string) (*Record, error) {
 		return nil, fmt.Errorf("%s: format %q version %d, this build reads %q version %d", RecordName, r.Format, r.SchemaVersion, RecordFormat, RecordVersion)
 	}
 	return &r, nil
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }

@@ -137,7 +137,7 @@ func verifyFile(dir string, f RecordFile, mem MemoryConfig, mesh []uint32, c *ma
 		return
 	}
 	rep.Bytes += int64(len(data))
-	if int64(len(data)) != f.Size || sha256Hex(data) != f.SHA256 {
+	if int64(len(data)) != f.Size || manifest.SHA256Hex(data) != f.SHA256 {
 		fail(f.Name, "", "size %d / sha256 differ from the record (size %d): the file was changed or replaced", len(data), f.Size)
 		return
 	}
@@ -173,7 +173,7 @@ func verifyFile(dir string, f RecordFile, mem MemoryConfig, mesh []uint32, c *ma
 	}
 	for i, s := range f.Sources {
 		p := parts[i]
-		if int64(len(p)) != s.Bytes || sha256Hex(p) != s.SHA256 {
+		if int64(len(p)) != s.Bytes || manifest.SHA256Hex(p) != s.SHA256 {
 			fail(f.Name, s.Tensor, "payload does not decode to the recorded checkpoint bytes (%d bytes, recorded %d)", len(p), s.Bytes)
 			continue
 		}

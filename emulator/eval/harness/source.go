@@ -1,13 +1,11 @@
 package harness
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -47,7 +45,7 @@ func checkSource(model, ckpt string, src manifest.SourceInfo) error {
 		if f.Size > maxHashed || f.SHA256 == "" {
 			continue
 		}
-		h, err := fileSHA256(p)
+		_, h, err := atomicfile.HashFile(p)
 		if err != nil {
 			return err
 		}
@@ -56,19 +54,6 @@ func checkSource(model, ckpt string, src manifest.SourceInfo) error {
 		}
 	}
 	return nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // CheckSource refuses model as the base of the native checkpoint in dir when
