@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -98,6 +99,16 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	}
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
 		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
+	// The flags that describe the calibration set only mean something with
+	// --calib-data, and only when its spec does not carry its own options:
+	// never ignore one silently.
+	var calibFlags []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "sequences", "seq-len", "mode", "short", "calib-fraction":
+			calibFlags = append(calibFlags, "--"+f.Name)
+		}
+	})
 	if *calibData != "" {
 		cs, err := dataset.ParseSpec(*calibData)
 		if err != nil {
@@ -105,6 +116,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		}
 		copt := dopt
 		if cs.Options != nil {
+			if len(calibFlags) > 0 {
+				return usageErrorf("%s: the --calib-data spec file carries its own options; give them there", strings.Join(calibFlags, ", "))
+			}
 			copt = *cs.Options
 		} else {
 			if calSeqs <= 0 {
@@ -121,8 +135,11 @@ func runEval(ctx context.Context, e *env, args []string) error {
 			copt.EvalFraction = *calibFraction
 		}
 		opt.Calib, opt.CalibOptions = cs, copt
-	} else if calSeqs > 0 {
-		return usageErrorf("--sequences describes the calibration set of --calib-data, which is not given")
+	} else if len(calibFlags) > 0 || calSeqs > 0 {
+		if len(calibFlags) == 0 {
+			calibFlags = []string{"--sequences"}
+		}
+		return usageErrorf("%s describes the calibration set of --calib-data, which is not given", strings.Join(calibFlags, ", "))
 	}
 	if !*quiet {
 		opt.Log = func(msg string) { e.log.Info(msg) }

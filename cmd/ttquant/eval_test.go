@@ -34,6 +34,8 @@ func TestEvalUsageErrors(t *testing.T) {
 		{append(ok[:len(ok):len(ok)], "--calib-data", data, "x"), "--sequences"},
 		{append(ok[:len(ok):len(ok)], "--calib-data", data, "--sequences", "2", "--calib-fraction", "1", "x"), "--calib-fraction"},
 		{append(ok[:len(ok):len(ok)], "--eval-fraction", "1.5", "x"), "--eval-fraction"},
+		{append(ok[:len(ok):len(ok)], "--seq-len", "256", "x"), "--seq-len"},
+		{append(ok[:len(ok):len(ok)], "--calib-fraction", "0.2", "x"), "--calib-fraction"},
 		{append(ok[:len(ok):len(ok)], "--eval-mode", "window", "x"), "--eval-mode"},
 		{[]string{"eval", "--model", model, "--data", data, "--eval-fraction", "1", "x"}, "--eval-sequences"},
 		{[]string{"eval", "--model", model, "--eval-sequences", "1", "x"}, "--data"},
