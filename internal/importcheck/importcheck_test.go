@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	"manifest":               {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
 	"manifest/plan":          {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	"manifest/build":         {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/atomicfile", "internal/par", "internal/fslock"},
-	"manifest/ttnn":          {"bfp", "safetensors", "=manifest", "internal/atomicfile"},
+	"manifest/ttnn":          {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	"emulator/eval":          {},
 	"internal/importcheck":   {"internal/testdata"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -544,6 +545,14 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 	if inside(opt.Out, c.Dir()) {
 		return nil, fmt.Errorf("%w: %s is inside the checkpoint %s (its verification would fail on the extra files)", ErrOutput, opt.Out, c.Dir())
 	}
+	// One writer per output directory, as for checkpoint builds: taken
+	// before the directory is examined, released (with any directory it
+	// had to create) when the export ends.
+	lk, err := fslock.Acquire(opt.Out)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Release()
 	stale, err := checkOutput(opt.Out, files, opt.Overwrite)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
@@ -459,6 +460,34 @@ func TestExportRefusesOutputInsideCheckpoint(t *testing.T) {
 	}
 	if inside(c.Dir()+"-ttnn", c.Dir()) || !inside(c.Dir(), c.Dir()) {
 		t.Fatal("inside")
+	}
+}
+
+// TestExportRefusesLockedDirectory: while another writer holds the output
+// directory's lock, an export fails at once naming the holder and writes
+// nothing; once the lock is released the same export succeeds.
+func TestExportRefusesLockedDirectory(t *testing.T) {
+	c := demoCheckpoint(t)
+	out := t.TempDir()
+	lk, err := fslock.Acquire(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Export(context.Background(), c, exampleMap(t), Options{Out: out})
+	var held *fslock.HeldError
+	if !errors.As(err, &held) || held.PID != os.Getpid() {
+		t.Fatalf("export into a locked directory: %v", err)
+	}
+	ents, _ := os.ReadDir(out)
+	if len(ents) != 1 || ents[0].Name() != fslock.Name {
+		t.Fatalf("refused export left %v", ents)
+	}
+	lk.Release()
+	if _, err := Export(context.Background(), c, exampleMap(t), Options{Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, fslock.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the export left its lock file: %v", err)
 	}
 }
 
