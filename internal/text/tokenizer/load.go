@@ -545,16 +545,43 @@ func (t *Tokenizer) parseAdded(path string, top *object) error {
 	return nil
 }
 
-func (t *Tokenizer) parseNormalizer(path string, top *object) error {
-	raw := top.raw("normalizer")
+// section opens the pipeline stage key of tokenizer.json and requires its
+// type to be typ. An absent or null stage gives (nil, nil) when it is
+// optional, and an unsupported-error saying what is needed (absent) when it
+// is not.
+func section(path string, top *object, key, typ, absent string) (*object, error) {
+	raw := top.raw(key)
 	if raw == nil || isNull(raw) {
-		return nil
+		if absent != "" {
+			return nil, errorf(path, key, ErrUnsupported, "absent; %s", absent)
+		}
+		return nil, nil
 	}
-	o, err := newObject(path, "normalizer", raw)
+	o, err := newObject(path, key, raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := o.wantStr("type", "NFC"); err != nil {
+	if _, err := o.wantStr("type", typ); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// byteLevelOptions accepts the boolean options of a ByteLevel stage. As a
+// post-processor or decoder ByteLevel adds no tokens and maps bytes back the
+// same way whatever they say; they touch offsets only.
+func byteLevelOptions(o *object) error {
+	for _, k := range []string{"add_prefix_space", "trim_offsets", "use_regex"} {
+		if _, err := o.boolean(k); err != nil {
+			return err
+		}
+	}
+	return o.done()
+}
+
+func (t *Tokenizer) parseNormalizer(path string, top *object) error {
+	o, err := section(path, top, "normalizer", "NFC", "")
+	if o == nil || err != nil {
 		return err
 	}
 	t.nfc = true
@@ -562,15 +589,8 @@ func (t *Tokenizer) parseNormalizer(path string, top *object) error {
 }
 
 func (t *Tokenizer) parsePreTokenizer(path string, top *object) error {
-	raw := top.raw("pre_tokenizer")
-	if raw == nil || isNull(raw) {
-		return errorf(path, "pre_tokenizer", ErrUnsupported, "absent; a Sequence of Split and ByteLevel is required")
-	}
-	seq, err := newObject(path, "pre_tokenizer", raw)
+	seq, err := section(path, top, "pre_tokenizer", "Sequence", "a Sequence of Split and ByteLevel is required")
 	if err != nil {
-		return err
-	}
-	if _, err := seq.wantStr("type", "Sequence"); err != nil {
 		return err
 	}
 	var items []json.RawMessage
@@ -637,44 +657,19 @@ func (t *Tokenizer) parsePreTokenizer(path string, top *object) error {
 }
 
 func (t *Tokenizer) parsePostProcessor(path string, top *object) error {
-	raw := top.raw("post_processor")
-	if raw == nil || isNull(raw) {
-		return nil
-	}
-	o, err := newObject(path, "post_processor", raw)
-	if err != nil {
+	o, err := section(path, top, "post_processor", "ByteLevel", "")
+	if o == nil || err != nil {
 		return err
 	}
-	if _, err := o.wantStr("type", "ByteLevel"); err != nil {
-		return err
-	}
-	// A ByteLevel post-processor adds no tokens; its options touch offsets only.
-	for _, k := range []string{"add_prefix_space", "trim_offsets", "use_regex"} {
-		if _, err := o.boolean(k); err != nil {
-			return err
-		}
-	}
-	return o.done()
+	return byteLevelOptions(o)
 }
 
 func (t *Tokenizer) parseDecoder(path string, top *object) error {
-	raw := top.raw("decoder")
-	if raw == nil || isNull(raw) {
-		return errorf(path, "decoder", ErrUnsupported, "absent; a ByteLevel decoder is required")
-	}
-	o, err := newObject(path, "decoder", raw)
+	o, err := section(path, top, "decoder", "ByteLevel", "a ByteLevel decoder is required")
 	if err != nil {
 		return err
 	}
-	if _, err := o.wantStr("type", "ByteLevel"); err != nil {
-		return err
-	}
-	for _, k := range []string{"add_prefix_space", "trim_offsets", "use_regex"} {
-		if _, err := o.boolean(k); err != nil {
-			return err
-		}
-	}
-	return o.done()
+	return byteLevelOptions(o)
 }
 
 // parseConfig reads the special-token names of tokenizer_config.json. Other
