@@ -56,3 +56,52 @@ func (s *Store) SwiGLUHessian(ctx context.Context, layer int, site string, token
 	}
 	return h, nil
 }
+
+// RowsHessian accumulates the Hessian of rows activations held in memory,
+// x = [rows, cols] row-major, in chunks of 4096 rows as SiteHessian reads a
+// store: the Hessian of every matrix those rows feed.
+func RowsHessian(ctx context.Context, x []float32, cols int) (*gptq.Hessian, error) {
+	if cols <= 0 || len(x)%cols != 0 {
+		return nil, fmt.Errorf("calib: %d activation values are not whole rows of %d", len(x), cols)
+	}
+	h := gptq.NewHessian(cols)
+	const chunk = 4096
+	for r0 := 0; r0 < len(x)/cols; r0 += chunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r1 := min(r0+chunk, len(x)/cols)
+		if err := h.Add(x[r0*cols:r1*cols], r1-r0); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// SwiGLURowsHessian is SwiGLUHessian over rows held in memory: the Hessian
+// of silu(x·Gᵀ) ⊙ (x·Uᵀ) for x = [rows, hidden], gate and up [inter,
+// hidden], in chunks of 1024 rows.
+func SwiGLURowsHessian(ctx context.Context, x []float32, hidden int, gate, up []float32, inter int) (*gptq.Hessian, error) {
+	if hidden <= 0 || len(x)%hidden != 0 {
+		return nil, fmt.Errorf("calib: %d activation values are not whole rows of %d", len(x), hidden)
+	}
+	if inter <= 0 || len(gate) != inter*hidden || len(up) != inter*hidden {
+		return nil, fmt.Errorf("calib: SwiGLU Hessian: gate and up have %d and %d values, want %d×%d", len(gate), len(up), inter, hidden)
+	}
+	h := gptq.NewHessian(inter)
+	w := &ExpertWeights{Gate: gate, Up: up}
+	var ws expertScratch
+	const chunk = 1024
+	rows := len(x) / hidden
+	for r0 := 0; r0 < rows; r0 += chunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r1 := min(r0+chunk, rows)
+		n := r1 - r0
+		if err := h.Add(ws.intermediate(w, x[r0*hidden:r1*hidden], n, hidden, inter), n); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}

@@ -191,10 +191,29 @@ type CalibInfo struct {
 	// HeldOutSequences is the number of final sequences kept out of the
 	// Hessians and used for the held-out block error.
 	HeldOutSequences int64 `json:"held_out_sequences"`
-	// SHA256 identifies the store: the sha256 over its files' names and
-	// hashes.
+	// SHA256 identifies the calibration data: for a store, the sha256
+	// over its files' names and hashes; for a sequential build, the
+	// sha256 of the calibration token ids (TokenIDsSHA256).
 	SHA256 string `json:"sha256"`
+	// Mode is how the activations were obtained: "store" (a calibration
+	// store, every layer's inputs from the source model) or "sequential"
+	// (from text, each layer's inputs from the already-quantized layers
+	// before it). Empty in manifests written before it was recorded.
+	Mode string `json:"mode,omitempty"`
+	// TokenIDsSHA256 is the sha256 of the calibration token ids
+	// (docs/data.md), when known.
+	TokenIDsSHA256 string `json:"token_ids_sha256,omitempty"`
+	// Data is the provenance of the calibration text as the dataset
+	// builder records it (sources, their files' sha256s, options), when
+	// the activations came from text.
+	Data json.RawMessage `json:"data,omitempty"`
 }
+
+// Calibration modes.
+const (
+	CalibModeStore      = "store"
+	CalibModeSequential = "sequential"
+)
 
 // LayerStats aggregates a layer's GPTQ statistics.
 type LayerStats struct {
@@ -219,6 +238,15 @@ type LayerStats struct {
 	// Starved lists the routed experts that received too few calibration
 	// tokens for GPTQ.
 	Starved []int `json:"starved,omitempty"`
+	// Residual-stream statistics of a sequential build:
+	// ResidualMeanSquare is the mean square of the stream entering the
+	// layer over the calibration tokens; HeldOutStreamRelMSE is, on the
+	// held-out sequences, the mean squared difference between the stream
+	// leaving the layer in the quantized model and in the source model,
+	// relative to the source stream's mean square (the error accumulated
+	// up to and including this layer).
+	ResidualMeanSquare  float64 `json:"residual_mean_square,omitempty"`
+	HeldOutStreamRelMSE float64 `json:"held_out_stream_rel_mse,omitempty"`
 }
 
 // MatrixStats are one quantized matrix's statistics.

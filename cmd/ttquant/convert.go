@@ -270,6 +270,15 @@ func (p *progress) event(ev build.ProgressEvent) {
 			p.width = len(line)
 			fmt.Fprintf(p.w, "\r%s%s", line, pad)
 		}
+	case "sequential":
+		eta := "?"
+		if ev.FilesDone > 0 {
+			eta = (ev.Elapsed / time.Duration(ev.FilesDone) * time.Duration(ev.FilesTotal-ev.FilesDone)).Round(time.Second).String()
+		}
+		if p.tty {
+			fmt.Fprint(p.w, "\r")
+		}
+		fmt.Fprintf(p.w, "sequential GPTQ: layer %d done (%d/%d)  %s elapsed  ETA %s\n", ev.Layer, ev.FilesDone, ev.FilesTotal, ev.Elapsed.Round(time.Millisecond), eta)
 	case "layer":
 		if !p.tty {
 			fmt.Fprintf(p.w, "layer %d done  %s\n", ev.Layer, line)

@@ -34,27 +34,45 @@ func estSeconds(s float64) string {
 }
 
 func runGPTQ(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "gptq", "--model SRC --calib STORE --layers experts|dense|all|PATTERN --out DST [flags]")
+	fs := newFlagSet(e, "gptq", "--model SRC (--data SPEC | --calib STORE) --layers experts|dense|all|PATTERN --out DST [flags]")
 	bf := addBuildFlags(fs)
-	calibPath := fs.String("calib", "", "calibration store (required unless --dry-run)")
+	calibPath := fs.String("calib", "", "calibration store: every layer's inputs from the source model (instead of --data)")
+	d := addDataFlags(fs, 128, 0)
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
 	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
 	gf := addGPTQFlags(fs)
-	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each expert layer's held-out block error against RTN")
+	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each layer's held-out error against RTN (and, with --data, the stream's drift from the source model)")
 	estimate := fs.Duration("estimate", 5*time.Second, "with --dry-run: time spent measuring the kernels to estimate the GPTQ kernel time (0: no estimate)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the work without reading tensor data or writing anything")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	if len(pos) > 0 {
+		return usageErrorf("unexpected argument %q", pos[0])
 	}
 	opt, err := bf.options(e, !*dryRun)
 	if err != nil {
 		return err
 	}
-	if *calibPath == "" && !*dryRun {
-		return usageErrorf("--calib is required")
+	switch {
+	case *calibPath != "" && d.data != "":
+		return usageErrorf("give --data (sequential GPTQ from text) or --calib (a calibration store), not both")
+	case *calibPath == "" && d.data == "" && !*dryRun:
+		return usageErrorf("--data or --calib is required")
+	}
+	if d.data != "" {
+		spec, dopt, err := d.resolve(bf.workers)
+		if err != nil {
+			return err
+		}
+		if err := inRange("sequences", int64(dopt.Calibration.Sequences), 1, math.MaxInt32); err != nil {
+			return err
+		}
+		if !bf.quiet {
+			dopt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "data:", msg) }
+		}
+		opt.Data, opt.DataOptions = spec, dopt
 	}
 	g, err := gf.options()
 	if err != nil {

@@ -44,12 +44,14 @@ var allowed = map[string][]string{
 	"internal/par":           {},
 	"manifest":               {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
 	"manifest/plan":          {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
-	"manifest/build":         {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/atomicfile", "internal/par", "internal/fslock"},
-	"manifest/ttnn":          {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
-	"emulator":               {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
-	"emulator/eval":          {},
-	"internal/importcheck":   {"internal/testdata"},
-	"cmd":                    {"*"},
+	// Build pipelines: the store build reads a calibration store; the
+	// sequential build runs the forward pass over tokenized text.
+	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest/ttnn":        {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
+	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
+	"emulator/eval":        {},
+	"internal/importcheck": {"internal/testdata"},
+	"cmd":                  {"*"},
 	// The evaluation harness runs the forward pass over decoded checkpoint
 	// tensors: the checkpoint format (not its build pipelines), the
 	// forward pass, text; never the quantizer or calibration directly.

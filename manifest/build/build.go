@@ -18,6 +18,7 @@ import (
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
@@ -51,8 +52,16 @@ type BuildOptions struct {
 
 	// GPTQ builds only.
 
-	// Calib is the calibration store path.
+	// Calib is the calibration store path (the store build: every layer's
+	// inputs come from the source model).
 	Calib string
+	// Data, instead of Calib, makes the build sequential: the calibration
+	// text is tokenized with the source's tokenizer and packed as
+	// DataOptions says (its calibration set only), the model runs on the
+	// CPU layer by layer, and each layer is quantized against the inputs
+	// the already-quantized layers before it produce.
+	Data        *dataset.Spec
+	DataOptions dataset.Options
 	// AllowSyntheticCalibration accepts a calibration store whose
 	// provenance says it holds synthetic activations (calib.SynthesizeStore).
 	// Without it such a store is refused with ErrSyntheticCalibration
@@ -105,7 +114,9 @@ type HessianSource interface {
 }
 
 // ProgressEvent reports progress. Kind is "start", "file" (one output file
-// finished or kept), "layer" (every file of a layer finished) or "done".
+// finished or kept), "layer" (every file of a layer finished),
+// "sequential" (a sequential build finished the pass over Layer: FilesDone
+// of FilesTotal then count layers, not files) or "done".
 type ProgressEvent struct {
 	Kind       string
 	File       string
@@ -208,6 +219,8 @@ type builder struct {
 	gptqLayers map[int]bool
 	store      *calib.Store
 	modelCfg   *model.Config
+	// seq runs a sequential build (BuildOptions.Data).
+	seq *sequential
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.
@@ -254,6 +267,10 @@ func (opt BuildOptions) Validate() error {
 		return fmt.Errorf("build: dense shard bytes %d: want at least 1 (0 for the default %d)", opt.DenseShardBytes, manifest.DefaultDenseShardBytes)
 	case opt.HeldOutSequences < 0:
 		return fmt.Errorf("build: held-out sequences %d: want 0 or more", opt.HeldOutSequences)
+	case opt.Data != nil && opt.Calib != "":
+		return errors.New("build: calibration text (sequential GPTQ) and a calibration store are exclusive")
+	case opt.Data != nil && opt.Hessians != nil:
+		return errors.New("build: calibration text (sequential GPTQ) and a Hessian source are exclusive")
 	case opt.Parent != "" && !hexRe.MatchString(opt.Parent):
 		return fmt.Errorf("build: parent %q is not the sha256 (64 lowercase hex digits) of a manifest", opt.Parent)
 	}
@@ -372,7 +389,12 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		return &BuildResult{Work: work}, nil
 	}
 	if kind == kindGPTQ && work.GPTQMatrices > 0 {
-		if err := b.openCalibration(ctx); err != nil {
+		if opt.Data != nil {
+			err = b.openSequential(ctx)
+		} else {
+			err = b.openCalibration(ctx)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -1,6 +1,7 @@
 package build
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
@@ -88,7 +90,8 @@ func (b *builder) openCalibration(ctx context.Context) error {
 		return fmt.Errorf("manifest: %d held-out sequences of the store's %d leave none for calibration", b.opt.HeldOutSequences, prov.Sequences)
 	}
 	b.store = st
-	b.calib = &manifest.CalibInfo{Sequences: int64(prov.Sequences), Tokens: prov.Tokens, HeldOutSequences: int64(b.opt.HeldOutSequences), SHA256: id}
+	b.calib = &manifest.CalibInfo{Sequences: int64(prov.Sequences), Tokens: prov.Tokens, HeldOutSequences: int64(b.opt.HeldOutSequences), SHA256: id,
+		Mode: manifest.CalibModeStore, TokenIDsSHA256: prov.TokenIDsSHA256, Data: compactJSON(prov.Data)}
 	if len(b.gptqLayers) > 0 {
 		cfgPath := b.opt.Source
 		if fi, err := os.Stat(cfgPath); err == nil && !fi.IsDir() {
@@ -119,10 +122,19 @@ func (b *builder) calibTokens() int64 {
 	return offs[len(offs)-1-b.opt.HeldOutSequences]
 }
 
+// siteSource is where storeHessians finds a layer's calibration inputs: a
+// calibration store, or the rows a sequential build holds in memory for the
+// layer it is quantizing.
+type siteSource interface {
+	Site(layer int, site string) (calib.SiteInfo, bool)
+	SiteHessian(ctx context.Context, layer int, site string, tokens int64) (*gptq.Hessian, error)
+	SwiGLUHessian(ctx context.Context, layer int, site string, tokens int64, gate, up []float32, inter int) (*gptq.Hessian, error)
+}
+
 // storeHessians computes the Hessians of dense matrices from the store's
 // sites, once per (layer, site).
 type storeHessians struct {
-	store       *calib.Store
+	store       siteSource
 	calibTokens int64
 	mu          sync.Mutex
 	cache       map[string]*hessEntry
@@ -260,4 +272,17 @@ func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, 
 		return nil, 0, "", e.err
 	}
 	return e.h, e.n, e.reason, nil
+}
+
+// compactJSON returns data without insignificant white space (nil for
+// none), so that the manifest's bytes do not depend on how it was spelled.
+func compactJSON(data []byte) json.RawMessage {
+	if len(data) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, data) != nil {
+		return nil
+	}
+	return buf.Bytes()
 }

@@ -46,6 +46,7 @@ func mergeLayerStats(agg, layers []manifest.LayerStats) []manifest.LayerStats {
 		a.CalibTokens, a.HeldOutTokens = l.CalibTokens, l.HeldOutTokens
 		a.HeldOutMSE, a.HeldOutRTNMSE, a.RefMeanSquare = l.HeldOutMSE, l.HeldOutRTNMSE, l.RefMeanSquare
 		a.Starved = l.Starved
+		a.ResidualMeanSquare, a.HeldOutStreamRelMSE = l.ResidualMeanSquare, l.HeldOutStreamRelMSE
 	}
 	sort.Slice(agg, func(i, j int) bool { return agg[i].Layer < agg[j].Layer })
 	return agg
@@ -91,11 +92,9 @@ func sourceFloats(st *storedTensor) ([]float32, error) {
 	return v, nil
 }
 
-// moeLayer loads one MoE layer for the calibration driver with
-// calib.LoadMoELayer (router and shared expert now, routed experts on
-// demand, whatever the source's expert layout) and pairs every routed
-// expert with its stored tensors.
-func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, error) {
+// expertPairs pairs every routed expert of layer with its stored tensors,
+// checking them against the config.
+func (b *builder) expertPairs(layer int) (map[int]*expertPair, error) {
 	ex := map[int]*expertPair{}
 	for _, st := range b.tensors {
 		if st.layer != layer {
@@ -116,15 +115,27 @@ func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, err
 		}
 	}
 	if len(ex) != b.modelCfg.MoE.Experts {
-		return nil, nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), b.modelCfg.MoE.Experts)
+		return nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), b.modelCfg.MoE.Experts)
 	}
 	for e, p := range ex {
 		if e < 0 || e >= b.modelCfg.MoE.Experts {
-			return nil, nil, fmt.Errorf("routed expert %d outside 0..%d of config.json", e, b.modelCfg.MoE.Experts-1)
+			return nil, fmt.Errorf("routed expert %d outside 0..%d of config.json", e, b.modelCfg.MoE.Experts-1)
 		}
 		if p.gu == nil || p.down == nil {
-			return nil, nil, fmt.Errorf("expert %d: gate_up or down missing from the source", e)
+			return nil, fmt.Errorf("expert %d: gate_up or down missing from the source", e)
 		}
+	}
+	return ex, nil
+}
+
+// moeLayer loads one MoE layer for the calibration driver with
+// calib.LoadMoELayer (router and shared expert now, routed experts on
+// demand, whatever the source's expert layout) and pairs every routed
+// expert with its stored tensors.
+func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, error) {
+	ex, err := b.expertPairs(layer)
+	if err != nil {
+		return nil, nil, err
 	}
 	l, err := calib.LoadMoELayer(b.model, b.modelCfg, layer)
 	if err != nil {
@@ -146,12 +157,7 @@ type produced struct {
 // still runs unless every file is kept and the layer's statistics were
 // recorded.
 func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
-	pending := map[string]int{} // file → job index
-	for _, i := range idxs {
-		if !keep(i) {
-			pending[b.jobs[i].file] = i
-		}
-	}
+	pending := b.pendingFiles(idxs, keep)
 	recPath := layerRecordPath(b.opt.Out, layer)
 	if len(pending) == 0 {
 		if data, err := os.ReadFile(recPath); err == nil {
@@ -172,6 +178,28 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if si, _ := b.store.Site(layer, calib.SiteMoE); si.Cols != ml.Config.Hidden {
 		return nil, fmt.Errorf("calibration site %q has %d features, the model %d", calib.SiteMoE, si.Cols, ml.Config.Hidden)
 	}
+	return b.quantizeExperts(ctx, layer, pending, commit, ml, ex, cal, held, nil)
+}
+
+// pendingFiles returns the expert files of a layer that are not kept from
+// an earlier run (file → job index). keep reports a kept file as done.
+func (b *builder) pendingFiles(idxs []int, keep func(int) bool) map[string]int {
+	pending := map[string]int{}
+	for _, i := range idxs {
+		if !keep(i) {
+			pending[b.jobs[i].file] = i
+		}
+	}
+	return pending
+}
+
+// quantizeExperts runs the calibration driver over one MoE layer's routed
+// experts and writes the expert files that are not kept as their groups
+// complete. When stored is set it receives every routed expert tensor's
+// bytes, those of kept files included.
+func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[string]int, commit func(int, *fileRecord) error,
+	ml *calib.MoELayer, ex map[int]*expertPair, cal, held calib.Activations, stored func(*storedTensor, []byte)) (*manifest.LayerStats, error) {
+	recPath := layerRecordPath(b.opt.Out, layer)
 	jobOf := map[string]*job{}
 	for _, i := range pending {
 		for _, st := range b.jobs[i].tensors {
@@ -188,12 +216,18 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 		}
 		for _, st := range []*storedTensor{ex[r.Expert].gu, ex[r.Expert].down} {
 			j := jobOf[st.name]
-			if j == nil {
+			if j == nil && stored == nil {
 				continue // its file is kept
 			}
 			p, err := b.produceExpert(st, r)
 			if err != nil {
 				return fmt.Errorf("tensor %s: %w", st.name, err)
+			}
+			if stored != nil {
+				stored(st, p.data)
+			}
+			if j == nil {
+				continue
 			}
 			done[st.name] = p
 			count[j.file]++

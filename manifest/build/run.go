@@ -309,27 +309,40 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 			plain = append(plain, i)
 		}
 	}
-	err = par.For(ctx, len(plain), b.opt.Workers, func(k int) error {
-		i := plain[k]
-		if keep(i) {
-			return nil
-		}
-		r, err := b.writeJob(ctx, b.jobs[i])
-		if err != nil {
-			return fmt.Errorf("%s: %w", b.jobs[i].file, err)
-		}
-		return commit(i, r)
-	})
-	if err != nil {
-		return nil, err
+	writePlain := func() error {
+		return par.For(ctx, len(plain), b.opt.Workers, func(k int) error {
+			i := plain[k]
+			if keep(i) {
+				return nil
+			}
+			r, err := b.writeJob(ctx, b.jobs[i])
+			if err != nil {
+				return fmt.Errorf("%s: %w", b.jobs[i].file, err)
+			}
+			return commit(i, r)
+		})
 	}
 	var layerOut []manifest.LayerStats
-	for _, l := range sortedLayers(layerJobs) {
-		ls, err := b.runGPTQLayer(ctx, l, layerJobs[l], keep, commit)
-		if err != nil {
-			return nil, fmt.Errorf("layer %d: %w", l, err)
+	if b.seq != nil {
+		// The dense files hold GPTQ'd tensors of many layers: they are
+		// written after the sequential pass decided them.
+		if layerOut, err = b.seq.run(ctx, layerJobs, keep, commit); err != nil {
+			return nil, err
 		}
-		layerOut = append(layerOut, *ls)
+		if err := writePlain(); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := writePlain(); err != nil {
+			return nil, err
+		}
+		for _, l := range sortedLayers(layerJobs) {
+			ls, err := b.runGPTQLayer(ctx, l, layerJobs[l], keep, commit)
+			if err != nil {
+				return nil, fmt.Errorf("layer %d: %w", l, err)
+			}
+			layerOut = append(layerOut, *ls)
+		}
 	}
 
 	m, data, sums, dataBytes, err := b.writeManifest(ctx, si, results, layerOut, files)
@@ -533,6 +546,17 @@ func entryOf(st *storedTensor) manifest.TensorEntry {
 // produce returns the stored bytes of one tensor, its entry (without file
 // position and hash) and, for GPTQ matrices, its statistics.
 func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
+	if b.seq != nil {
+		// A sequential build decided its GPTQ'd dense tensors layer by
+		// layer.
+		p, err := b.seq.lookup(st)
+		if err != nil {
+			return nil, entryOf(st), nil, err
+		}
+		if p != nil {
+			return p.data, p.te, p.ms, nil
+		}
+	}
 	te := entryOf(st)
 	raw, err := readSlice(st)
 	if err != nil {

@@ -1,0 +1,780 @@
+package build
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/internal/text/tokenizer"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+// A sequential GPTQ build (BuildOptions.Data) quantizes the model layer by
+// layer from text: layer l's calibration inputs are computed from the
+// residual stream that the already-quantized layers 0 … l−1 produce, its
+// matrices are quantized in the order the layer uses them (attention input
+// projections, the attention output projection, then the MLP block: the
+// shared expert's gate/up then down, the routed experts through the
+// calibration driver), and the layer's output is recomputed with the
+// values the checkpoint stores to form the next layer's input. The MTP
+// layer follows the trunk. docs/calibration.md describes it.
+//
+// After every layer the build records, in the bookkeeping directory, the
+// layer's GPTQ'd dense tensors, its statistics and the residual stream
+// leaving it; an interrupted build resumes at the first unfinished layer
+// and writes the same bytes.
+
+// seqDir is the bookkeeping of the sequential pass, inside PartialDir.
+const seqDir = "sequential"
+
+// seqChunkRows bounds the token rows a forward pass handles at once.
+const seqChunkRows = 8192
+
+type sequential struct {
+	b    *builder
+	cfg  *forward.Config
+	src  forward.WeightSource // the source checkpoint
+	w    *seqWeights
+	m    *forward.Model // over Overlay{w, src}
+	ref  *forward.Model // over src: the source model for the reference stream
+	ids  [][]int32      // calibration sequences, the held-out ones last
+	held int            // held-out sequences
+	prov dataset.Provenance
+
+	mu   sync.Mutex
+	done map[string]*produced // the current layer's GPTQ'd dense tensors
+}
+
+// errSeqStop ends a forward pass once the wanted sites are collected.
+var errSeqStop = errors.New("sequential: sites collected")
+
+// openSequential prepares a sequential build: the forward model, the
+// tokenizer and the calibration text. Everything that can refuse the build
+// happens here, before the output directory is touched.
+func (b *builder) openSequential(ctx context.Context) error {
+	dir := b.opt.Source
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	cfg, err := forward.ReadConfig(dir)
+	if err != nil {
+		return fmt.Errorf("sequential GPTQ runs the model on the CPU: %w", err)
+	}
+	src := forward.NewCheckpoint(b.model)
+	ref, err := forward.New(cfg, src)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return fmt.Errorf("sequential GPTQ tokenizes the calibration text with the model's tokenizer: %w", err)
+	}
+	dopt := b.opt.DataOptions
+	dopt.Evaluation.Sequences = 0
+	if dopt.Calibration.Sequences <= 0 {
+		return errors.New("manifest: the data options build no calibration sequences")
+	}
+	res, err := dataset.Build(b.opt.Data, tok, dopt)
+	if err != nil {
+		return err
+	}
+	if res.Calibration == nil || len(res.Calibration.Sequences) == 0 {
+		return errors.New("manifest: the data gave no calibration sequences")
+	}
+	ids := res.Calibration.IDs()
+	var tokens int64
+	for i, s := range ids {
+		for t, id := range s {
+			if id < 0 || int(id) >= cfg.Vocab {
+				return fmt.Errorf("manifest: calibration sequence %d token %d: id %d outside the model's vocabulary 0..%d", i, t, id, cfg.Vocab-1)
+			}
+		}
+		tokens += int64(len(s))
+	}
+	if b.opt.HeldOutSequences >= len(ids) {
+		return fmt.Errorf("manifest: %d held-out sequences of the data's %d leave none for calibration", b.opt.HeldOutSequences, len(ids))
+	}
+	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, ids: ids, held: b.opt.HeldOutSequences, prov: res.Provenance, done: map[string]*produced{}}
+	if s.w, err = newSeqWeights(b); err != nil {
+		return err
+	}
+	if s.m, err = forward.New(cfg, forward.Overlay{s.w, src}); err != nil {
+		return err
+	}
+	if b.modelCfg, err = b.opt.Family.ReadConfig(dir); err != nil {
+		return fmt.Errorf("manifest: GPTQ of routed experts needs the model's config.json: %w", err)
+	}
+	provJSON, err := json.Marshal(res.Provenance)
+	if err != nil {
+		return err
+	}
+	hash := res.Provenance.Calibration.TokenIDsSHA256
+	b.calib = &manifest.CalibInfo{Sequences: int64(len(ids)), Tokens: tokens, HeldOutSequences: int64(s.held), SHA256: hash,
+		Mode: manifest.CalibModeSequential, TokenIDsSHA256: hash, Data: compactJSON(provJSON)}
+	// Layers past the first MTP layer have no inputs the forward pass can
+	// compute: their experts are rounded, with the reason recorded.
+	for l := range b.gptqLayers {
+		if l > cfg.Layers {
+			delete(b.gptqLayers, l)
+		}
+	}
+	b.seq = s
+	b.hess = &storeHessians{store: &memSites{}, roles: b.roles(), tensors: b.tensors, family: b.opt.Family, stored: b.storedValues, cache: map[string]*hessEntry{}}
+	return nil
+}
+
+func (b *builder) roles() map[string]string {
+	roles := map[string]string{}
+	for _, t := range b.tensors {
+		roles[t.name] = t.role
+	}
+	return roles
+}
+
+// lookup returns a GPTQ'd dense tensor of the current layer, or of a
+// finished layer from the bookkeeping directory; nil when st has none.
+func (s *sequential) lookup(st *storedTensor) (*produced, error) {
+	if st.method != manifest.MethodGPTQ || st.isExpertMatrix() || st.layer < 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	p := s.done[st.name]
+	s.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	rec, err := s.readRecord(st.layer)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	for _, t := range rec.Dense {
+		if t.Entry.Name != st.name {
+			continue
+		}
+		path := s.blobPath(st.layer, st.name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) != t.Entry.Length || manifest.SHA256Hex(data) != t.Entry.SHA256 {
+			return nil, fmt.Errorf("%s does not hold the bytes its layer record names (remove %s to start the build over)", path, filepath.Join(s.b.opt.Out, manifest.PartialDir))
+		}
+		te := t.Entry
+		te.SHA256, te.Length = "", 0
+		return &produced{data: data, te: te, ms: t.Stats}, nil
+	}
+	return nil, nil
+}
+
+// seqTensor is a GPTQ'd dense tensor in a layer record: its entry (Length
+// and SHA256 describe the bytes kept beside the record) and statistics.
+type seqTensor struct {
+	Entry manifest.TensorEntry  `json:"entry"`
+	Stats *manifest.MatrixStats `json:"stats,omitempty"`
+}
+
+// seqRecord is the bookkeeping of one finished layer of a sequential
+// build, written after everything it names.
+type seqRecord struct {
+	Layer int                 `json:"layer"`
+	Stats manifest.LayerStats `json:"stats"`
+	Dense []seqTensor         `json:"dense,omitempty"`
+	// Residual names the residual stream leaving the layer (every
+	// calibration row) and Ref the source model's stream on the held-out
+	// sequences, both as little-endian float32.
+	Residual string `json:"residual_sha256,omitempty"`
+	Ref      string `json:"ref_sha256,omitempty"`
+}
+
+func (s *sequential) dir() string { return filepath.Join(s.b.opt.Out, manifest.PartialDir, seqDir) }
+
+func (s *sequential) recordPath(l int) string {
+	return filepath.Join(s.dir(), fmt.Sprintf("layer-%03d.json", l))
+}
+
+func (s *sequential) blobPath(l int, name string) string {
+	return filepath.Join(s.dir(), fmt.Sprintf("layer-%03d", l), name+".bin")
+}
+
+func (s *sequential) streamPath(l int, ref bool) string {
+	if ref {
+		return filepath.Join(s.dir(), fmt.Sprintf("stream-%03d.ref.f32", l))
+	}
+	return filepath.Join(s.dir(), fmt.Sprintf("stream-%03d.f32", l))
+}
+
+func (s *sequential) readRecord(l int) (*seqRecord, error) {
+	data, err := os.ReadFile(s.recordPath(l))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r seqRecord
+	if json.Unmarshal(data, &r) != nil || r.Layer != l {
+		return nil, nil // damaged: the layer is redone
+	}
+	return &r, nil
+}
+
+// layers lists the layers the pass runs: the trunk, then the first MTP
+// layer when the model has one.
+func (s *sequential) layers() []int {
+	n := s.cfg.Layers
+	if s.cfg.MTPLayers > 0 {
+		n++
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// calibSeqs is the number of sequences whose rows feed the Hessians.
+func (s *sequential) calibSeqs() int { return len(s.ids) - s.held }
+
+// lens returns the row count of every sequence entering layer l: the
+// tokens for a trunk layer, one fewer for the MTP layer (its last token
+// has no next token to predict).
+func (s *sequential) lens(l int) []int {
+	out := make([]int, len(s.ids))
+	for i, q := range s.ids {
+		out[i] = len(q)
+		if l >= s.cfg.Layers {
+			out[i] = max(len(q)-1, 0)
+		}
+	}
+	return out
+}
+
+func sum(v []int) int {
+	n := 0
+	for _, x := range v {
+		n += x
+	}
+	return n
+}
+
+// run performs the sequential pass and returns the per-layer statistics.
+// Expert files of GPTQ layers are written as their layers finish (through
+// keep and commit, as runGPTQLayer does for a store build).
+func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func(int) bool, commit func(int, *fileRecord) error) ([]manifest.LayerStats, error) {
+	b := s.b
+	t0 := time.Now()
+	layers := s.layers()
+	var out []manifest.LayerStats
+	// Resume: the finished layers' records, in order, and the stream
+	// leaving the last of them.
+	start := 0
+	for _, l := range layers {
+		r, err := s.readRecord(l)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			break
+		}
+		out = append(out, r.Stats)
+		start = l + 1
+	}
+	var x, xref []float32
+	if start > 0 {
+		r, _ := s.readRecord(start - 1)
+		var err error
+		x, xref, err = s.loadStreams(start-1, r)
+		if err != nil {
+			// The recorded stream does not check: the pass starts over
+			// and rewrites every record.
+			start, out = 0, nil
+		}
+	}
+	if start == 0 {
+		var err error
+		if x, err = s.embed(s.m, s.ids); err != nil {
+			return nil, err
+		}
+		if xref, err = s.embed(s.ref, s.ids[s.calibSeqs():]); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range layers[start:] {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if l == s.cfg.Layers {
+			// The MTP layer's input: the final hidden state at t with the
+			// embedding of token t+1.
+			var err error
+			if x, err = s.mtpInput(s.m, s.ids, x); err != nil {
+				return nil, err
+			}
+			if xref, err = s.mtpInput(s.ref, s.ids[s.calibSeqs():], xref); err != nil {
+				return nil, err
+			}
+		}
+		ls, err := s.layer(ctx, l, x, xref, layerJobs[l], keep, commit)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		out = append(out, *ls)
+		b.progress(ProgressEvent{Kind: "sequential", Layer: l, FilesDone: l + 1, FilesTotal: len(layers), Elapsed: time.Since(t0)})
+	}
+	return out, nil
+}
+
+func (s *sequential) embed(m *forward.Model, ids [][]int32) ([]float32, error) {
+	var x []float32
+	for _, q := range ids {
+		e, err := m.Embed(q)
+		if err != nil {
+			return nil, err
+		}
+		x = append(x, e...)
+	}
+	return x, nil
+}
+
+// mtpInput turns the stream leaving the trunk into the MTP layer's input
+// rows, sequence by sequence.
+func (s *sequential) mtpInput(m *forward.Model, ids [][]int32, x []float32) ([]float32, error) {
+	H := s.cfg.Hidden
+	var out []float32
+	row := 0
+	for _, q := range ids {
+		hf, err := m.FinalNorm(x[row*H : (row+len(q))*H])
+		if err != nil {
+			return nil, err
+		}
+		z, err := m.MTPInput(q, hf)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, z...)
+		row += len(q)
+	}
+	return out, nil
+}
+
+// stages groups a layer's GPTQ'd dense tensors by the input they need, in
+// the order the layer computes them.
+type seqStages struct {
+	attnIn, attnOut, mlpIn, down, other []*storedTensor
+}
+
+func (s *sequential) stages(l int) seqStages {
+	var st seqStages
+	for _, t := range s.b.tensors {
+		if t.layer != l || t.isExpertMatrix() || t.method != manifest.MethodGPTQ {
+			continue
+		}
+		r := model.Role(t.role)
+		switch {
+		case r == model.RoleSharedDown || r == model.RoleMLPDown:
+			st.down = append(st.down, t)
+			continue
+		}
+		switch s.b.opt.Family.Site(r) {
+		case calib.SiteAttn:
+			st.attnIn = append(st.attnIn, t)
+		case calib.SiteOProj, calib.SiteOutProj:
+			st.attnOut = append(st.attnOut, t)
+		case calib.SiteMoE:
+			st.mlpIn = append(st.mlpIn, t)
+		default:
+			st.other = append(st.other, t)
+		}
+	}
+	return st
+}
+
+// layer runs the sequential step of layer l: x is the stream entering it
+// (every calibration row, the held-out sequences last) and is replaced by
+// the stream leaving it; xref is the source model's stream on the
+// held-out sequences, advanced the same way.
+func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
+	b := s.b
+	H := s.cfg.Hidden
+	lens := s.lens(l)
+	calibRows := sum(lens[:s.calibSeqs()])
+	sites := &memSites{layer: l, calibRows: calibRows}
+	b.hess = &storeHessians{store: sites, calibTokens: int64(calibRows), roles: b.roles(), tensors: b.tensors, family: b.opt.Family, stored: b.storedValues, cache: map[string]*hessEntry{}}
+	st := s.stages(l)
+	quantize := func(ts []*storedTensor) error {
+		return par.For(ctx, len(ts), b.opt.Workers, func(i int) error {
+			t := ts[i]
+			data, te, ms, err := b.produce(ctx, t)
+			if err != nil {
+				return fmt.Errorf("tensor %s (shape %v): %w", t.name, t.shape, err)
+			}
+			s.mu.Lock()
+			s.done[t.name] = &produced{data: data, te: te, ms: ms}
+			s.mu.Unlock()
+			s.w.set(t, data)
+			return nil
+		})
+	}
+	if err := quantize(st.other); err != nil {
+		return nil, err
+	}
+	var expertStats *manifest.LayerStats
+	for _, stage := range []struct {
+		site  forward.Site
+		name  string
+		ts    []*storedTensor
+		after []*storedTensor
+	}{
+		{forward.SiteAttnIn, calib.SiteAttn, st.attnIn, nil},
+		{forward.SiteAttnOut, s.outSite(l), st.attnOut, nil},
+		{forward.SiteMLPIn, calib.SiteMoE, st.mlpIn, st.down},
+	} {
+		experts := stage.site == forward.SiteMLPIn && b.gptqLayers[l]
+		if len(stage.ts) == 0 && len(stage.after) == 0 && !experts {
+			continue
+		}
+		rows, cols, err := s.collect(ctx, l, x, lens, stage.site)
+		if err != nil {
+			return nil, err
+		}
+		sites.set(stage.name, rows, cols)
+		if err := quantize(stage.ts); err != nil {
+			return nil, err
+		}
+		if err := quantize(stage.after); err != nil {
+			return nil, err
+		}
+		if experts {
+			// The routed experts see the router and shared expert as
+			// stored.
+			fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
+			if err != nil {
+				return nil, err
+			}
+			if expertStats, err = s.experts(ctx, l, fl, rows, calibRows, jobs, keep, commit); err != nil {
+				return nil, err
+			}
+		}
+		sites.drop(stage.name)
+	}
+	// The layer's output with every value the checkpoint stores.
+	var ms float64
+	for _, v := range x[:calibRows*H] {
+		ms += float64(v) * float64(v)
+	}
+	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.advance(fl, x, lens); err != nil {
+		return nil, err
+	}
+	ls := &manifest.LayerStats{Layer: l}
+	if expertStats != nil {
+		ls = expertStats
+	}
+	if calibRows > 0 {
+		ls.ResidualMeanSquare = ms / float64(calibRows*H)
+	}
+	if s.held > 0 {
+		rl, err := forward.LoadLayer(s.src, s.cfg, l)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.advance(rl, xref, lens[s.calibSeqs():]); err != nil {
+			return nil, err
+		}
+		var d, r float64
+		for i, v := range xref {
+			e := float64(x[calibRows*H+i]) - float64(v)
+			d += e * e
+			r += float64(v) * float64(v)
+		}
+		if r > 0 {
+			ls.HeldOutStreamRelMSE = d / r
+		}
+	}
+	if err := s.finishLayer(l, ls, x, xref); err != nil {
+		return nil, err
+	}
+	return ls, nil
+}
+
+func (s *sequential) outSite(l int) string {
+	if s.cfg.Kind(l) == forward.FullAttention {
+		return calib.SiteOProj
+	}
+	return calib.SiteOutProj
+}
+
+// chunks splits the sequences into consecutive groups of at most
+// seqChunkRows rows (at least one sequence each).
+func chunks(lens []int) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(lens); {
+		j, rows := i, 0
+		for j < len(lens) && (j == i || rows+lens[j] <= seqChunkRows) {
+			rows += lens[j]
+			j++
+		}
+		out = append(out, [2]int{i, j})
+		i = j
+	}
+	return out
+}
+
+// collect runs layer l, as currently decided, over a copy of x and returns
+// the rows of one site for every sequence.
+func (s *sequential) collect(ctx context.Context, l int, x []float32, lens []int, site forward.Site) ([]float32, int, error) {
+	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
+	if err != nil {
+		return nil, 0, err
+	}
+	H := s.cfg.Hidden
+	var out []float32
+	cols := 0
+	row := 0
+	for _, c := range chunks(lens) {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		n := sum(lens[c[0]:c[1]])
+		buf := append([]float32(nil), x[row*H:(row+n)*H]...)
+		base := row
+		hook := func(a *forward.Activations) error {
+			if a.Site == site {
+				if cols == 0 {
+					cols = a.Cols
+					out = make([]float32, sum(lens)*cols)
+				}
+				if a.Cols != cols {
+					return fmt.Errorf("site %s has %d columns, then %d", site, cols, a.Cols)
+				}
+				copy(out[(base+a.Row0)*cols:], a.X[:a.Rows*cols])
+			}
+			if a.Site == forward.SiteMLPIn {
+				return errSeqStop
+			}
+			return nil
+		}
+		err := fl.Forward(&forward.Batch{Lens: lens[c[0]:c[1]], X: buf}, hook)
+		if err != nil && !errors.Is(err, errSeqStop) {
+			return nil, 0, err
+		}
+		row += n
+	}
+	if cols == 0 {
+		return nil, 0, fmt.Errorf("the layer produced no %s activations", site)
+	}
+	return out, cols, nil
+}
+
+// advance runs layer fl over x in place, chunk by chunk.
+func (s *sequential) advance(fl *forward.Layer, x []float32, lens []int) error {
+	H := s.cfg.Hidden
+	row := 0
+	for _, c := range chunks(lens) {
+		n := sum(lens[c[0]:c[1]])
+		if err := fl.Forward(&forward.Batch{Lens: lens[c[0]:c[1]], X: x[row*H : (row+n)*H]}, nil); err != nil {
+			return err
+		}
+		row += n
+	}
+	return nil
+}
+
+// experts quantizes layer l's routed experts from the MoE inputs rows
+// (every sequence; the first calibRows feed the Hessians, the rest measure
+// the held-out error) and writes the layer's expert files. Every expert's
+// stored bytes are handed to the forward pass, whose files may also have
+// been kept from an earlier run.
+func (s *sequential) experts(ctx context.Context, l int, fl *forward.Layer, rows []float32, calibRows int, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
+	if fl.MoE == nil {
+		return nil, fmt.Errorf("the plan quantizes routed experts of a layer the config makes dense")
+	}
+	ex, err := s.b.expertPairs(l)
+	if err != nil {
+		return nil, err
+	}
+	ml := *fl.MoE
+	ml.Experts = finiteExperts{src: ml.Experts, ex: ex}
+	if err := ml.Check(); err != nil {
+		return nil, err
+	}
+	H := s.cfg.Hidden
+	cal := calib.Activations{X: rows[: calibRows*H : calibRows*H], Tokens: calibRows}
+	held := calib.Activations{X: rows[calibRows*H:], Tokens: len(rows)/H - calibRows}
+	return s.b.quantizeExperts(ctx, l, s.b.pendingFiles(jobs, keep), commit, &ml, ex, cal, held, s.w.set)
+}
+
+// finishLayer records layer l: its GPTQ'd dense tensors, the streams
+// leaving it and, last, the record naming them; then the previous layer's
+// streams are removed.
+func (s *sequential) finishLayer(l int, ls *manifest.LayerStats, x, xref []float32) error {
+	rec := seqRecord{Layer: l, Stats: *ls}
+	s.mu.Lock()
+	names := make([]string, 0, len(s.done))
+	for n := range s.done {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := s.done[n]
+		if _, err := atomicfile.WriteFile(s.blobPath(l, n), p.data); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		te := p.te
+		te.Length, te.SHA256 = int64(len(p.data)), manifest.SHA256Hex(p.data)
+		rec.Dense = append(rec.Dense, seqTensor{Entry: te, Stats: p.ms})
+	}
+	s.done = map[string]*produced{}
+	s.mu.Unlock()
+	s.w.forget(l)
+	last := l == s.layers()[len(s.layers())-1]
+	if !last {
+		var err error
+		if rec.Residual, err = writeFloats(s.streamPath(l, false), x); err != nil {
+			return err
+		}
+		if rec.Ref, err = writeFloats(s.streamPath(l, true), xref); err != nil {
+			return err
+		}
+	}
+	if err := writeJSONAtomic(s.recordPath(l), rec); err != nil {
+		return err
+	}
+	if l > 0 {
+		os.Remove(s.streamPath(l-1, false))
+		os.Remove(s.streamPath(l-1, true))
+	}
+	return nil
+}
+
+// loadStreams reads the streams leaving layer l as its record names them.
+func (s *sequential) loadStreams(l int, r *seqRecord) (x, xref []float32, err error) {
+	if r == nil {
+		return nil, nil, errors.New("no record")
+	}
+	if x, err = readFloats(s.streamPath(l, false), r.Residual); err != nil {
+		return nil, nil, err
+	}
+	if xref, err = readFloats(s.streamPath(l, true), r.Ref); err != nil {
+		return nil, nil, err
+	}
+	want := sum(s.lens(l)) * s.cfg.Hidden
+	if len(x) != want {
+		return nil, nil, fmt.Errorf("stream of layer %d holds %d values, want %d", l, len(x), want)
+	}
+	return x, xref, nil
+}
+
+func writeFloats(path string, v []float32) (string, error) {
+	buf := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
+	}
+	return atomicfile.WriteFile(path, buf)
+}
+
+func readFloats(path, sha string) ([]float32, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if manifest.SHA256Hex(data) != sha || len(data)%4 != 0 {
+		return nil, fmt.Errorf("%s does not hold the stream its record names", path)
+	}
+	v := make([]float32, len(data)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+	}
+	return v, nil
+}
+
+// memSites is the siteSource of one layer of a sequential build: the rows
+// of the sites collected so far, every sequence's (the first calibRows
+// feed the Hessians).
+type memSites struct {
+	layer     int
+	calibRows int
+	mu        sync.Mutex
+	rows      map[string][]float32
+	cols      map[string]int
+}
+
+func (m *memSites) set(site string, rows []float32, cols int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rows == nil {
+		m.rows, m.cols = map[string][]float32{}, map[string]int{}
+	}
+	m.rows[site], m.cols[site] = rows, cols
+}
+
+func (m *memSites) drop(site string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.rows, site)
+}
+
+func (m *memSites) get(layer int, site string) ([]float32, int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.rows[site]
+	if !ok || layer != m.layer {
+		return nil, 0, false
+	}
+	return r, m.cols[site], true
+}
+
+// Site implements siteSource.
+func (m *memSites) Site(layer int, site string) (calib.SiteInfo, bool) {
+	r, c, ok := m.get(layer, site)
+	if !ok {
+		return calib.SiteInfo{}, false
+	}
+	return calib.SiteInfo{Layer: layer, Site: site, Cols: c, Tokens: int64(len(r) / c), DType: "F32"}, true
+}
+
+func (m *memSites) calibRowsOf(layer int, site string, tokens int64) ([]float32, int, error) {
+	r, c, ok := m.get(layer, site)
+	if !ok {
+		return nil, 0, fmt.Errorf("no %q inputs for layer %d", site, layer)
+	}
+	n := min(int(tokens), m.calibRows)
+	return r[:n*c], c, nil
+}
+
+// SiteHessian implements siteSource.
+func (m *memSites) SiteHessian(ctx context.Context, layer int, site string, tokens int64) (*gptq.Hessian, error) {
+	r, c, err := m.calibRowsOf(layer, site, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return calib.RowsHessian(ctx, r, c)
+}
+
+// SwiGLUHessian implements siteSource.
+func (m *memSites) SwiGLUHessian(ctx context.Context, layer int, site string, tokens int64, gate, up []float32, inter int) (*gptq.Hessian, error) {
+	r, c, err := m.calibRowsOf(layer, site, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return calib.SwiGLURowsHessian(ctx, r, c, gate, up, inter)
+}

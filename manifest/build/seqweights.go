@@ -1,0 +1,180 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+// seqWeights is the forward.WeightSource of a sequential build: every
+// stored tensor whose values are decided, decoded exactly as the
+// checkpoint will hold them, under its Hugging Face name (routed experts
+// under their per-expert names, as harness.Native offers a finished
+// checkpoint). A tensor is decided when it is not quantized with GPTQ (its
+// bytes follow from the source alone) or when its GPTQ bytes were set.
+// Stacked over the source checkpoint (forward.Overlay{w, source}), the
+// source supplies what is not decided yet.
+type seqWeights struct {
+	b     *builder
+	names map[string]seqRef
+
+	mu     sync.Mutex
+	packed map[*storedTensor][]byte
+	lastSt *storedTensor
+	last   []float32
+}
+
+type seqRef struct {
+	st    *storedTensor
+	off   int64 // first element within the stored tensor
+	shape []int64
+}
+
+func newSeqWeights(b *builder) (*seqWeights, error) {
+	w := &seqWeights{b: b, names: map[string]seqRef{}, packed: map[*storedTensor][]byte{}}
+	add := func(name string, r seqRef) error {
+		if prev, dup := w.names[name]; dup {
+			return fmt.Errorf("stored tensors %s and %s both provide %s", prev.st.name, r.st.name, name)
+		}
+		w.names[name] = r
+		return nil
+	}
+	for _, st := range b.tensors {
+		if !st.isExpertMatrix() {
+			if len(st.parts) != 1 {
+				return nil, fmt.Errorf("stored tensor %s joins %d source tensors; only routed experts may", st.name, len(st.parts))
+			}
+			if err := add(st.parts[0].tensor, seqRef{st: st, shape: st.shape}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		i := strings.LastIndex(st.name, "experts.")
+		if i < 0 || len(st.shape) != 2 {
+			return nil, fmt.Errorf("expert tensor %s has an unexpected name or shape %v", st.name, st.shape)
+		}
+		p := st.name[:i] + "experts." + strconv.Itoa(st.expert) + "."
+		switch model.Role(st.role) {
+		case model.RoleExpertDown:
+			if err := add(p+"down_proj.weight", seqRef{st: st, shape: st.shape}); err != nil {
+				return nil, err
+			}
+		case model.RoleExpertGateUp:
+			if st.shape[0]%2 != 0 {
+				return nil, fmt.Errorf("expert tensor %s has an odd number of rows %v", st.name, st.shape)
+			}
+			half := []int64{st.shape[0] / 2, st.shape[1]}
+			if err := add(p+"gate_proj.weight", seqRef{st: st, shape: half}); err != nil {
+				return nil, err
+			}
+			if err := add(p+"up_proj.weight", seqRef{st: st, off: half[0] * half[1], shape: half}); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("expert tensor %s has role %s", st.name, st.role)
+		}
+	}
+	return w, nil
+}
+
+// set records the stored bytes of a GPTQ tensor: from now on the forward
+// pass sees its quantized values.
+func (w *seqWeights) set(st *storedTensor, data []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.packed[st] = data
+	if w.lastSt == st {
+		w.lastSt, w.last = nil, nil
+	}
+}
+
+// forget drops the bytes of a finished layer's tensors; the forward pass
+// does not see that layer again.
+func (w *seqWeights) forget(layer int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for st := range w.packed {
+		if st.layer == layer {
+			delete(w.packed, st)
+		}
+	}
+	w.lastSt, w.last = nil, nil
+}
+
+func (w *seqWeights) decided(st *storedTensor) bool {
+	if st.method != manifest.MethodGPTQ {
+		return true
+	}
+	_, ok := w.packed[st]
+	return ok
+}
+
+// Shape implements forward.WeightSource.
+func (w *seqWeights) Shape(name string) ([]int64, bool) {
+	r, ok := w.names[name]
+	if !ok {
+		return nil, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.decided(r.st) {
+		return nil, false
+	}
+	return r.shape, true
+}
+
+// Read implements forward.WeightSource.
+func (w *seqWeights) Read(name string, dst []float32, start int64) error {
+	r, ok := w.names[name]
+	if !ok {
+		return &forward.WeightError{Tensor: name, Problem: "not a stored tensor"}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.decided(r.st) {
+		return &forward.WeightError{Tensor: name, Problem: "read before its GPTQ values were decided"}
+	}
+	if w.lastSt != r.st {
+		v, err := w.values(r.st)
+		if err != nil {
+			return err
+		}
+		w.lastSt, w.last = r.st, v
+	}
+	n := int64(1)
+	for _, d := range r.shape {
+		n *= d
+	}
+	if start < 0 || start+int64(len(dst)) > n || r.off+n > int64(len(w.last)) {
+		return &forward.WeightError{Tensor: name, Problem: fmt.Sprintf("read of %d values at %d outside its %d values", len(dst), start, n)}
+	}
+	copy(dst, w.last[r.off+start:])
+	return nil
+}
+
+// values decodes st as stored. Called with w.mu held.
+func (w *seqWeights) values(st *storedTensor) ([]float32, error) {
+	data, ok := w.packed[st]
+	if !ok {
+		var err error
+		data, _, _, err = w.b.produce(context.Background(), st)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", st.name, err)
+		}
+	}
+	return decodeStored(st, data)
+}
+
+// decodeStored returns the values a stored tensor's bytes hold.
+func decodeStored(st *storedTensor, data []byte) ([]float32, error) {
+	if st.isBFP {
+		return manifest.UnpackBFP(st.bfpF, st.tile, data, st.shape, st.orient)
+	}
+	return manifest.DecodeFloats(st.outDType, data)
+}
