@@ -221,6 +221,9 @@ type builder struct {
 	modelCfg   *model.Config
 	// seq runs a sequential build (BuildOptions.Data).
 	seq *sequential
+	// wasFinished is set when the output directory held a finished build
+	// of the same inputs.
+	wasFinished bool
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.

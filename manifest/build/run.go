@@ -153,8 +153,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 				return nil, err
 			}
 		}
+		b.wasFinished = true
 		for _, ls := range old.TTQuant.Layers {
-			if ls.CalibTokens > 0 {
+			if ls.CalibTokens > 0 || ls.ResidualMeanSquare > 0 {
 				if err := writeJSONAtomic(layerRecordPath(out, ls.Layer), ls); err != nil {
 					return nil, err
 				}
@@ -290,6 +291,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	// keep reuses a file an earlier run finished, when its hash checks.
 	keep := func(i int) bool {
+		if results[i] != nil {
+			return true // kept or written already
+		}
 		j := b.jobs[i]
 		if r := recs[j.file]; r != nil && b.recordHolds(ctx, j, r) {
 			results[i] = r
@@ -323,7 +327,17 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		})
 	}
 	var layerOut []manifest.LayerStats
-	if b.seq != nil {
+	if b.seq != nil && b.wasFinished && b.allHold(ctx, recs) {
+		// The directory holds this checkpoint, every file intact: its
+		// layer statistics are those recorded, and the pass is not run
+		// again.
+		if layerOut, err = b.recordedLayerStats(); err != nil {
+			return nil, err
+		}
+		for i := range b.jobs {
+			keep(i)
+		}
+	} else if b.seq != nil {
 		// The dense files hold GPTQ'd tensors of many layers: they are
 		// written after the sequential pass decided them.
 		if layerOut, err = b.seq.run(ctx, layerJobs, keep, commit); err != nil {
@@ -363,6 +377,44 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		Manifest:        m,
 		NonFinite:       m.TTQuant.NonFinite,
 	}, nil
+}
+
+// allHold reports whether every output file was finished by an earlier run
+// and checks.
+func (b *builder) allHold(ctx context.Context, recs map[string]*fileRecord) bool {
+	for _, j := range b.jobs {
+		r := recs[j.file]
+		if r == nil || !b.recordHolds(ctx, j, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// recordedLayerStats reads the layer statistics prepareDir kept from a
+// finished manifest.
+func (b *builder) recordedLayerStats() ([]manifest.LayerStats, error) {
+	ents, err := os.ReadDir(filepath.Join(b.opt.Out, manifest.PartialDir))
+	if err != nil {
+		return nil, err
+	}
+	var out []manifest.LayerStats
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "layer-") || !strings.HasSuffix(e.Name(), ".stats") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(b.opt.Out, manifest.PartialDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var ls manifest.LayerStats
+		if err := json.Unmarshal(data, &ls); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		out = append(out, ls)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Layer < out[j].Layer })
+	return out, nil
 }
 
 func configBytes(fs []manifest.FileEntry) int64 {

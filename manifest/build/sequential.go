@@ -291,6 +291,19 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 		if r == nil {
 			break
 		}
+		// A finished layer's expert files must still check; if one does
+		// not, the streams entering that layer are gone and the pass
+		// starts over (files that check are kept).
+		intact := true
+		for _, i := range layerJobs[l] {
+			if !keep(i) {
+				intact = false
+			}
+		}
+		if !intact {
+			start, out = 0, nil
+			break
+		}
 		out = append(out, r.Stats)
 		start = l + 1
 	}
@@ -334,6 +347,9 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
 		out = append(out, *ls)
+		if b.opt.testHook != nil {
+			b.opt.testHook(seqDir, fmt.Sprintf("layer %d", l))
+		}
 		b.progress(ProgressEvent{Kind: "sequential", Layer: l, FilesDone: l + 1, FilesTotal: len(layers), Elapsed: time.Since(t0)})
 	}
 	return out, nil

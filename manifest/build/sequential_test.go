@@ -1,0 +1,245 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/testdata"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+// The trained tiny model with its calibration text: six sequences of 96
+// tokens, the last two held out.
+const (
+	seqSequences = 6
+	seqLen       = 96
+	seqHeldOut   = 2
+)
+
+func seqOpts(t testing.TB, out string, workers int) BuildOptions {
+	t.Helper()
+	m := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	spec, err := dataset.ParseSpec("calib=" + filepath.Join(m, "calib.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dopt := dataset.Options{Calibration: dataset.SetOptions{Sequences: seqSequences, SeqLen: seqLen}, EvalFraction: dataset.DefaultEvalFraction, Seed: 1}
+	return BuildOptions{Source: m, Out: out, Plan: preset(t), Workers: workers, Data: spec, DataOptions: dopt, Layers: "experts", HeldOutSequences: seqHeldOut}
+}
+
+var seqFixture struct {
+	once sync.Once
+	dir  string
+	res  *BuildResult
+	err  error
+}
+
+// seqReference builds the sequential checkpoint once, with one worker.
+func seqReference(t *testing.T) (string, *BuildResult) {
+	t.Helper()
+	seqFixture.once.Do(func() {
+		d, err := os.MkdirTemp("", "ttquant-seq-ref-")
+		if err != nil {
+			seqFixture.err = err
+			return
+		}
+		seqFixture.dir = filepath.Join(d, "out")
+		seqFixture.res, seqFixture.err = GPTQ(context.Background(), seqOpts(t, seqFixture.dir, 1))
+	})
+	if seqFixture.err != nil {
+		t.Fatal(seqFixture.err)
+	}
+	return seqFixture.dir, seqFixture.res
+}
+
+func TestSequentialBuild(t *testing.T) {
+	dir, res := seqReference(t)
+	rep := mustVerify(t, dir, VerifyOptions{})
+	if !rep.OK {
+		t.Fatalf("the sequential checkpoint does not verify: %v", rep.Failures)
+	}
+	m := res.Manifest
+	c := m.TTQuant.Calibration
+	if c == nil || c.Mode != manifest.CalibModeSequential || c.TokenIDsSHA256 == "" || len(c.Data) == 0 {
+		t.Fatalf("calibration section %+v: want mode sequential with the token-id hash and the data's provenance", c)
+	}
+	if c.Sequences != seqSequences || c.Tokens != seqSequences*seqLen || c.HeldOutSequences != seqHeldOut {
+		t.Errorf("calibration %d sequences, %d tokens, %d held out; want %d, %d, %d", c.Sequences, c.Tokens, c.HeldOutSequences, seqSequences, seqSequences*seqLen, seqHeldOut)
+	}
+	if !strings.Contains(string(c.Data), "calib.jsonl") || !strings.Contains(string(c.Data), `"sha256"`) {
+		t.Errorf("data provenance %s does not name the source file and its hash", c.Data)
+	}
+	// Four trunk layers and the MTP layer (4): every one GPTQ'd with
+	// held-out and stream statistics. The MTP layer has one row fewer per
+	// sequence: its last token has no next token.
+	if len(m.TTQuant.Layers) != 5 {
+		t.Fatalf("%d layer statistics, want 5", len(m.TTQuant.Layers))
+	}
+	for _, ls := range m.TTQuant.Layers {
+		rows := int64(seqLen)
+		if ls.Layer == 4 {
+			rows--
+		}
+		if ls.CalibTokens != (seqSequences-seqHeldOut)*rows || ls.HeldOutTokens != seqHeldOut*rows {
+			t.Errorf("layer %d: %d calibration and %d held-out rows, want %d and %d", ls.Layer, ls.CalibTokens, ls.HeldOutTokens, (seqSequences-seqHeldOut)*rows, seqHeldOut*rows)
+		}
+		if !(ls.ResidualMeanSquare > 0) || !(ls.HeldOutStreamRelMSE > 0) || ls.HeldOutStreamRelMSE > 0.05 {
+			t.Errorf("layer %d: stream mean square %g, held-out drift %g: want both positive, the drift small", ls.Layer, ls.ResidualMeanSquare, ls.HeldOutStreamRelMSE)
+		}
+		if !(ls.HeldOutMSE > 0 && ls.HeldOutMSE < ls.HeldOutRTNMSE) {
+			t.Errorf("layer %d: held-out error %g with GPTQ, %g with rounding: GPTQ should win on the trained model", ls.Layer, ls.HeldOutMSE, ls.HeldOutRTNMSE)
+		}
+	}
+	// The shared expert is GPTQ'd with the routed ones (--layers experts).
+	shared := 0
+	for _, ms := range m.TTQuant.Matrices {
+		if strings.Contains(ms.Tensor, "shared_expert.") {
+			shared++
+			if ms.Method != manifest.MethodGPTQ || ms.Fallback != "" {
+				t.Errorf("%s: method %s (%s), want GPTQ", ms.Tensor, ms.Method, ms.Fallback)
+			}
+		}
+	}
+	if shared != 15 {
+		t.Errorf("%d shared expert matrices with statistics, want 3 × 5 layers", shared)
+	}
+	// Nothing of the pass is left behind.
+	if _, err := os.Stat(filepath.Join(dir, manifest.PartialDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the bookkeeping directory is left: %v", err)
+	}
+}
+
+func TestSequentialSameBytesForAnyWorkerCount(t *testing.T) {
+	ref, _ := seqReference(t)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := GPTQ(context.Background(), seqOpts(t, out, 4)); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "4 workers against 1", ref, out)
+	// A rerun over the finished checkpoint keeps it and does not run the
+	// pass again.
+	res, err := GPTQ(context.Background(), seqOpts(t, out, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.AlreadyComplete {
+		t.Errorf("rerun over a finished checkpoint: kept %d files, not complete", res.Kept)
+	}
+	sameTree(t, "rerun", ref, out)
+}
+
+// TestSequentialInterruptAndResume stops the build inside the pass (in the
+// middle of layer 1's expert files), between layers (after layer 2's
+// record) and after the pass (while the dense file is written), and checks
+// that a resumed run writes the same bytes as an uninterrupted one.
+func TestSequentialInterruptAndResume(t *testing.T) {
+	ref, _ := seqReference(t)
+	points := []struct {
+		name string
+		stop func(file, tensor string) bool
+	}{
+		{"inside layer 1's experts", func(file, tensor string) bool {
+			return strings.HasPrefix(file, "experts-l001-") && tensor != ""
+		}},
+		{"after layer 2", func(file, tensor string) bool { return file == seqDir && tensor == "layer 2" }},
+		{"writing the dense file", func(file, tensor string) bool {
+			return strings.HasPrefix(file, "dense-") && tensor != ""
+		}},
+	}
+	for _, p := range points {
+		t.Run(strings.ReplaceAll(p.name, " ", "_"), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			opt := seqOpts(t, out, 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var once sync.Once
+			hit := false
+			opt.testHook = func(file, tensor string) {
+				if p.stop(file, tensor) {
+					once.Do(func() { hit = true; cancel() })
+				}
+			}
+			_, err := GPTQ(ctx, opt)
+			if !hit {
+				t.Fatalf("the build never reached the interruption point (err %v)", err)
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("interrupted build: %v", err)
+			}
+			expectIncomplete(t, p.name, out)
+			// Resume with another worker count.
+			res, err := GPTQ(context.Background(), seqOpts(t, out, 3))
+			if err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			if res.Kept == 0 {
+				t.Errorf("the resumed build kept no file")
+			}
+			sameTree(t, p.name+", resumed", ref, out)
+		})
+	}
+}
+
+// TestSequentialResumeSkipsFinishedLayers checks that the pass starts at
+// the first unfinished layer: with the records of layers 0-2 kept, the
+// resumed run quantizes only layers 3 and 4.
+func TestSequentialResumeSkipsFinishedLayers(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	opt := seqOpts(t, out, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opt.testHook = func(file, tensor string) {
+		if file == seqDir && tensor == "layer 2" {
+			cancel()
+		}
+	}
+	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted build: %v", err)
+	}
+	var layers []string
+	opt = seqOpts(t, out, 2)
+	opt.testHook = func(file, tensor string) {
+		if file == seqDir {
+			layers = append(layers, tensor)
+		}
+	}
+	if _, err := GPTQ(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(layers); got != "[layer 3 layer 4]" {
+		t.Errorf("the resumed pass ran %s, want layers 3 and 4 only", got)
+	}
+}
+
+func TestSequentialRefusals(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	// Text and a store at once.
+	o := seqOpts(t, out, 1)
+	o.Calib = "somewhere"
+	if err := o.Validate(); err == nil {
+		t.Error("data and a calibration store together were accepted")
+	}
+	// More text asked for than there is: refused before anything is
+	// written.
+	o = seqOpts(t, out, 1)
+	o.DataOptions.Calibration.Sequences = 100000
+	if _, err := GPTQ(context.Background(), o); !errors.Is(err, dataset.ErrNotEnoughText) {
+		t.Errorf("too little text: %v, want ErrNotEnoughText", err)
+	}
+	// Every sequence held out.
+	o = seqOpts(t, out, 1)
+	o.HeldOutSequences = seqSequences
+	if _, err := GPTQ(context.Background(), o); err == nil || !strings.Contains(err.Error(), "held-out") {
+		t.Errorf("every sequence held out: %v", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) > 1 {
+		t.Errorf("refused builds wrote %d entries into the output directory", len(ents))
+	}
+}
