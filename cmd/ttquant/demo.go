@@ -4,32 +4,31 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 
-	"github.com/ttquant/ttquant/internal/testmodel"
-	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/internal/demo"
 )
 
 func init() {
-	register(&command{name: "demo", summary: "the main job end to end on the built-in tiny model", run: runDemo})
+	register(&command{name: "demo", summary: "the main job end to end on the built-in trained model: sequential GPTQ from text, verify, quality table", run: runDemo})
 }
 
 // demoReport is the --json document of demo.
 type demoReport struct {
 	SchemaVersion int `json:"schema_version"`
-	*build.DemoResult
+	*demo.Result
 }
 
 func runDemo(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "demo", "[--out DIR] [--json]")
-	out := fs.String("out", "", "keep the checkpoint in this directory (default: a temporary directory, removed)")
+	out := fs.String("out", "", "keep the model and the checkpoints in this directory (default: a temporary directory, removed)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	workers := addWorkersFlag(fs, "files produced and checked")
+	workers := addWorkersFlag(fs, "files produced and checked, experts quantized, windows evaluated")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
-	seqs := fs.Int("sequences", 16, "synthetic calibration sequences")
-	seqLen := fs.Int("seq-len", 128, "tokens per synthetic calibration sequence")
-	heldOut := fs.Int("held-out", 4, "final sequences kept out of the Hessians for the held-out error")
+	seqs := fs.Int("sequences", 16, "calibration sequences")
+	seqLen := fs.Int("seq-len", 256, "tokens per calibration sequence")
+	heldOut := fs.Int("held-out", 4, "final calibration sequences kept out of the Hessians for the held-out error")
+	evalSeqs := fs.Int("eval-sequences", 16, "evaluation sequences")
+	evalSeqLen := fs.Int("eval-seq-len", 256, "tokens per evaluation sequence (one window each)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -39,70 +38,75 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
-	if err := inRange("sequences", int64(*seqs), 2, math.MaxInt32); err != nil {
-		return err
-	}
-	if err := inRange("seq-len", int64(*seqLen), 1, math.MaxInt32); err != nil {
-		return err
-	}
-	if err := inRange("held-out", int64(*heldOut), 1, int64(*seqs)-1); err != nil {
-		return err
+	for _, c := range []struct {
+		name   string
+		v, min int64
+		max    int64
+	}{
+		{"sequences", int64(*seqs), 2, math.MaxInt32},
+		{"seq-len", int64(*seqLen), 2, math.MaxInt32},
+		{"held-out", int64(*heldOut), 1, int64(*seqs) - 1},
+		{"eval-sequences", int64(*evalSeqs), 1, math.MaxInt32},
+		{"eval-seq-len", int64(*evalSeqLen), 2, math.MaxInt32},
+	} {
+		if err := inRange(c.name, c.v, c.min, c.max); err != nil {
+			return err
+		}
 	}
 	setToolVersion()
-	scratch, err := os.MkdirTemp("", "ttquant-demo-model-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(scratch)
-	src := filepath.Join(scratch, "model")
-	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
-		return fmt.Errorf("writing the tiny model: %w", err)
-	}
-	opt := build.DemoOptions{Source: src, Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut}
+	opt := demo.Options{Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut, EvalSequences: *evalSeqs, EvalSeqLen: *evalSeqLen}
 	if !*quiet {
 		opt.Progress = newProgress(e.stderr).event
-		fmt.Fprintln(e.stderr, "demo: tiny Qwen3.6-MoE model, synthetic calibration, GPTQ for the routed experts, RTN for the rest")
+		opt.Log = func(msg string) { fmt.Fprintln(e.stderr, "demo:", msg) }
+		fmt.Fprintln(e.stderr, "demo: built-in trained tiny Qwen3.6-MoE; qwen36-35b-a3b preset (experts BFP4_b, the rest BFP8_b)")
 	}
-	res, err := build.Demo(ctx, opt)
+	res, err := demo.Run(ctx, opt)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if err := writeJSON(e.stdout, demoReport{SchemaVersion: schemaVersion, DemoResult: res}); err != nil {
+		if err := writeJSON(e.stdout, demoReport{SchemaVersion: schemaVersion, Result: res}); err != nil {
 			return err
 		}
-	} else {
-		printDemo(e, res)
+	} else if err := printDemo(e, res); err != nil {
+		return err
 	}
-	if !res.Verify.OK {
-		return &statusError{status: exitVerifyKO, err: fmt.Errorf("the demo checkpoint failed verification (%d failed checks)", len(res.Verify.Failures))}
+	if !res.OK() {
+		return &statusError{status: exitVerifyKO, err: fmt.Errorf("a demo checkpoint failed verification")}
 	}
 	return nil
 }
 
-func printDemo(e *env, r *build.DemoResult) {
+func printDemo(e *env, r *demo.Result) error {
 	w := e.stdout
-	fmt.Fprintln(w, "held-out MoE block error (mean squared error / mean square of the output)")
-	fmt.Fprintf(w, "%5s  %8s  %8s  %10s  %10s  %7s  %7s\n", "layer", "calib", "held-out", "GPTQ", "RTN", "GPTQ/RTN", "starved")
+	fmt.Fprintf(w, "model %s: sequential GPTQ (routed and shared experts) against round to nearest\n\n", r.Model)
+	fmt.Fprintln(w, "held-out MoE block error per layer (mean squared error / mean square of the output), on the")
+	fmt.Fprintln(w, "inputs the quantized layers before it produce; drift: the quantized stream against the BF16 one")
+	fmt.Fprintf(w, "%5s  %8s  %8s  %10s  %10s  %8s  %10s  %7s\n", "layer", "calib", "held-out", "GPTQ", "RTN", "GPTQ/RTN", "drift", "starved")
 	for _, l := range r.Layers {
-		fmt.Fprintf(w, "%5d  %8d  %8d  %10.3e  %10.3e  %7.3f  %7d\n", l.Layer, l.CalibTokens, l.HeldOutTokens, l.GPTQRelErr, l.RTNRelErr, l.Ratio, l.Starved)
+		fmt.Fprintf(w, "%5d  %8d  %8d  %10.3e  %10.3e  %8.3f  %10.3e  %7d\n", l.Layer, l.CalibTokens, l.HeldOutTokens, l.GPTQRelErr, l.RTNRelErr, l.Ratio, l.StreamRelMSE, l.Starved)
 	}
 	if n := len(r.Fallbacks); n > 0 {
 		fmt.Fprintf(w, "%d matrices rounded to nearest instead of GPTQ, e.g. %s: %s\n", n, r.Fallbacks[0].Tensor, r.Fallbacks[0].Fallback)
 	}
-	fmt.Fprintf(w, "checkpoint  %d files, %d tensors, %s", r.Files, r.Tensors, humanBytes(r.Bytes))
-	if r.Dir != "" {
-		fmt.Fprintf(w, " in %s", r.Dir)
-	}
 	fmt.Fprintln(w)
-	status := "OK"
-	if !r.Verify.OK {
-		status = fmt.Sprintf("FAILED (%d checks)", len(r.Verify.Failures))
-		for _, f := range r.Verify.Failures {
+	for _, c := range r.Checkpoints {
+		status := "verify OK"
+		if !c.Verify.OK {
+			status = fmt.Sprintf("verify FAILED (%d checks)", len(c.Verify.Failures))
+		}
+		fmt.Fprintf(w, "%-5s %d files, %d tensors, %s, identity %.16s…, %s", c.Label, c.Files, c.Tensors, humanBytes(c.Bytes), c.Identity, status)
+		if c.Dir != "" {
+			fmt.Fprintf(w, " (%s)", c.Dir)
+		}
+		fmt.Fprintln(w)
+		for _, f := range c.Verify.Failures {
 			fmt.Fprintf(w, "FAIL  %s\n", f)
 		}
 	}
-	fmt.Fprintf(w, "verify      %s (against the source)\n", status)
-	fmt.Fprintf(w, "identity    %s\n", r.Identity)
-	fmt.Fprintf(w, "cache key   %s\n", r.CacheKey)
+	if r.Eval == nil {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return r.Eval.WriteMarkdown(w)
 }

@@ -55,6 +55,7 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{[]string{"demo", "--out", out, "--sequences", "1"}, "--sequences"},
 		{[]string{"demo", "--out", out, "--seq-len", "0"}, "--seq-len"},
 		{[]string{"demo", "--out", out, "--held-out", "16"}, "--held-out"},
+		{[]string{"demo", "--out", out, "--eval-sequences", "0"}, "--eval-sequences"},
 		{[]string{"demo", "--out", out, "--held-out", "0"}, "--held-out"},
 		{[]string{"plan", "--model", model, "--experts-per-file", "0"}, "--experts-per-file"},
 		{[]string{"plan", "--model", model, "--dense-shard-bytes", "0"}, "--dense-shard-bytes"},

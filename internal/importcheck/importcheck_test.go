@@ -64,6 +64,11 @@ var allowed = map[string][]string{
 	// builder or the quantizer. It uses calib's routing and expert code
 	// (the MoE block), which is why calib is allowed.
 	"internal/model/forward": {"safetensors", "internal/kernels", "internal/model", "calib"},
+	// The built-in model is data: it imports nothing.
+	"internal/model/builtin": {},
+	// The demo runs the main job on the built-in model: the build
+	// pipelines, then the evaluation harness over their checkpoints.
+	"internal/demo": {"manifest", "manifest/plan", "manifest/build", "emulator/eval/harness", "internal/model/builtin", "internal/text"},
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline; never the checkpoint format or its builder.
 	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text"},

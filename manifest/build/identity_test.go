@@ -106,35 +106,5 @@ func TestIdentityIgnoresTool(t *testing.T) {
 	}
 }
 
-// TestDemoRerunKeepsManifestBytes: demo --out twice into one directory and
-// once into a fresh one gives three identical manifests.
-func TestDemoRerunKeepsManifestBytes(t *testing.T) {
-	if purego {
-		t.Skip("GPTQ builds are slow with the portable kernels; the rerun check runs without purego")
-	}
-	src, _ := tinyFixture(t)
-	opt := DemoOptions{Source: src, Workers: 2, Sequences: 6, SeqLen: 32, HeldOut: 2}
-	dir := filepath.Join(t.TempDir(), "demo")
-	fresh := filepath.Join(t.TempDir(), "fresh")
-	var want []byte
-	for i, d := range []string{dir, dir, fresh} {
-		o := opt
-		o.Out = d
-		res, err := Demo(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Verify.OK {
-			t.Fatalf("run %d: %v", i, res.Verify.Failures)
-		}
-		got := readManifestBytes(t, d)
-		if i == 0 {
-			want = got
-		} else if !bytes.Equal(got, want) {
-			t.Errorf("run %d: the manifest differs from the first run's:\n%s", i, firstDiff(want, got))
-		}
-	}
-}
-
 // integrityKey opens the manifest's integrity field.
 const integrityKey = `"integrity": "`

@@ -16,6 +16,7 @@ import (
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
+	mplan "github.com/ttquant/ttquant/manifest/plan"
 )
 
 var demo struct {
@@ -24,8 +25,9 @@ var demo struct {
 	err  error
 }
 
-// demoCheckpoint builds the demo checkpoint (the tiny Qwen3.6-MoE model,
-// GPTQ experts, RTN projections, lossless norms) once per test binary.
+// demoCheckpoint builds a checkpoint of the tiny Qwen3.6-MoE fixture with
+// the qwen36-35b-a3b preset (BFP4_b experts, BFP8_b projections, lossless
+// norms) once per test binary.
 func demoCheckpoint(t *testing.T) *manifest.Checkpoint {
 	t.Helper()
 	demo.once.Do(func() {
@@ -39,7 +41,12 @@ func demoCheckpoint(t *testing.T) *manifest.Checkpoint {
 		if demo.err = testmodel.Write(src, testmodel.Tiny(), testmodel.Default); demo.err != nil {
 			return
 		}
-		_, demo.err = build.Demo(context.Background(), build.DemoOptions{Source: src, Out: demo.dir, Sequences: 8, SeqLen: 64, HeldOut: 2})
+		p, err := mplan.Preset(mplan.PresetQwen36MoE)
+		if err != nil {
+			demo.err = err
+			return
+		}
+		_, demo.err = build.Convert(context.Background(), build.BuildOptions{Source: src, Out: demo.dir, Plan: p})
 	})
 	if demo.err != nil {
 		t.Fatal(demo.err)

@@ -1,0 +1,240 @@
+// Package demo runs the main job end to end on the built-in model
+// (internal/model/builtin: the trained tiny Qwen3.6-MoE and its text):
+// sequential GPTQ from the calibration text with the qwen36-35b-a3b
+// preset (routed and shared experts BFP4_b with GPTQ, the rest BFP8_b),
+// the same plan rounded to nearest for comparison, both checkpoints
+// verified against the source, and the quality table of both against the
+// BF16 model on held-back evaluation text. `ttquant demo` prints it.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/model/builtin"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/manifest"
+	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/plan"
+)
+
+// Options configure Run. Zero values select the defaults given per field.
+type Options struct {
+	// Out keeps the model and the checkpoints (Out/model, Out/gptq,
+	// Out/rtn); empty means a temporary directory removed before Run
+	// returns.
+	Out string
+	// Workers (default 1); the checkpoints and the table do not depend on
+	// it.
+	Workers int
+	// Progress receives build progress; Log one line per step.
+	Progress func(build.ProgressEvent)
+	Log      func(msg string)
+	// Calibration: Sequences × SeqLen tokens of the calibration text
+	// (default 16 × 256), the last HeldOut sequences (default 4) kept out
+	// of the Hessians to measure each layer's held-out error.
+	Sequences, SeqLen, HeldOut int
+	// Evaluation: EvalSequences × EvalSeqLen tokens of the evaluation text
+	// (default 16 × 256), text the model never saw in training.
+	EvalSequences, EvalSeqLen int
+}
+
+func (o *Options) defaults() {
+	set := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	set(&o.Workers, 1)
+	set(&o.Sequences, 16)
+	set(&o.SeqLen, 256)
+	set(&o.HeldOut, 4)
+	set(&o.EvalSequences, 16)
+	set(&o.EvalSeqLen, 256)
+}
+
+// Validate reports the first option out of range, after defaults.
+func (o Options) Validate() error {
+	o.defaults()
+	switch {
+	case o.Workers < 1:
+		return fmt.Errorf("demo: workers %d: want at least 1", o.Workers)
+	case o.Sequences < 2:
+		return fmt.Errorf("demo: sequences %d: want at least 2", o.Sequences)
+	case o.SeqLen < 2:
+		return fmt.Errorf("demo: sequence length %d: want at least 2", o.SeqLen)
+	case o.HeldOut < 1 || o.HeldOut >= o.Sequences:
+		return fmt.Errorf("demo: held-out sequences %d: want 1 to %d (fewer than the sequences)", o.HeldOut, o.Sequences-1)
+	case o.EvalSequences < 1:
+		return fmt.Errorf("demo: evaluation sequences %d: want at least 1", o.EvalSequences)
+	case o.EvalSeqLen < 2:
+		return fmt.Errorf("demo: evaluation sequence length %d: want at least 2", o.EvalSeqLen)
+	}
+	return nil
+}
+
+// Layer is one row of the per-layer table: the held-out error of the
+// layer's MoE block with the GPTQ experts and with round-to-nearest ones,
+// relative to the mean square of the block's output, on the same inputs
+// (the stream the quantized layers before it produce), and the drift of
+// the quantized model's stream from the source model's after the layer.
+type Layer struct {
+	Layer         int     `json:"layer"`
+	CalibTokens   int64   `json:"calib_tokens"`
+	HeldOutTokens int64   `json:"held_out_tokens"`
+	GPTQRelErr    float64 `json:"gptq_rel_mse"`
+	RTNRelErr     float64 `json:"rtn_rel_mse"`
+	Ratio         float64 `json:"ratio"`
+	StreamRelMSE  float64 `json:"held_out_stream_rel_mse"`
+	Starved       int     `json:"starved_experts"`
+}
+
+// Checkpoint describes one checkpoint the demo built.
+type Checkpoint struct {
+	Label    string                 `json:"label"`
+	Dir      string                 `json:"dir,omitempty"`
+	Identity string                 `json:"identity"`
+	CacheKey string                 `json:"cache_key"`
+	Files    int                    `json:"files"`
+	Tensors  int                    `json:"tensors"`
+	Bytes    int64                  `json:"bytes"`
+	Verify   *manifest.VerifyReport `json:"verify"`
+}
+
+// Result is what Run did.
+type Result struct {
+	Model       string       `json:"model"`
+	Checkpoints []Checkpoint `json:"checkpoints"`
+	Layers      []Layer      `json:"layers"`
+	// Fallbacks lists GPTQ matrices that were rounded to nearest, with why.
+	Fallbacks []manifest.MatrixStats `json:"fallbacks,omitempty"`
+	// Eval is the quality table: the BF16 model against each checkpoint.
+	Eval *harness.Report `json:"eval"`
+}
+
+// OK reports whether every checkpoint verified.
+func (r *Result) OK() bool {
+	for _, c := range r.Checkpoints {
+		if c.Verify == nil || !c.Verify.OK {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *Options) log(format string, args ...any) {
+	if o.Log != nil {
+		o.Log(fmt.Sprintf(format, args...))
+	}
+}
+
+// Run runs the demo.
+func Run(ctx context.Context, opt Options) (*Result, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	opt.defaults()
+	root := opt.Out
+	if root == "" {
+		tmp, err := os.MkdirTemp("", "ttquant-demo-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		root = tmp
+	}
+	src, err := builtin.Write(filepath.Join(root, "model"))
+	if err != nil {
+		return nil, err
+	}
+	p, err := plan.Preset(plan.PresetQwen36MoE)
+	if err != nil {
+		return nil, err
+	}
+	calibSpec, err := dataset.ParseSpec("calib=" + filepath.Join(src, builtin.CalibText))
+	if err != nil {
+		return nil, err
+	}
+	dopt := dataset.Options{
+		Calibration:  dataset.SetOptions{Sequences: opt.Sequences, SeqLen: opt.SeqLen, Mode: dataset.ModePack},
+		EvalFraction: dataset.DefaultEvalFraction, Seed: 1, Workers: opt.Workers,
+	}
+	res := &Result{Model: builtin.Name}
+
+	opt.log("sequential GPTQ: %d × %d tokens of %s, %d sequences held out", opt.Sequences, opt.SeqLen, builtin.CalibText, opt.HeldOut)
+	gdir := filepath.Join(root, "gptq")
+	g, err := build.GPTQ(ctx, build.BuildOptions{Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress,
+		Data: calibSpec, DataOptions: dopt, Layers: "experts", HeldOutSequences: opt.HeldOut})
+	if err != nil {
+		return nil, fmt.Errorf("sequential GPTQ: %w", err)
+	}
+	opt.log("round to nearest with the same plan")
+	rdir := filepath.Join(root, "rtn")
+	r, err := build.Convert(ctx, build.BuildOptions{Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress})
+	if err != nil {
+		return nil, fmt.Errorf("round to nearest: %w", err)
+	}
+	for _, c := range []struct {
+		label string
+		dir   string
+		b     *build.BuildResult
+	}{{"RTN", rdir, r}, {"GPTQ", gdir, g}} {
+		opt.log("verify %s against the source", c.label)
+		rep, err := build.Verify(ctx, c.dir, build.VerifyOptions{Source: src, Workers: opt.Workers})
+		if err != nil {
+			return nil, err
+		}
+		ck := Checkpoint{Label: c.label, Identity: c.b.Identity, CacheKey: c.b.CacheKey, Files: c.b.Files, Tensors: c.b.Tensors, Bytes: c.b.Bytes, Verify: rep}
+		if opt.Out != "" {
+			ck.Dir = c.dir
+		}
+		res.Checkpoints = append(res.Checkpoints, ck)
+	}
+	for _, l := range g.Manifest.TTQuant.Layers {
+		if l.HeldOutTokens == 0 {
+			continue
+		}
+		dl := Layer{Layer: l.Layer, CalibTokens: l.CalibTokens, HeldOutTokens: l.HeldOutTokens, Starved: len(l.Starved), StreamRelMSE: l.HeldOutStreamRelMSE}
+		if l.RefMeanSquare > 0 {
+			dl.GPTQRelErr = l.HeldOutMSE / l.RefMeanSquare
+			dl.RTNRelErr = l.HeldOutRTNMSE / l.RefMeanSquare
+		}
+		if l.HeldOutRTNMSE > 0 {
+			dl.Ratio = l.HeldOutMSE / l.HeldOutRTNMSE
+		}
+		res.Layers = append(res.Layers, dl)
+	}
+	for _, m := range g.Manifest.TTQuant.Matrices {
+		if m.Fallback != "" {
+			res.Fallbacks = append(res.Fallbacks, m)
+		}
+	}
+	if !res.OK() {
+		return res, nil // the caller reports the failed checks
+	}
+
+	opt.log("evaluate: %d × %d tokens of %s against the BF16 model", opt.EvalSequences, opt.EvalSeqLen, builtin.EvalText)
+	evalSpec, err := dataset.ParseSpec("eval=" + filepath.Join(src, builtin.EvalText))
+	if err != nil {
+		return nil, err
+	}
+	eopt := dataset.Options{
+		Evaluation: dataset.SetOptions{Sequences: opt.EvalSequences, SeqLen: opt.EvalSeqLen, Mode: dataset.ModePack},
+		// Every record of the evaluation file is evaluation text.
+		EvalFraction: 1, Seed: 1,
+	}
+	rep, err := harness.Run(ctx, harness.Options{Model: src, Checkpoints: []string{rdir, gdir}, Labels: []string{"RTN", "GPTQ"},
+		Data: evalSpec, DataOptions: eopt, Calib: calibSpec, CalibOptions: dopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log,
+		// The evaluation files were never trained on, but share license
+		// headers and boilerplate with the calibration files; the
+		// windows that share a run of tokens are counted in the report.
+		AllowOverlap: true})
+	if err != nil {
+		return nil, fmt.Errorf("evaluation: %w", err)
+	}
+	res.Eval = rep
+	return res, nil
+}
