@@ -318,6 +318,22 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			start, out = 0, nil
 		}
 	}
+	// GPTQ matrices outside the layers the pass runs (the embedding or LM
+	// head with --layers all) have no calibration inputs and are rounded
+	// to nearest; the forward pass uses them as stored.
+	inPass := map[int]bool{}
+	for _, l := range layers {
+		inPass[l] = true
+	}
+	for _, st := range b.tensors {
+		if st.method == manifest.MethodGPTQ && !st.isExpertMatrix() && !inPass[st.layer] {
+			data, _, _, err := b.produce(ctx, st)
+			if err != nil {
+				return nil, fmt.Errorf("tensor %s (shape %v): %w", st.name, st.shape, err)
+			}
+			s.w.set(st, data)
+		}
+	}
 	if start == 0 {
 		var err error
 		if x, err = s.embed(s.m, s.ids); err != nil {

@@ -243,3 +243,45 @@ func TestSequentialRefusals(t *testing.T) {
 		t.Errorf("refused builds wrote %d entries into the output directory", len(ents))
 	}
 }
+
+// TestSequentialAllLayers quantizes every matrix the plan quantizes with
+// GPTQ: the attention and Gated DeltaNet projections take their inputs from
+// the stages before them in the layer, and matrices without calibration
+// inputs (the LM head, the MTP fc, the small b/a projections) are rounded,
+// with the reason recorded.
+func TestSequentialAllLayers(t *testing.T) {
+	if purego {
+		t.Skip("one more full GPTQ build; the portable kernels make it slow")
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	opt := seqOpts(t, out, 2)
+	opt.Layers = "all"
+	res, err := GPTQ(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := mustVerify(t, out, VerifyOptions{}); !rep.OK {
+		t.Fatalf("does not verify: %v", rep.Failures)
+	}
+	gptqBy := map[string]int{}
+	for _, ms := range res.Manifest.TTQuant.Matrices {
+		for _, k := range []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj"} {
+			if strings.Contains(ms.Tensor, "."+k+".") {
+				if ms.Method != manifest.MethodGPTQ || ms.Fallback != "" {
+					t.Errorf("%s: method %s (%s), want GPTQ", ms.Tensor, ms.Method, ms.Fallback)
+				}
+				gptqBy[k]++
+			}
+		}
+		if strings.Contains(ms.Tensor, "lm_head") && (ms.Method != manifest.MethodRTN || ms.Fallback == "") {
+			t.Errorf("%s: method %s, fallback %q: want RTN with the reason", ms.Tensor, ms.Method, ms.Fallback)
+		}
+	}
+	// Three Gated DeltaNet layers and the full-attention layer plus the
+	// MTP layer (full attention).
+	for k, want := range map[string]int{"q_proj": 2, "o_proj": 2, "in_proj_qkv": 3, "out_proj": 3} {
+		if gptqBy[k] != want {
+			t.Errorf("%d %s matrices quantized with GPTQ, want %d", gptqBy[k], k, want)
+		}
+	}
+}
