@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 )
 
 // Suffix marks a file being written. A file with this suffix is never
@@ -48,6 +49,11 @@ func Create(final string) (*File, error) {
 }
 
 func (a *File) Write(p []byte) (int, error) {
+	if h := faults.Load(); h != nil {
+		if err := (*h)(a.final, a.n, len(p)); err != nil {
+			return 0, fmt.Errorf("%s: %w", a.final, err)
+		}
+	}
 	n, err := a.w.Write(p)
 	a.n += int64(n)
 	return n, err
@@ -82,6 +88,19 @@ func (a *File) Abort() {
 	a.done = true
 	a.f.Close()
 	os.Remove(a.tmp)
+}
+
+// faults, when set, is asked before every write whether it fails.
+var faults atomic.Pointer[func(path string, off int64, n int) error]
+
+// InjectFaults makes every later write through this package first call
+// fail with the file's final path, the bytes already written to it and the
+// write's length, and fail with its error when it returns one (a full
+// disk: syscall.ENOSPC). It returns a function that removes the hook. It
+// exists for the tests of the packages that write checkpoints and stores.
+func InjectFaults(fail func(path string, off int64, n int) error) (restore func()) {
+	faults.Store(&fail)
+	return func() { faults.Store(nil) }
 }
 
 // Durable makes Commit flush files to stable storage before renaming them.

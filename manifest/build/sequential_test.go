@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
@@ -283,5 +285,34 @@ func TestSequentialAllLayers(t *testing.T) {
 		if gptqBy[k] != want {
 			t.Errorf("%d %s matrices quantized with GPTQ, want %d", gptqBy[k], k, want)
 		}
+	}
+}
+
+// TestSequentialDiskFull fills the disk in the middle of the pass (layer
+// 2's records) and while the dense file is written: the build fails naming
+// the error, leaves nothing that verifies, and once space is freed a rerun
+// finishes with the bytes of an uninterrupted build.
+func TestSequentialDiskFull(t *testing.T) {
+	ref, _ := seqReference(t)
+	for _, at := range []string{"layer-002", "dense-"} {
+		t.Run(at, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			restore := atomicfile.InjectFaults(func(path string, off int64, n int) error {
+				if strings.Contains(filepath.Base(path), at) || strings.Contains(path, string(filepath.Separator)+at) {
+					return syscall.ENOSPC
+				}
+				return nil
+			})
+			_, err := GPTQ(context.Background(), seqOpts(t, out, 2))
+			restore()
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("build on a full disk: %v, want ENOSPC", err)
+			}
+			expectIncomplete(t, "disk full at "+at, out)
+			if _, err := GPTQ(context.Background(), seqOpts(t, out, 2)); err != nil {
+				t.Fatalf("rerun after space was freed: %v", err)
+			}
+			sameTree(t, "rerun after a full disk at "+at, ref, out)
+		})
 	}
 }
