@@ -64,7 +64,7 @@ func (b *buildRecord) diff(old *buildRecord) []string {
 	add("dtype", old.DType, b.DType)
 	add("shard bytes", old.ShardBytes, b.ShardBytes)
 	add("layers with sites", old.Steps, b.Steps)
-	if !bytes.Equal(old.Data, b.Data) {
+	if !bytes.Equal(compact(old.Data), compact(b.Data)) {
 		var o, n map[string]json.RawMessage
 		json.Unmarshal(old.Data, &o)
 		json.Unmarshal(b.Data, &n)
@@ -77,7 +77,7 @@ func (b *buildRecord) diff(old *buildRecord) []string {
 		}
 		var ks []string
 		for k := range keys {
-			if !bytes.Equal(o[k], n[k]) {
+			if !bytes.Equal(compact(o[k]), compact(n[k])) {
 				ks = append(ks, k)
 			}
 		}
@@ -88,6 +88,16 @@ func (b *buildRecord) diff(old *buildRecord) []string {
 		d = append(d, "the data provenance differs in "+strings.Join(ks, ", ")+" (text sources and their sha256s, options, tokenizer)")
 	}
 	return d
+}
+
+// compact is raw without insignificant white space (a record's JSON is
+// written indented).
+func compact(raw []byte) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
 }
 
 func short(s string) string {
