@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -329,5 +330,108 @@ func TestMTPSitesMatchForward(t *testing.T) {
 	}
 	if err := st.Check(context.Background(), true); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestShortData: text that gives fewer tokens than sequences × seq-len is
+// refused with the numbers, before anything is written, unless AllowShort
+// is set: then the build uses the whole sequences the text gives.
+func TestShortData(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "short.jsonl")
+	var recs []string
+	for i := 0; i < 6; i++ {
+		recs = append(recs, fmt.Sprintf(`{"corpus": "prose", "text": "record %d: a few words of text to calibrate on"}`, i))
+	}
+	if err := os.WriteFile(data, []byte(strings.Join(recs, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := dataset.ParseSpec(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pack and record mode with too few records; record mode with enough
+	// records, all shorter than the sequence length.
+	for _, c := range []struct {
+		mode dataset.Mode
+		seqs int
+	}{{dataset.ModePack, 8}, {dataset.ModeRecord, 8}, {dataset.ModeRecord, 4}} {
+		mode := c.mode
+		t.Run(fmt.Sprintf("%s-%d", mode, c.seqs), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "store")
+			opt := trainedOptions(t, out, c.seqs, 32)
+			opt.Data = spec
+			opt.DataOptions.EvalFraction = 0.01
+			opt.DataOptions.Calibration.Mode = mode
+			_, err := Build(context.Background(), opt)
+			if !errors.Is(err, ErrShortData) || !strings.Contains(err.Error(), fmt.Sprintf("%d sequences × 32 tokens = %d tokens", c.seqs, 32*c.seqs)) || !strings.Contains(err.Error(), "allow-short") {
+				t.Fatalf("short text: %v", err)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("refused build left %s behind (%v)", out, err)
+			}
+			opt.AllowShort = true
+			var msgs []string
+			opt.Progress = func(m string) { msgs = append(msgs, m) }
+			res, err := Build(context.Background(), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := res.Store.Provenance()
+			if res.AskedTokens != int64(32*c.seqs) || p.Tokens >= res.AskedTokens || p.Tokens == 0 || !strings.Contains(strings.Join(msgs, "\n"), "--allow-short") {
+				t.Errorf("allow-short: %d sequences, %d tokens of %d asked; progress %q", p.Sequences, p.Tokens, res.AskedTokens, msgs)
+			}
+			if mode == dataset.ModePack && (p.Sequences == 0 || p.Tokens != int64(32*p.Sequences)) {
+				t.Errorf("pack mode: %d sequences of %d tokens, want whole sequences of 32", p.Sequences, p.Tokens)
+			}
+		})
+	}
+}
+
+// TestUnsupportedConfigRefused: a model whose config.json the forward pass
+// does not support is refused from the config alone — its weights file is
+// not even a safetensors file — and no store is created.
+func TestUnsupportedConfigRefused(t *testing.T) {
+	src := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, from, to, want string
+	}{
+		{"rope", `"rope_type": "default"`, `"rope_type": "yarn"`, "rope"},
+		{"heads", `"num_key_value_heads": 1`, `"num_key_value_heads": 3`, "num_key_value_heads"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := strings.Replace(string(raw), c.from, c.to, 1)
+			if cfg == string(raw) {
+				t.Fatalf("config has no %s", c.from)
+			}
+			for name, data := range map[string][]byte{"config.json": []byte(cfg), "model.safetensors": []byte("not weights")} {
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+				b, err := os.ReadFile(filepath.Join(src, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.WriteFile(filepath.Join(dir, name), b, 0o644)
+			}
+			out := filepath.Join(t.TempDir(), "store")
+			opt := trainedOptions(t, out, 1, 16)
+			opt.Model = dir
+			_, err := Build(context.Background(), opt)
+			var ce *forward.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("unsupported config: %v, want a config error naming %s", err, c.want)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("refused build created %s (%v)", out, err)
+			}
+		})
 	}
 }

@@ -127,7 +127,7 @@ func TestCalibBuildThenGPTQ(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	code, out, errs := runCLI(t, "calib", "build", "--model", model, "--data", filepath.Join(model, "calib.jsonl"),
 		"--out", store, "--sequences", "3", "--seq-len", "32", "--quiet")
-	if code != exitOK || !strings.Contains(out, "12 sites of 4 layers, 3 sequences, 96 tokens") {
+	if code != exitOK || !strings.Contains(out, "15 sites of 5 layers (4 trunk, 1 MTP), 3 sequences, 96 tokens") {
 		t.Fatalf("calib build: status %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 	code, out, errs = runCLI(t, "calib", "stats", store, "--json")
@@ -135,9 +135,10 @@ func TestCalibBuildThenGPTQ(t *testing.T) {
 		t.Errorf("calib stats of a text store: status %d\n%s\n%s", code, out, errs)
 	}
 	// calib quantize --layers all covers the layers with MoE inputs: the
-	// trunk's, not the MTP layer's.
+	// trunk's and the MTP layer's (its rows split by sequence like the
+	// others).
 	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--held-out", "1", "--json")
-	if code != exitOK || strings.Count(out, `"held_out"`) != 4 {
+	if code != exitOK || strings.Count(out, `"held_out"`) != 5 {
 		t.Errorf("calib quantize on a text store: status %d\n%s\n%s", code, out, errs)
 	}
 	dst := filepath.Join(t.TempDir(), "native")
