@@ -268,8 +268,7 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		if k < cfg.Layers {
 			sites, err = trunkStep(ctx, m, w, k, lens, x)
 		} else {
-			sites, err = mtpStep(ctx, m, w, k, ids, lens, x)
-			x = nil
+			sites, err = mtpStep(ctx, m, w, k, ids, lens, &x)
 		}
 		if err != nil {
 			return nil, err
@@ -421,9 +420,11 @@ func trunkStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k in
 }
 
 // mtpStep runs the MTP layer (layer k = the trunk's layer count) over the
-// rows MTPInput builds from the trunk's output x and the token ids: T−1
-// rows per sequence, stored next_token-aligned.
-func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, ids [][]int32, lens []int, x []float32) ([]calib.SiteInfo, error) {
+// rows MTPInput builds from the trunk's output *xp and the token ids: T−1
+// rows per sequence, stored next_token-aligned. The trunk's output is
+// released (*xp = nil) once the MTP rows are built.
+func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, ids [][]int32, lens []int, xp *[]float32) ([]calib.SiteInfo, error) {
+	x := *xp
 	H := m.Config.Hidden
 	var z []float32
 	mlens := make([]int, len(lens))
@@ -444,6 +445,7 @@ func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int,
 		mlens[s] = n - 1
 		off += n
 	}
+	*xp, x = nil, nil
 	cols, outSite := siteCols(m.Config, k)
 	sink, err := newSiteSink(ctx, w, k, outSite, calib.AlignNextToken, cols)
 	if err != nil {
