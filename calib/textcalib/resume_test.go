@@ -366,3 +366,44 @@ func TestDiskFull(t *testing.T) {
 		t.Errorf("a build failing in its first layer left %s behind (%v)", out, err)
 	}
 }
+
+// TestResumeDamaged: a kept residual stream or shard that does not match
+// its record stops the resume with an error saying so and what to do.
+func TestResumeDamaged(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		file string // relative to the store
+		want string
+	}{
+		{"stream", filepath.Join(PartialDir, inputName(2)), "sha256"},
+		{"shard", "layer001.mlp.00001.safetensors", "layer001.mlp.00001"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "store")
+			opt := resumeOptions(t, out)
+			opt.afterStep = func(k int) error {
+				if k == 1 {
+					return errStop
+				}
+				return nil
+			}
+			if _, err := Build(context.Background(), opt); !errors.Is(err, errStop) {
+				t.Fatal(err)
+			}
+			path := filepath.Join(out, c.file)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)-9] ^= 1
+			if c.name == "shard" {
+				b = b[:len(b)-4] // truncated
+			}
+			os.WriteFile(path, b, 0o644)
+			_, err = Build(context.Background(), resumeOptions(t, out))
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "start over") || strings.Contains(err.Error(), "run the same command again") {
+				t.Errorf("damaged %s: %v", c.name, err)
+			}
+		})
+	}
+}

@@ -186,6 +186,8 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		}
 		w.Abort()
 		switch {
+		case errors.Is(err, errDamaged):
+			err = fmt.Errorf("%w; the unfinished build in %s cannot be resumed: remove %s to start over", err, opt.Out, opt.Out)
 		case created && finished == 0:
 			// Nothing finished: leave nothing behind.
 			os.RemoveAll(opt.Out)
@@ -210,13 +212,13 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	start := len(partial.steps)
 	finished = start
 	if start > rec.Steps {
-		return nil, fmt.Errorf("textcalib: %s records %d finished layers, the build has %d", pdir, start, rec.Steps)
+		return nil, fmt.Errorf("%w: %s records %d finished layers, the build has %d", errDamaged, pdir, start, rec.Steps)
 	}
 	keep := map[string]bool{}
 	for _, sr := range partial.steps {
 		for _, si := range sr.Sites {
 			if err := w.AddWrittenSite(si); err != nil {
-				return nil, fmt.Errorf("textcalib: resuming: %w", err)
+				return nil, fmt.Errorf("%w: %w", errDamaged, err)
 			}
 			for _, sh := range si.Shards {
 				keep[sh.File] = true
@@ -227,10 +229,10 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		last := partial.steps[start-1]
 		if start < rec.Steps {
 			if last.Next == nil {
-				return nil, fmt.Errorf("textcalib: %s: the record of layer %d has no residual stream", pdir, start-1)
+				return nil, fmt.Errorf("%w: %s: the record of layer %d has no residual stream", errDamaged, pdir, start-1)
 			}
 			if x, err = readStream(pdir, last.Next, tokens*int64(H)); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w: %w", errDamaged, err)
 			}
 			keepInput = last.Next.File
 		}
@@ -316,6 +318,10 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	return &Result{Store: st, Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, ResumedAt: start,
 		AskedTokens: asked, Data: res.Provenance}, nil
 }
+
+// errDamaged marks a partial directory that does not hold what its
+// records say.
+var errDamaged = errors.New("textcalib: resuming")
 
 func (o *Options) progress(format string, args ...any) {
 	if o.Progress != nil {
