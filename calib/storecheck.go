@@ -36,8 +36,12 @@ func (s *Store) Check(ctx context.Context, deep bool) error {
 			}
 			for i, v := range rows {
 				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					return fmt.Errorf("calib: store %s: layer %d site %s: token %d feature %d is %g",
-						s.dir, si.Layer, si.Site, first+int64(i/si.Cols), i%si.Cols, v)
+					unit := "token"
+					if si.Alignment != AlignToken {
+						unit = "row"
+					}
+					return fmt.Errorf("calib: store %s: layer %d site %s: %s %d feature %d is %g",
+						s.dir, si.Layer, si.Site, unit, first+int64(i/si.Cols), i%si.Cols, v)
 				}
 			}
 			return nil
