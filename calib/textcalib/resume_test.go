@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -406,4 +407,20 @@ func TestResumeDamaged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBuildLocked: a second build into a directory that another holds is
+// refused at once, and the holder's directory is left alone.
+func TestBuildLocked(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "store")
+	lk, err := fslock.Acquire(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release()
+	before := tree(t, out)
+	if _, err := Build(context.Background(), resumeOptions(t, out)); !errors.Is(err, fslock.ErrHeld) {
+		t.Fatalf("build into a locked directory: %v", err)
+	}
+	sameTree(t, "locked directory", tree(t, out), before)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -151,6 +152,16 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	rec := &buildRecord{Format: buildRecordFormat, Version: buildRecordVer, Model: prov.Model, ModelRevision: ident,
 		Sequences: prov.Sequences, Tokens: tokens, TokenIDsSHA256: prov.TokenIDsSHA256,
 		DType: sopt.DType.String(), ShardBytes: sopt.ShardBytes, Steps: cfg.Layers + mtp, Data: dataProv}
+	// One build at a time per directory. The lock is released on return;
+	// a refusal leaves the directory as it was (one the lock created is
+	// removed again).
+	_, statErr := os.Stat(opt.Out)
+	created := os.IsNotExist(statErr)
+	lk, err := fslock.Acquire(opt.Out)
+	if err != nil {
+		return nil, fmt.Errorf("textcalib: %w", err)
+	}
+	defer lk.Release()
 	partial, err := readPartial(opt.Out)
 	if err != nil {
 		return nil, fmt.Errorf("%w (remove %s to start over)", err, opt.Out)
@@ -172,8 +183,6 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if err := m.CheckFinite(); err != nil {
 		return nil, err
 	}
-	_, statErr := os.Stat(opt.Out)
-	created := os.IsNotExist(statErr)
 	w, err := calib.CreateStore(opt.Out, prov, lens, ids, sopt)
 	if err != nil {
 		return nil, err

@@ -63,8 +63,9 @@ var allowed = map[string][]string{
 	// (the MoE block), which is why calib is allowed.
 	"internal/model/forward": {"safetensors", "internal/kernels", "internal/model", "calib"},
 	// Calibration from text: the store format, the forward pass and the
-	// text pipeline; never the checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text"},
+	// text pipeline, and the output directory's lock; never the
+	// checkpoint format or its builder.
+	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock"},
 }
 
 // allowedInTests are extra module packages that test files may import.
