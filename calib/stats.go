@@ -15,10 +15,12 @@ type SiteStats struct {
 	Layer  int    `json:"layer"`
 	Site   string `json:"site"`
 	Cols   int    `json:"cols"`
-	Tokens int64  `json:"tokens"`
+	Tokens int64  `json:"tokens"` // rows (fewer than the tokens for a next_token site)
 	DType  string `json:"dtype"`
-	Shards int    `json:"shards"`
-	Bytes  int64  `json:"bytes"` // on disk, all shards
+	// Alignment is "token" or "next_token" (docs/calibration.md §1.1).
+	Alignment string `json:"alignment"`
+	Shards    int    `json:"shards"`
+	Bytes     int64  `json:"bytes"` // on disk, all shards
 }
 
 // RoutingStats is the routing of one MoE layer's stored tokens.
@@ -49,7 +51,7 @@ type StoreStats struct {
 func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *model.Config, minFraction float64) (*StoreStats, error) {
 	out := &StoreStats{Provenance: s.Provenance(), Sites: []SiteStats{}}
 	for _, si := range s.Sites() {
-		ss := SiteStats{Layer: si.Layer, Site: si.Site, Cols: si.Cols, Tokens: si.Tokens, DType: si.DType, Shards: len(si.Shards)}
+		ss := SiteStats{Layer: si.Layer, Site: si.Site, Cols: si.Cols, Tokens: si.Tokens, DType: si.DType, Alignment: si.Alignment.String(), Shards: len(si.Shards)}
 		for _, sh := range si.Shards {
 			st, err := os.Stat(filepath.Join(s.dir, sh.File))
 			if err != nil {

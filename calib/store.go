@@ -6,8 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
-	"github.com/ttquant/ttquant/internal/text/dataset"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -23,7 +24,7 @@ const (
 	StoreIndexName     = "calibration.json"
 	StoreSequencesName = "sequences.safetensors"
 	StoreFormat        = "ttquant-calibration"
-	StoreFormatVersion = 1
+	StoreFormatVersion = 2 // the newest version read and written
 )
 
 // Conventional site names. A site is the input of a module of one decoder
@@ -68,14 +69,100 @@ type Provenance struct {
 // the dataset package that builds token sequences from text.
 func HashTokenIDs(seqs [][]int32) string { return dataset.HashTokenIDs(seqs) }
 
+// Alignment says how the rows of a site line up with the store's token
+// rows. The zero value is invalid.
+type Alignment uint8
+
+const (
+	// AlignToken: one row per calibration token, in token order. Every
+	// site of a version-1 store is aligned so.
+	AlignToken Alignment = iota + 1
+	// AlignNextToken: one row per token that has a successor in its
+	// sequence. A sequence of T tokens contributes T−1 rows, its row t
+	// belonging to token t and combining it with token t+1 (the inputs of
+	// a multi-token-prediction layer); sequence i's rows start at row
+	// offset_i − i, offset_i being its first token row.
+	AlignNextToken
+)
+
+var alignmentNames = [...]string{AlignToken: "token", AlignNextToken: "next_token"}
+
+// Valid reports whether a is one of the defined alignments.
+func (a Alignment) Valid() bool { return a == AlignToken || a == AlignNextToken }
+
+func (a Alignment) String() string {
+	if a.Valid() {
+		return alignmentNames[a]
+	}
+	return fmt.Sprintf("Alignment(%d)", uint8(a))
+}
+
+// ParseAlignment returns the alignment named s ("token" or "next_token").
+func ParseAlignment(s string) (Alignment, error) {
+	for a, n := range alignmentNames {
+		if n != "" && n == s {
+			return Alignment(a), nil
+		}
+	}
+	return 0, fmt.Errorf("calib: alignment %q: want token or next_token", s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Alignment) MarshalText() ([]byte, error) {
+	if !a.Valid() {
+		return nil, fmt.Errorf("calib: invalid alignment %d", uint8(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Alignment) UnmarshalText(b []byte) error {
+	v, err := ParseAlignment(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// SequenceRows is the number of rows a sequence of n tokens contributes to
+// a site with this alignment.
+func (a Alignment) SequenceRows(n int) int {
+	if a == AlignNextToken {
+		return max(0, n-1)
+	}
+	return n
+}
+
+// rowOffsets returns, for sequence lengths lens, the first row of each
+// sequence in a site with alignment a, followed by the site's row count.
+func (a Alignment) rowOffsets(lens []int) []int64 {
+	offs := make([]int64, len(lens)+1)
+	for i, n := range lens {
+		offs[i+1] = offs[i] + int64(a.SequenceRows(n))
+	}
+	return offs
+}
+
+// formatVersion is the store format version that introduced a.
+func (a Alignment) formatVersion() int {
+	if a == AlignNextToken {
+		return 2
+	}
+	return 1
+}
+
 // SiteInfo describes the activations stored for one site of one layer.
 type SiteInfo struct {
-	Layer  int         `json:"layer"`
-	Site   string      `json:"site"`
-	Cols   int         `json:"cols"`
-	Tokens int64       `json:"tokens"`
-	DType  string      `json:"dtype"`
-	Shards []ShardInfo `json:"shards"`
+	Layer int    `json:"layer"`
+	Site  string `json:"site"`
+	Cols  int    `json:"cols"`
+	// Tokens is the number of rows of the site: the store's token count
+	// for AlignToken, fewer for AlignNextToken.
+	Tokens    int64       `json:"tokens"`
+	DType     string      `json:"dtype"`
+	Alignment Alignment   `json:"alignment"`
+	Shards    []ShardInfo `json:"shards"`
 }
 
 // ShardInfo is one file of a site: rows FirstToken … FirstToken+Tokens−1.
@@ -85,34 +172,55 @@ type ShardInfo struct {
 	Tokens     int64  `json:"tokens"`
 }
 
+// siteJSON is a site as the index lists it: the alignment is omitted for
+// AlignToken, so that a store of token-aligned sites reads as version 1.
+type siteJSON struct {
+	Layer     int         `json:"layer"`
+	Site      string      `json:"site"`
+	Cols      int         `json:"cols"`
+	Tokens    int64       `json:"tokens"`
+	DType     string      `json:"dtype"`
+	Alignment string      `json:"alignment,omitempty"`
+	Shards    []ShardInfo `json:"shards"`
+}
+
 type storeIndex struct {
 	Format          string     `json:"format"`
 	FormatVersion   int        `json:"format_version"`
 	Provenance      Provenance `json:"provenance"`
 	SequenceLengths []int      `json:"sequence_lengths"`
-	Sites           []SiteInfo `json:"sites"`
+	Sites           []siteJSON `json:"sites"`
 }
 
 // StoreOptions configures a StoreWriter.
 type StoreOptions struct {
 	// DType of the stored activations: safetensors.BF16 (default) or F32.
 	DType safetensors.DType
-	// ShardBytes bounds the activation bytes of one shard file (and the
-	// writer's buffer); 0 selects 256 MiB.
+	// ShardBytes bounds the activation bytes of one shard file; 0 selects
+	// 256 MiB. Rows go to the file as they are written: the writer's
+	// memory does not grow with the shard size.
 	ShardBytes int64
+	// WrapWrites, when set, wraps the writer of every file the store
+	// writes (activation bytes of a shard, the index), by file name. It
+	// exists for fault injection: tests make it fail as a full disk
+	// would. Nil in normal use.
+	WrapWrites func(file string, w io.Writer) io.Writer
 }
 
-// StoreWriter writes a calibration store directory. Sites are written one
-// at a time with BeginSite / SiteWriter.Write / SiteWriter.Close; Close
-// writes the index last, so a directory without calibration.json is an
-// incomplete store.
+// StoreWriter writes a calibration store directory. Sites are written with
+// BeginSite / SiteWriter.Write / SiteWriter.Close, several at a time if
+// need be; Close writes the index last, so a directory without
+// calibration.json is an incomplete store.
 type StoreWriter struct {
-	dir    string
-	opt    StoreOptions
-	idx    storeIndex
-	open   *SiteWriter
-	closed bool
-	seen   map[string]bool
+	dir     string
+	opt     StoreOptions
+	prov    Provenance
+	lens    []int
+	sites   []SiteInfo
+	open    map[string]*SiteWriter
+	closed  bool
+	seen    map[string]bool
+	aborted bool
 }
 
 // CreateStore starts a store in dir (created if needed; it must not already
@@ -168,9 +276,8 @@ func CreateStore(dir string, prov Provenance, seqLens []int, tokenIDs [][]int32,
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("calib: creating store: %w", err)
 	}
-	w := &StoreWriter{dir: dir, opt: opt, seen: map[string]bool{}}
-	w.idx = storeIndex{Format: StoreFormat, FormatVersion: StoreFormatVersion, Provenance: prov,
-		SequenceLengths: append([]int(nil), seqLens...)}
+	w := &StoreWriter{dir: dir, opt: opt, prov: prov, lens: append([]int(nil), seqLens...),
+		open: map[string]*SiteWriter{}, seen: map[string]bool{}}
 	// The sequences file: boundaries, and the token ids when known.
 	offs := make([]byte, 8*(len(seqLens)+1))
 	var acc int64
@@ -190,18 +297,18 @@ func CreateStore(dir string, prov Provenance, seqLens []int, tokenIDs [][]int32,
 		tensors = append(tensors, safetensors.Tensor{Name: "token_ids", DType: safetensors.I32,
 			Shape: []int64{total}, Data: ids})
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, StoreSequencesName), tensors, w.metadata(-1, "", 0, 0)); err != nil {
+	if err := safetensors.WriteFile(filepath.Join(dir, StoreSequencesName), tensors, storeMetadata(prov, -1, "", AlignToken, 0, 0)); err != nil {
 		return nil, fmt.Errorf("calib: writing %s: %w", StoreSequencesName, err)
 	}
 	return w, nil
 }
 
-// metadata returns the __metadata__ of a store file.
-func (w *StoreWriter) metadata(layer int, site string, first, rows int64) map[string]string {
-	p := w.idx.Provenance
+// storeMetadata returns the __metadata__ of a store file: the sequences
+// file (layer < 0) or a shard.
+func storeMetadata(p Provenance, layer int, site string, align Alignment, first, rows int64) map[string]string {
 	md := map[string]string{
 		"format":                         StoreFormat,
-		"ttquant.calib.version":          strconv.Itoa(StoreFormatVersion),
+		"ttquant.calib.version":          strconv.Itoa(align.formatVersion()),
 		"ttquant.calib.model":            p.Model,
 		"ttquant.calib.revision":         p.Revision,
 		"ttquant.calib.sequences":        strconv.Itoa(p.Sequences),
@@ -213,49 +320,120 @@ func (w *StoreWriter) metadata(layer int, site string, first, rows int64) map[st
 		md["ttquant.calib.site"] = site
 		md["ttquant.calib.first_token"] = strconv.FormatInt(first, 10)
 		md["ttquant.calib.rows"] = strconv.FormatInt(rows, 10)
+		if align != AlignToken {
+			md["ttquant.calib.alignment"] = align.String()
+		}
 	}
 	return md
 }
 
 var siteNameRE = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)*$`)
 
-// SiteWriter receives the activations of one site, row by row, in token
-// order.
-type SiteWriter struct {
-	w       *StoreWriter
-	info    SiteInfo
-	buf     []byte
-	bufRows int64
-	written int64
-	done    bool
+// ShardName is the file name of shard k of a site.
+func ShardName(layer int, site string, k int) string {
+	return fmt.Sprintf("layer%03d.%s.%05d.safetensors", layer, site, k)
 }
 
+// SiteWriter receives the activations of one site, row by row, in row
+// order. Rows are converted and handed to the shard file being written as
+// they arrive; the writer holds at most about one MiB of them.
+type SiteWriter struct {
+	w        *StoreWriter
+	info     SiteInfo
+	want     int64 // rows the site must receive
+	perShard int64
+	written  int64
+	cur      *shardStream
+	buf      []byte
+	done     bool
+	err      error // sticky: the first failure
+}
+
+// shardStream is one shard file being written: its safetensors writer runs
+// in its own goroutine and reads the activation bytes from a pipe.
+type shardStream struct {
+	name             string
+	first, rows, got int64
+	pw               *io.PipeWriter
+	done             chan error
+}
+
+// errAborted ends a shard whose site was abandoned.
+var errAborted = errors.New("calib: store: site abandoned")
+
 // BeginSite starts the activations of site at layer, cols features per
-// token. Only one site may be open at a time.
+// token, one row per calibration token (AlignToken).
 func (w *StoreWriter) BeginSite(layer int, site string, cols int) (*SiteWriter, error) {
-	if w.closed {
+	return w.BeginAlignedSite(layer, site, cols, AlignToken)
+}
+
+// BeginAlignedSite starts a site whose rows align with the tokens as align
+// says. Several sites may be open at once; each must be closed before
+// the store is.
+func (w *StoreWriter) BeginAlignedSite(layer int, site string, cols int, align Alignment) (*SiteWriter, error) {
+	if w.closed || w.aborted {
 		return nil, errors.New("calib: store writer is closed")
 	}
-	if w.open != nil {
-		return nil, fmt.Errorf("calib: store: site %d/%s is still open", w.open.info.Layer, w.open.info.Site)
-	}
-	if layer < 0 || layer > 99999 {
-		return nil, fmt.Errorf("calib: store: layer %d out of range", layer)
-	}
-	if !siteNameRE.MatchString(site) {
-		return nil, fmt.Errorf("calib: store: site name %q must be dot-separated [a-z0-9_] words", site)
-	}
-	if cols <= 0 {
-		return nil, fmt.Errorf("calib: store: site %d/%s: %d columns", layer, site, cols)
+	if err := w.checkNewSite(layer, site, cols, align); err != nil {
+		return nil, err
 	}
 	key := fmt.Sprintf("%d/%s", layer, site)
-	if w.seen[key] {
-		return nil, fmt.Errorf("calib: store: site %s written twice", key)
+	w.seen[key] = true
+	s := &SiteWriter{w: w, info: SiteInfo{Layer: layer, Site: site, Cols: cols, DType: w.opt.DType.String(), Alignment: align},
+		want: align.rowOffsets(w.lens)[len(w.lens)]}
+	s.perShard = max(1, w.opt.ShardBytes/s.rowBytes())
+	w.open[key] = s
+	return s, nil
+}
+
+func (w *StoreWriter) checkNewSite(layer int, site string, cols int, align Alignment) error {
+	if layer < 0 || layer > 99999 {
+		return fmt.Errorf("calib: store: layer %d out of range", layer)
+	}
+	if !siteNameRE.MatchString(site) {
+		return fmt.Errorf("calib: store: site name %q must be dot-separated [a-z0-9_] words", site)
+	}
+	if cols <= 0 {
+		return fmt.Errorf("calib: store: site %d/%s: %d columns", layer, site, cols)
+	}
+	if !align.Valid() {
+		return fmt.Errorf("calib: store: site %d/%s: invalid alignment %d", layer, site, uint8(align))
+	}
+	if key := fmt.Sprintf("%d/%s", layer, site); w.seen[key] {
+		return fmt.Errorf("calib: store: site %s written twice", key)
+	}
+	return nil
+}
+
+// AddWrittenSite lists a site whose shards are already in the store
+// directory (written by an earlier, interrupted run of the same build).
+// Every shard is checked against si and the store's provenance first.
+func (w *StoreWriter) AddWrittenSite(si SiteInfo) error {
+	if w.closed || w.aborted {
+		return errors.New("calib: store writer is closed")
+	}
+	if err := w.checkNewSite(si.Layer, si.Site, si.Cols, si.Alignment); err != nil {
+		return err
+	}
+	key := fmt.Sprintf("%d/%s", si.Layer, si.Site)
+	if si.DType != w.opt.DType.String() {
+		return fmt.Errorf("calib: store: site %s has dtype %s, the store %s", key, si.DType, w.opt.DType)
+	}
+	if want := si.Alignment.rowOffsets(w.lens)[len(w.lens)]; si.Tokens != want {
+		return fmt.Errorf("calib: store: site %s has %d rows, want %d", key, si.Tokens, want)
+	}
+	if err := checkShardList(si, key); err != nil {
+		return err
+	}
+	for _, sh := range si.Shards {
+		if err := checkShardFile(w.dir, w.prov, si, sh); err != nil {
+			return err
+		}
 	}
 	w.seen[key] = true
-	s := &SiteWriter{w: w, info: SiteInfo{Layer: layer, Site: site, Cols: cols, DType: w.opt.DType.String()}}
-	w.open = s
-	return s, nil
+	si.Shards = append([]ShardInfo(nil), si.Shards...)
+	w.sites = append(w.sites, si)
+	return nil
 }
 
 func (s *SiteWriter) rowBytes() int64 { return int64(s.info.Cols) * int64(s.w.opt.DType.Bits()/8) }
@@ -265,112 +443,263 @@ func (s *SiteWriter) Write(rows []float32) error {
 	if s.done {
 		return errors.New("calib: store: write to a closed site")
 	}
+	if s.err != nil {
+		return s.err
+	}
 	c := s.info.Cols
 	if len(rows)%c != 0 {
 		return fmt.Errorf("calib: store: site %d/%s: %d values is not a whole number of %d-column rows", s.info.Layer, s.info.Site, len(rows), c)
 	}
 	n := int64(len(rows) / c)
-	if s.written+n > s.w.idx.Provenance.Tokens {
-		return fmt.Errorf("calib: store: site %d/%s: %d rows exceed the store's %d tokens", s.info.Layer, s.info.Site, s.written+n, s.w.idx.Provenance.Tokens)
+	if s.written+n > s.want {
+		return fmt.Errorf("calib: store: site %d/%s: %d rows exceed the site's %d", s.info.Layer, s.info.Site, s.written+n, s.want)
 	}
-	perShard := max(1, s.w.opt.ShardBytes/s.rowBytes())
+	chunk := max(1, (1<<20)/s.rowBytes())
 	for len(rows) > 0 {
-		take := min(int64(len(rows)/c), perShard-s.bufRows)
-		chunk := rows[:take*int64(c)]
-		var err error
-		if s.buf, err = safetensors.AppendFloat32s(s.buf, chunk, s.w.opt.DType); err != nil {
-			return fmt.Errorf("calib: store: site %d/%s: %w", s.info.Layer, s.info.Site, err)
+		if s.cur == nil {
+			if err := s.startShard(); err != nil {
+				return s.fail(err)
+			}
 		}
-		s.bufRows += take
+		take := min(int64(len(rows)/c), s.cur.rows-s.cur.got, chunk)
+		var err error
+		if s.buf, err = safetensors.AppendFloat32s(s.buf[:0], rows[:take*int64(c)], s.w.opt.DType); err != nil {
+			return s.fail(fmt.Errorf("calib: store: site %d/%s: %w", s.info.Layer, s.info.Site, err))
+		}
+		if _, err := s.cur.pw.Write(s.buf); err != nil {
+			return s.fail(s.shardError(err))
+		}
+		s.cur.got += take
 		s.written += take
 		rows = rows[take*int64(c):]
-		if s.bufRows == perShard {
-			if err := s.flush(); err != nil {
-				return err
+		if s.cur.got == s.cur.rows {
+			if err := s.finishShard(); err != nil {
+				return s.fail(err)
 			}
 		}
 	}
 	return nil
 }
 
-func (s *SiteWriter) flush() error {
-	if s.bufRows == 0 {
-		return nil
+// startShard opens the next shard file: the rows it will hold are known,
+// so its header is written first and the rows stream after it.
+func (s *SiteWriter) startShard() error {
+	first := s.written
+	rows := min(s.perShard, s.want-first)
+	name := ShardName(s.info.Layer, s.info.Site, len(s.info.Shards))
+	fw, err := safetensors.Create(filepath.Join(s.w.dir, name))
+	if err != nil {
+		return fmt.Errorf("calib: store: %w", err)
 	}
-	first := s.written - s.bufRows
-	name := fmt.Sprintf("layer%03d.%s.%05d.safetensors", s.info.Layer, s.info.Site, len(s.info.Shards))
-	t := safetensors.Tensor{Name: "activations", DType: s.w.opt.DType,
-		Shape: []int64{s.bufRows, int64(s.info.Cols)}, Data: s.buf}
-	if err := safetensors.WriteFile(filepath.Join(s.w.dir, name), []safetensors.Tensor{t},
-		s.w.metadata(s.info.Layer, s.info.Site, first, s.bufRows)); err != nil {
-		return fmt.Errorf("calib: store: writing %s: %w", name, err)
+	fw.SetMetadata(storeMetadata(s.w.prov, s.info.Layer, s.info.Site, s.info.Alignment, first, rows))
+	pr, pw := io.Pipe()
+	size := rows * s.rowBytes()
+	wrap := s.w.opt.WrapWrites
+	err = fw.AddFunc("activations", s.w.opt.DType, []int64{rows, int64(s.info.Cols)}, size, func(dst io.Writer) error {
+		if wrap != nil {
+			dst = wrap(name, dst)
+		}
+		_, err := io.CopyN(dst, pr, size)
+		return err
+	})
+	if err != nil {
+		fw.Abort()
+		return fmt.Errorf("calib: store: %w", err)
 	}
-	s.info.Shards = append(s.info.Shards, ShardInfo{File: name, FirstToken: first, Tokens: s.bufRows})
-	s.buf = s.buf[:0]
-	s.bufRows = 0
+	sh := &shardStream{name: name, first: first, rows: rows, pw: pw, done: make(chan error, 1)}
+	go func() {
+		err := fw.Close()
+		if err != nil {
+			pr.CloseWithError(err)
+		} else {
+			pr.Close()
+		}
+		sh.done <- err
+	}()
+	s.cur = sh
 	return nil
 }
 
-// Close finishes the site; it must have received exactly one row per
-// calibration token.
+// shardError is the error of the shard being written after a failed pipe
+// write: the file writer's own error when it has one.
+func (s *SiteWriter) shardError(werr error) error {
+	sh := s.cur
+	sh.pw.CloseWithError(werr)
+	err := <-sh.done
+	s.cur = nil
+	if err == nil {
+		err = werr
+	}
+	return fmt.Errorf("calib: store: writing %s: %w", sh.name, err)
+}
+
+func (s *SiteWriter) finishShard() error {
+	sh := s.cur
+	s.cur = nil
+	sh.pw.Close()
+	if err := <-sh.done; err != nil {
+		return fmt.Errorf("calib: store: writing %s: %w", sh.name, err)
+	}
+	s.info.Shards = append(s.info.Shards, ShardInfo{File: sh.name, FirstToken: sh.first, Tokens: sh.rows})
+	return nil
+}
+
+// fail records err, abandons the shard in progress (its temporary file is
+// removed) and returns err.
+func (s *SiteWriter) fail(err error) error {
+	if s.cur != nil {
+		s.cur.pw.CloseWithError(errAborted)
+		<-s.cur.done
+		s.cur = nil
+	}
+	if s.err == nil {
+		s.err = err
+	}
+	return s.err
+}
+
+// Abort abandons the site: the shard in progress is not written (shards
+// already finished stay in the directory) and the site is not listed.
+func (s *SiteWriter) Abort() {
+	if s.done {
+		return
+	}
+	s.fail(errAborted)
+	s.done = true
+	delete(s.w.open, fmt.Sprintf("%d/%s", s.info.Layer, s.info.Site))
+}
+
+// Close finishes the site; it must have received exactly its rows (one
+// per calibration token for AlignToken).
 func (s *SiteWriter) Close() error {
 	if s.done {
-		return nil
+		return s.err
 	}
-	if err := s.flush(); err != nil {
-		return err
+	if s.err != nil {
+		s.Abort()
+		return s.err
+	}
+	if s.written != s.want {
+		s.Abort()
+		s.err = fmt.Errorf("calib: store: site %d/%s received %d rows, want %d (%s-aligned, store of %d tokens)", s.info.Layer, s.info.Site, s.written, s.want, s.info.Alignment, s.w.prov.Tokens)
+		return s.err
 	}
 	s.done = true
-	s.w.open = nil
-	if s.written != s.w.idx.Provenance.Tokens {
-		return fmt.Errorf("calib: store: site %d/%s received %d rows, the store has %d tokens", s.info.Layer, s.info.Site, s.written, s.w.idx.Provenance.Tokens)
-	}
+	delete(s.w.open, fmt.Sprintf("%d/%s", s.info.Layer, s.info.Site))
 	s.info.Tokens = s.written
-	s.w.idx.Sites = append(s.w.idx.Sites, s.info)
+	s.w.sites = append(s.w.sites, s.info)
 	return nil
 }
 
-// Close writes the index. Sites are listed by layer, then site name.
+// Info returns the site's description: complete after Close.
+func (s *SiteWriter) Info() SiteInfo {
+	si := s.info
+	si.Shards = append([]ShardInfo(nil), si.Shards...)
+	return si
+}
+
+// Abort abandons every open site (see SiteWriter.Abort); the index is not
+// written. Files already written stay in the directory.
+func (w *StoreWriter) Abort() {
+	keys := make([]string, 0, len(w.open))
+	for k := range w.open {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		w.open[k].Abort()
+	}
+	w.aborted = true
+}
+
+// Close writes the index. Sites are listed by layer, then site name. The
+// format version is the lowest that describes every site: 1 when all are
+// token-aligned, else 2.
 func (w *StoreWriter) Close() error {
 	if w.closed {
 		return nil
 	}
-	if w.open != nil {
-		return fmt.Errorf("calib: store: site %d/%s was not closed", w.open.info.Layer, w.open.info.Site)
+	if w.aborted {
+		return errors.New("calib: store writer was aborted")
+	}
+	if len(w.open) > 0 {
+		keys := make([]string, 0, len(w.open))
+		for k := range w.open {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		return fmt.Errorf("calib: store: site %s was not closed", keys[0])
 	}
 	w.closed = true
-	sort.Slice(w.idx.Sites, func(i, j int) bool {
-		a, b := w.idx.Sites[i], w.idx.Sites[j]
+	sort.Slice(w.sites, func(i, j int) bool {
+		a, b := w.sites[i], w.sites[j]
 		if a.Layer != b.Layer {
 			return a.Layer < b.Layer
 		}
 		return a.Site < b.Site
 	})
-	raw, err := json.MarshalIndent(w.idx, "", "  ")
+	idx := storeIndex{Format: StoreFormat, FormatVersion: 1, Provenance: w.prov,
+		SequenceLengths: w.lens, Sites: make([]siteJSON, len(w.sites))}
+	for i, si := range w.sites {
+		sj := siteJSON{Layer: si.Layer, Site: si.Site, Cols: si.Cols, Tokens: si.Tokens, DType: si.DType, Shards: si.Shards}
+		if si.Alignment != AlignToken {
+			sj.Alignment = si.Alignment.String()
+		}
+		idx.FormatVersion = max(idx.FormatVersion, si.Alignment.formatVersion())
+		idx.Sites[i] = sj
+	}
+	raw, err := json.MarshalIndent(idx, "", "  ")
 	if err != nil {
 		return err
 	}
 	raw = append(raw, '\n')
-	tmp := filepath.Join(w.dir, "."+StoreIndexName+".tmp")
-	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
+	if err := writeFileSync(filepath.Join(w.dir, StoreIndexName), raw, w.opt.WrapWrites); err != nil {
 		return fmt.Errorf("calib: store: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(w.dir, StoreIndexName)); err != nil {
-		return fmt.Errorf("calib: store: %w", err)
+	return nil
+}
+
+// writeFileSync writes data to path through a synced temporary file
+// renamed into place; wrap, when set, wraps the file's writer.
+func writeFileSync(path string, data []byte, wrap func(string, io.Writer) io.Writer) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	var dst io.Writer = f
+	if wrap != nil {
+		dst = wrap(filepath.Base(path), f)
+	}
+	_, err = dst.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
 	}
 	return nil
 }
 
 // Store is an open calibration store.
 type Store struct {
-	dir  string
-	idx  storeIndex
-	offs []int64
+	dir   string
+	idx   storeIndex
+	sites []SiteInfo
+	offs  []int64
 }
 
 // OpenStore opens the store in dir and checks its index: format, version,
 // sequence lengths against the provenance, and the shard list of every site
-// (contiguous, covering every token). Shard files are opened when read.
+// (contiguous, covering every row its alignment gives). Shard files are
+// opened when read. Versions 1 and 2 are read.
 func OpenStore(dir string) (*Store, error) {
 	path := filepath.Join(dir, StoreIndexName)
 	raw, err := os.ReadFile(path)
@@ -386,8 +715,8 @@ func OpenStore(dir string) (*Store, error) {
 	if idx.Format != StoreFormat {
 		return nil, fmt.Errorf("calib: %s: format %q, want %q", path, idx.Format, StoreFormat)
 	}
-	if idx.FormatVersion != StoreFormatVersion {
-		return nil, fmt.Errorf("calib: %s: format version %d not supported (want %d)", path, idx.FormatVersion, StoreFormatVersion)
+	if idx.FormatVersion < 1 || idx.FormatVersion > StoreFormatVersion {
+		return nil, fmt.Errorf("calib: %s: format version %d not supported (want 1 … %d)", path, idx.FormatVersion, StoreFormatVersion)
 	}
 	p := idx.Provenance
 	if len(idx.SequenceLengths) != p.Sequences {
@@ -404,37 +733,60 @@ func OpenStore(dir string) (*Store, error) {
 		return nil, fmt.Errorf("calib: %s: sequence lengths sum to %d, provenance says %d tokens", path, s.offs[len(s.offs)-1], p.Tokens)
 	}
 	seen := map[string]bool{}
-	for _, si := range idx.Sites {
-		key := fmt.Sprintf("%d/%s", si.Layer, si.Site)
+	for _, sj := range idx.Sites {
+		key := fmt.Sprintf("%d/%s", sj.Layer, sj.Site)
 		if seen[key] {
 			return nil, fmt.Errorf("calib: %s: site %s listed twice", path, key)
 		}
 		seen[key] = true
-		if si.Cols <= 0 || si.Tokens != p.Tokens {
-			return nil, fmt.Errorf("calib: %s: site %s has %d columns and %d tokens (store has %d)", path, key, si.Cols, si.Tokens, p.Tokens)
+		si := SiteInfo{Layer: sj.Layer, Site: sj.Site, Cols: sj.Cols, Tokens: sj.Tokens, DType: sj.DType, Alignment: AlignToken, Shards: sj.Shards}
+		if sj.Alignment != "" {
+			if idx.FormatVersion < 2 {
+				return nil, fmt.Errorf("calib: %s: site %s has an alignment, which format version %d does not have (2 does)", path, key, idx.FormatVersion)
+			}
+			if si.Alignment, err = ParseAlignment(sj.Alignment); err != nil {
+				return nil, fmt.Errorf("calib: %s: site %s: %w", path, key, err)
+			}
+		}
+		want := si.Alignment.rowOffsets(idx.SequenceLengths)[p.Sequences]
+		if si.Cols <= 0 || si.Tokens != want {
+			return nil, fmt.Errorf("calib: %s: site %s has %d columns and %d rows (%s-aligned, the store's %d tokens in %d sequences give %d)", path, key, si.Cols, si.Tokens, si.Alignment, p.Tokens, p.Sequences, want)
 		}
 		if si.DType != "BF16" && si.DType != "F32" {
 			return nil, fmt.Errorf("calib: %s: site %s has dtype %q (want BF16 or F32)", path, key, si.DType)
 		}
-		var next int64
-		for _, sh := range si.Shards {
-			if !validShardName(sh.File) {
-				return nil, fmt.Errorf("calib: %s: site %s: shard name %q is not a plain file name in the store directory (no directories, no \"..\")", path, key, sh.File)
-			}
-			if sh.FirstToken != next || sh.Tokens <= 0 {
-				return nil, fmt.Errorf("calib: %s: site %s shard %q covers [%d, +%d), expected to start at %d", path, key, sh.File, sh.FirstToken, sh.Tokens, next)
-			}
-			next += sh.Tokens
+		if err := checkShardList(si, key); err != nil {
+			return nil, fmt.Errorf("calib: %s: %w", path, err)
 		}
-		if next != p.Tokens {
-			return nil, fmt.Errorf("calib: %s: site %s shards cover %d of %d tokens", path, key, next, p.Tokens)
-		}
+		s.sites = append(s.sites, si)
 	}
 	return s, nil
 }
 
+// checkShardList checks that a site's shards are plain file names covering
+// its rows in order.
+func checkShardList(si SiteInfo, key string) error {
+	var next int64
+	for _, sh := range si.Shards {
+		if !validShardName(sh.File) {
+			return fmt.Errorf("site %s: shard name %q is not a plain file name in the store directory (no directories, no \"..\")", key, sh.File)
+		}
+		if sh.FirstToken != next || sh.Tokens <= 0 {
+			return fmt.Errorf("site %s shard %q covers [%d, +%d), expected to start at %d", key, sh.File, sh.FirstToken, sh.Tokens, next)
+		}
+		next += sh.Tokens
+	}
+	if next != si.Tokens {
+		return fmt.Errorf("site %s shards cover %d of %d rows", key, next, si.Tokens)
+	}
+	return nil
+}
+
 // Dir returns the store directory.
 func (s *Store) Dir() string { return s.dir }
+
+// FormatVersion returns the version of the store's index.
+func (s *Store) FormatVersion() int { return s.idx.FormatVersion }
 
 // Provenance returns the store's provenance record.
 func (s *Store) Provenance() Provenance { return s.idx.Provenance }
@@ -443,12 +795,42 @@ func (s *Store) Provenance() Provenance { return s.idx.Provenance }
 // followed by the total token count.
 func (s *Store) SequenceOffsets() []int64 { return append([]int64(nil), s.offs...) }
 
+// RowOffsets returns the row of site si where each sequence starts,
+// followed by the site's row count: SequenceOffsets for a token-aligned
+// site; for AlignNextToken sequence i starts at row offset_i − i.
+func (s *Store) RowOffsets(si SiteInfo) []int64 {
+	return si.Alignment.rowOffsets(s.idx.SequenceLengths)
+}
+
+// RowsBefore returns how many rows of site si belong to the store's first
+// tokens token rows (for a token-aligned site, tokens itself; a count
+// outside 0 … the store's tokens maps outside the site). Readers that
+// take "the first n tokens" of a site (a calibration split ending at a
+// sequence boundary) use it for every alignment.
+func (s *Store) RowsBefore(si SiteInfo, tokens int64) int64 {
+	total := s.offs[len(s.offs)-1]
+	switch {
+	case si.Alignment == AlignToken || tokens < 0:
+		return tokens
+	case tokens > total: // outside the site too, so that readers refuse it
+		return si.Tokens + tokens - total
+	}
+	ro := s.RowOffsets(si)
+	// i: the sequence holding token row tokens (or the count when past the end).
+	i := sort.Search(len(s.offs)-1, func(i int) bool { return s.offs[i+1] > tokens })
+	if i >= len(s.offs)-1 {
+		return si.Tokens
+	}
+	n := int64(si.Alignment.SequenceRows(s.idx.SequenceLengths[i]))
+	return ro[i] + min(tokens-s.offs[i], n)
+}
+
 // Sites lists the stored sites by layer, then name.
-func (s *Store) Sites() []SiteInfo { return append([]SiteInfo(nil), s.idx.Sites...) }
+func (s *Store) Sites() []SiteInfo { return append([]SiteInfo(nil), s.sites...) }
 
 // Site returns the description of one site.
 func (s *Store) Site(layer int, site string) (SiteInfo, bool) {
-	for _, si := range s.idx.Sites {
+	for _, si := range s.sites {
 		if si.Layer == layer && si.Site == site {
 			return si, true
 		}
@@ -564,9 +946,14 @@ func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf
 
 // checkShard verifies that a shard file is the one the index describes.
 func (s *Store) checkShard(f *safetensors.File, si SiteInfo, sh ShardInfo) error {
+	return checkShardHeader(f, s.idx.Provenance, si, sh)
+}
+
+// checkShardHeader verifies a shard's metadata and tensor against the
+// store's provenance and the site.
+func checkShardHeader(f *safetensors.File, p Provenance, si SiteInfo, sh ShardInfo) error {
 	path := f.Path()
 	md := f.Metadata()
-	p := s.idx.Provenance
 	want := map[string]string{
 		"ttquant.calib.model":            p.Model,
 		"ttquant.calib.token_ids_sha256": p.TokenIDsSHA256,
@@ -574,6 +961,10 @@ func (s *Store) checkShard(f *safetensors.File, si SiteInfo, sh ShardInfo) error
 		"ttquant.calib.site":             si.Site,
 		"ttquant.calib.first_token":      strconv.FormatInt(sh.FirstToken, 10),
 		"ttquant.calib.rows":             strconv.FormatInt(sh.Tokens, 10),
+		"ttquant.calib.alignment":        "",
+	}
+	if si.Alignment != AlignToken {
+		want["ttquant.calib.alignment"] = si.Alignment.String()
 	}
 	keys := make([]string, 0, len(want))
 	for k := range want {

@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -140,9 +141,16 @@ func TestStoreErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.BeginSite(1, SiteMoE, 4); err == nil {
-		t.Error("two open sites accepted")
+	// Several sites may be open at once, but the index is not written
+	// while one is.
+	sw2, err := w.BeginSite(1, SiteMoE, 4)
+	if err != nil {
+		t.Fatalf("second open site: %v", err)
 	}
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "was not closed") {
+		t.Errorf("store closed with an open site: %v", err)
+	}
+	sw2.Abort()
 	if err := sw.Write(make([]float32, 6)); err == nil {
 		t.Error("partial row accepted")
 	}
@@ -268,4 +276,191 @@ func BenchmarkStoreStream(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(rows*cols*2)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// TestStoreNextTokenAlignment: a next_token site holds T−1 rows per
+// sequence; the index says so and is version 2 (version 1 when every site
+// is token-aligned); readers split and count its rows by sequence; an
+// index or shard that contradicts the alignment is refused.
+func TestStoreNextTokenAlignment(t *testing.T) {
+	// Token-aligned sites only: version 1, no alignment anywhere.
+	v1 := t.TempDir()
+	writeTestStore(t, v1, StoreOptions{})
+	raw, _ := os.ReadFile(filepath.Join(v1, StoreIndexName))
+	if !strings.Contains(string(raw), `"format_version": 1`) || strings.Contains(string(raw), "alignment") {
+		t.Errorf("a store of token-aligned sites is not written as version 1:\n%s", raw)
+	}
+	dir := t.TempDir()
+	lens := []int{5, 9, 6}
+	prov := Provenance{Model: "test/model", Revision: "r1", Sequences: 3, Tokens: 20}
+	w, err := CreateStore(dir, prov, lens, nil, StoreOptions{DType: safetensors.F32, ShardBytes: 6 * 4 * 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := w.BeginSite(4, SiteAttn, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := w.BeginAlignedSite(4, SiteMoE, 4, AlignNextToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.BeginAlignedSite(4, "x", 4, Alignment(0)); err == nil {
+		t.Error("the zero alignment was accepted")
+	}
+	x := synthX(t, 20, 4, 7)
+	if err := tok.Write(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Write(x[:18*4]); err == nil {
+		t.Error("18 rows accepted by a next_token site of 3 sequences, 20 tokens")
+	}
+	if err := next.Write(x[:17*4]); err != nil {
+		t.Fatal(err)
+	}
+	for _, sw := range []*SiteWriter{tok, next} {
+		if err := sw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, _ := s.Site(4, SiteMoE)
+	if s.FormatVersion() != 2 || si.Alignment != AlignNextToken || si.Tokens != 17 || len(si.Shards) != 3 {
+		t.Fatalf("version %d, site %+v", s.FormatVersion(), si)
+	}
+	if ro := s.RowOffsets(si); ro[1] != 4 || ro[2] != 12 || ro[3] != 17 {
+		t.Errorf("row offsets %v, want [0 4 12 17]", ro)
+	}
+	for _, c := range [][2]int64{{0, 0}, {3, 3}, {5, 4}, {6, 5}, {7, 6}, {13, 12}, {14, 12}, {19, 17}, {20, 17}, {21, 18}} {
+		if got := s.RowsBefore(si, c[0]); got != c[1] {
+			t.Errorf("rows of the first %d tokens: %d, want %d", c[0], got, c[1])
+		}
+	}
+	cal, held, err := s.LoadActivations(4, SiteMoE, 1)
+	if err != nil || cal.Tokens != 12 || held.Tokens != 5 || held.X[0] != x[12*4] {
+		t.Errorf("split: %d + %d rows (%v)", cal.Tokens, held.Tokens, err)
+	}
+	if h, err := s.SiteHessian(context.Background(), 4, SiteMoE, 14); err != nil || h.Tokens() != 12 {
+		t.Errorf("Hessian of the first 2 sequences: %v", err)
+	}
+	if _, err := s.SiteHessian(context.Background(), 4, SiteMoE, 21); err == nil {
+		t.Error("Hessian over more tokens than the store holds accepted")
+	}
+	if err := s.Check(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+
+	// Contradictions.
+	edit := func(f func(m map[string]any)) string {
+		d := t.TempDir()
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			os.WriteFile(filepath.Join(d, e.Name()), b, 0o644)
+		}
+		raw, _ := os.ReadFile(filepath.Join(d, StoreIndexName))
+		var m map[string]any
+		json.Unmarshal(raw, &m)
+		f(m)
+		raw, _ = json.Marshal(m)
+		os.WriteFile(filepath.Join(d, StoreIndexName), raw, 0o644)
+		return d
+	}
+	site := func(m map[string]any) map[string]any {
+		for _, s := range m["sites"].([]any) {
+			if s.(map[string]any)["site"] == SiteMoE {
+				return s.(map[string]any)
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		f    func(m map[string]any)
+		want string
+	}{
+		{"version 1 with an alignment", func(m map[string]any) { m["format_version"] = 1 }, "format version 1 does not have"},
+		{"unknown alignment", func(m map[string]any) { site(m)["alignment"] = "previous_token" }, "previous_token"},
+		{"token rows", func(m map[string]any) { delete(site(m), "alignment") }, "token-aligned"},
+	} {
+		if _, err := OpenStore(edit(c.f)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// A next_token shard listed as token-aligned (row counts adjusted) is
+	// refused by its metadata.
+	d := edit(func(m map[string]any) {
+		s := site(m)
+		delete(s, "alignment")
+		s["tokens"] = 20
+		sh := s["shards"].([]any)
+		sh[len(sh)-1].(map[string]any)["tokens"] = 8
+	})
+	st, err := OpenStore(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Check(context.Background(), false); err == nil || !strings.Contains(err.Error(), "alignment") {
+		t.Errorf("shard of another alignment: %v", err)
+	}
+}
+
+// TestAddWrittenSite: a resumed writer lists sites already on disk after
+// checking their shards.
+func TestAddWrittenSite(t *testing.T) {
+	dir := t.TempDir()
+	lens := []int{5, 9, 6}
+	prov := Provenance{Model: "test/model", Revision: "r1", Sequences: 3, Tokens: 20}
+	opt := StoreOptions{DType: safetensors.F32, ShardBytes: 8 * 3 * 4}
+	w, err := CreateStore(dir, prov, lens, nil, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _ := w.BeginAlignedSite(2, SiteMoE, 3, AlignNextToken)
+	if err := sw.Write(synthX(t, 17, 3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info := sw.Info()
+	w.Abort()
+	// A second writer over the same directory adopts the site.
+	w2, err := CreateStore(dir, prov, lens, nil, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := info
+	bad.Shards = append([]ShardInfo(nil), info.Shards...)
+	bad.Shards[1].File = info.Shards[0].File
+	if err := w2.AddWrittenSite(bad); err == nil {
+		t.Error("a site whose shard list names the wrong file was accepted")
+	}
+	bad = info
+	bad.Alignment = AlignToken
+	if err := w2.AddWrittenSite(bad); err == nil {
+		t.Error("a site with the wrong alignment was accepted")
+	}
+	if err := w2.AddWrittenSite(info); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.AddWrittenSite(info); err == nil {
+		t.Error("a site added twice was accepted")
+	}
+	if err := w2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(context.Background(), true); err != nil {
+		t.Error(err)
+	}
 }

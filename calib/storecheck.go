@@ -18,12 +18,12 @@ import (
 // reads every row and checks that it decodes to finite values. The first
 // problem is returned, naming the shard file.
 func (s *Store) Check(ctx context.Context, deep bool) error {
-	for _, si := range s.idx.Sites {
+	for _, si := range s.sites {
 		for _, sh := range si.Shards {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := s.checkShardFile(si, sh); err != nil {
+			if err := checkShardFile(s.dir, s.idx.Provenance, si, sh); err != nil {
 				return err
 			}
 		}
@@ -36,8 +36,12 @@ func (s *Store) Check(ctx context.Context, deep bool) error {
 			}
 			for i, v := range rows {
 				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					return fmt.Errorf("calib: store %s: layer %d site %s: token %d feature %d is %g",
-						s.dir, si.Layer, si.Site, first+int64(i/si.Cols), i%si.Cols, v)
+					unit := "token"
+					if si.Alignment != AlignToken {
+						unit = "row"
+					}
+					return fmt.Errorf("calib: store %s: layer %d site %s: %s %d feature %d is %g",
+						s.dir, si.Layer, si.Site, unit, first+int64(i/si.Cols), i%si.Cols, v)
 				}
 			}
 			return nil
@@ -49,28 +53,29 @@ func (s *Store) Check(ctx context.Context, deep bool) error {
 	return nil
 }
 
-// checkShardFile opens one shard's header and checks it against the index.
-func (s *Store) checkShardFile(si SiteInfo, sh ShardInfo) error {
-	path := filepath.Join(s.dir, sh.File)
+// checkShardFile opens one shard's header in the store directory dir and
+// checks it against the site and provenance.
+func checkShardFile(dir string, p Provenance, si SiteInfo, sh ShardInfo) error {
+	path := filepath.Join(dir, sh.File)
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", s.dir, si.Layer, si.Site, sh.File, err)
+		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", dir, si.Layer, si.Site, sh.File, err)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 {
 		// Stores may be assembled from links; the target must be regular.
 		if fi, err = os.Stat(path); err != nil {
-			return fmt.Errorf("calib: store %s: shard %s: %w", s.dir, sh.File, err)
+			return fmt.Errorf("calib: store %s: shard %s: %w", dir, sh.File, err)
 		}
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("calib: store %s: shard %s is not a regular file", s.dir, sh.File)
+		return fmt.Errorf("calib: store %s: shard %s is not a regular file", dir, sh.File)
 	}
 	f, err := safetensors.Open(path)
 	if err != nil {
-		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", s.dir, si.Layer, si.Site, sh.File, err)
+		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", dir, si.Layer, si.Site, sh.File, err)
 	}
 	defer f.Close()
-	return s.checkShard(f, si, sh)
+	return checkShardHeader(f, p, si, sh)
 }
 
 // validShardName reports whether a shard name from the index is a plain

@@ -107,9 +107,11 @@ func SynthesizeStore(dir string, cfg *model.Config, opt SynthStoreOptions) (*Sto
 	return OpenStore(dir)
 }
 
-// LoadActivations reads a site and splits it by sequence: the last
-// heldOutSeqs sequences are returned as held-out activations, the others as
-// calibration activations.
+// LoadActivations reads a site and splits it by sequence: the rows of the
+// last heldOutSeqs sequences are returned as held-out activations, the
+// others as calibration activations. The split follows the site's
+// alignment (Store.RowOffsets), so an MTP site, which has no row for a
+// sequence's last token, splits at the same sequences as the others.
 func (s *Store) LoadActivations(layer int, site string, heldOutSeqs int) (calib, heldOut Activations, err error) {
 	si, ok := s.Site(layer, site)
 	if !ok {
@@ -119,7 +121,7 @@ func (s *Store) LoadActivations(layer int, site string, heldOutSeqs int) (calib,
 	if heldOutSeqs < 0 || heldOutSeqs >= nseq {
 		return calib, heldOut, fmt.Errorf("calib: store %s: cannot hold out %d of %d sequences", s.dir, heldOutSeqs, nseq)
 	}
-	cut := s.offs[nseq-heldOutSeqs]
+	cut := s.RowOffsets(si)[nseq-heldOutSeqs]
 	x, err := s.ReadRows(layer, site, 0, si.Tokens)
 	if err != nil {
 		return calib, heldOut, err

@@ -17,44 +17,74 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
+	"github.com/ttquant/ttquant/safetensors"
 )
 
 // Options configures Build.
 type Options struct {
 	Model string // model directory: config.json, weights, tokenizer
-	Out   string // store directory to create
+	Out   string // store directory to create (or to resume)
 	// Data and DataOptions give the text; only the calibration set is
 	// built (DataOptions.Calibration.Sequences > 0).
 	Data        *dataset.Spec
 	DataOptions dataset.Options
+	// AllowShort lets the build proceed when the text gives fewer tokens
+	// than asked (Sequences × SeqLen): with the whole sequences the text
+	// gives. Without it such a build is refused before anything is
+	// written.
+	AllowShort bool
 	// Store sets the stored dtype and shard size.
 	Store calib.StoreOptions
 	// Progress, when set, receives one line per finished layer.
 	Progress func(msg string)
+
+	// afterStep, when set (tests), runs after step k's record is written;
+	// an error stops the build there, as an interruption would.
+	afterStep func(step int) error
 }
 
 // Result describes a built store.
 type Result struct {
 	Store *calib.Store
-	// Layers is the number of layers whose sites were written (the
-	// trunk); MTPLayers are the MTP layers left out (docs/calibration.md).
-	Layers, MTPLayers int
-	Data              dataset.Provenance
+	// Layers is the number of trunk layers whose sites were written;
+	// MTPLayers the number of MTP layers whose sites were written (the
+	// forward pass runs the first MTP layer only, so at most 1) and
+	// MTPSkipped the MTP layers without sites.
+	Layers, MTPLayers, MTPSkipped int
+	// ResumedAt is the first layer this run computed: 0 for a fresh
+	// build, k when layers 0 … k−1 came from an interrupted run.
+	ResumedAt int
+	// AskedTokens is Sequences × SeqLen; the store's provenance says how
+	// many tokens it holds (fewer only with AllowShort).
+	AskedTokens int64
+	Data        dataset.Provenance
 }
 
 // ErrNoCalibration is returned when the options ask for no calibration
 // sequences.
 var ErrNoCalibration = errors.New("textcalib: the data options build no calibration sequences")
 
+// ErrShortData is wrapped when the text gives fewer tokens than asked and
+// Options.AllowShort is not set.
+var ErrShortData = errors.New("the text gives fewer tokens than asked")
+
 // Build writes the calibration store. Everything that can refuse the run
-// (configuration, tokenizer, data, existing store) is checked before the
-// store directory is created.
+// (configuration, tokenizer, data, existing store, a different earlier
+// build in the directory) is checked before anything is written.
+//
+// A build that stops (an error, a cancelled ctx, a killed process) leaves
+// its finished layers in the store directory with the residual stream
+// entering the next one (PartialDir); running Build again with the same
+// model, data and options resumes at the first unfinished layer and
+// produces the same bytes as an uninterrupted build.
 func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if opt.DataOptions.Calibration.Sequences <= 0 {
 		return nil, ErrNoCalibration
@@ -73,16 +103,11 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dopt := opt.DataOptions
-	dopt.Evaluation.Sequences = 0
-	res, err := dataset.Build(opt.Data, tok, dopt)
+	res, asked, err := buildData(opt, tok)
 	if err != nil {
 		return nil, err
 	}
 	set := res.Calibration
-	if set == nil || len(set.Sequences) == 0 {
-		return nil, ErrNoCalibration
-	}
 	cfg := m.Config
 	ids := set.IDs()
 	lens := make([]int, len(ids))
@@ -111,128 +136,396 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		TokenIDsSHA256: res.Provenance.Calibration.TokenIDsSHA256,
 		Data:           dataProv,
 	}
+	// The MTP layer has a row per token that has a successor; with only
+	// one-token sequences it has none and is left out.
+	mtp := 0
+	if cfg.MTPLayers > 0 && tokens > int64(len(ids)) {
+		mtp = 1
+	}
+	sopt := opt.Store
+	if sopt.DType == 0 {
+		sopt.DType = safetensors.BF16
+	}
+	if sopt.ShardBytes == 0 {
+		sopt.ShardBytes = 256 << 20
+	}
+	rec := &buildRecord{Format: buildRecordFormat, Version: buildRecordVer, Model: prov.Model, ModelRevision: ident,
+		Sequences: prov.Sequences, Tokens: tokens, TokenIDsSHA256: prov.TokenIDsSHA256,
+		DType: sopt.DType.String(), ShardBytes: sopt.ShardBytes, Steps: cfg.Layers + mtp, Data: dataProv}
+	// One build at a time per directory. The lock is released on return;
+	// a refusal leaves the directory as it was (one the lock created is
+	// removed again).
+	_, statErr := os.Stat(opt.Out)
+	created := os.IsNotExist(statErr)
+	lk, err := fslock.Acquire(opt.Out)
+	if err != nil {
+		return nil, fmt.Errorf("textcalib: %w", err)
+	}
+	defer lk.Release()
+	partial, err := readPartial(opt.Out)
+	if err != nil {
+		return nil, fmt.Errorf("%w (remove %s to start over)", err, opt.Out)
+	}
+	if partial != nil {
+		if d := rec.diff(partial.build); len(d) > 0 {
+			return nil, fmt.Errorf("textcalib: %s holds an unfinished build of different inputs: %s; run with the same model, data and options to resume it, or remove %s to start over",
+				opt.Out, strings.Join(d, "; "), opt.Out)
+		}
+	} else if stray, err := strayShards(opt.Out, nil); err != nil {
+		return nil, err
+	} else if len(stray) > 0 {
+		return nil, fmt.Errorf("textcalib: %s holds shard files (%s) but no record of the build that wrote them (%s/%s); remove them or choose another --out",
+			opt.Out, stray[0], PartialDir, buildRecordName)
+	}
 	// Weights are read layer by layer below; a NaN or infinity would only
 	// show up as non-finite activations, so it is refused here, before the
 	// store is created.
 	if err := m.CheckFinite(); err != nil {
 		return nil, err
 	}
-	_, statErr := os.Stat(opt.Out)
-	created := os.IsNotExist(statErr)
-	w, err := calib.CreateStore(opt.Out, prov, lens, ids, opt.Store)
+	w, err := calib.CreateStore(opt.Out, prov, lens, ids, sopt)
 	if err != nil {
 		return nil, err
 	}
-	// A store without its index is refused by every reader; a failed or
-	// interrupted build removes the directory it created, or says what it
-	// left in one that was there before.
+	pdir := filepath.Join(opt.Out, PartialDir)
+	finished := 0 // layers recorded, by earlier runs and this one
 	defer func() {
 		if err == nil {
 			return
 		}
-		if created {
+		w.Abort()
+		switch {
+		case errors.Is(err, errDamaged):
+			err = fmt.Errorf("%w; the unfinished build in %s cannot be resumed: remove %s to start over", err, opt.Out, opt.Out)
+		case created && finished == 0:
+			// Nothing finished: leave nothing behind.
 			os.RemoveAll(opt.Out)
-			err = fmt.Errorf("%w (the unfinished store was removed)", err)
-		} else {
-			err = fmt.Errorf("%w (an unfinished store without an index is left in %s; remove it before building again)", err, opt.Out)
+			err = fmt.Errorf("%w (no layer was finished; the unfinished store was removed)", err)
+		default:
+			err = fmt.Errorf("%w (%s is not a store yet: its finished layers are kept in %s; run the same command again to resume, or remove %s to start over)",
+				err, opt.Out, pdir, opt.Out)
 		}
 	}()
-
-	// The residual stream of every sequence, one after another.
-	H := cfg.Hidden
-	x := make([]float32, 0, int(tokens)*H)
-	for _, s := range ids {
-		e, err := m.Embed(s)
-		if err != nil {
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return nil, fmt.Errorf("textcalib: %w", err)
+	}
+	if partial == nil {
+		if err := writeJSONFile(filepath.Join(pdir, buildRecordName), rec, sopt.WrapWrites); err != nil {
 			return nil, err
 		}
-		x = append(x, e...)
+		partial = &partialState{build: rec}
 	}
-	b := &forward.Batch{Lens: lens, X: x}
-	start := time.Now()
-	for i := 0; i < cfg.Layers; i++ {
+	H := cfg.Hidden
+	var x []float32
+	keepInput := ""
+	start := len(partial.steps)
+	finished = start
+	if start > rec.Steps {
+		return nil, fmt.Errorf("%w: %s records %d finished layers, the build has %d", errDamaged, pdir, start, rec.Steps)
+	}
+	keep := map[string]bool{}
+	for _, sr := range partial.steps {
+		for _, si := range sr.Sites {
+			if err := w.AddWrittenSite(si); err != nil {
+				return nil, fmt.Errorf("%w: %w", errDamaged, err)
+			}
+			for _, sh := range si.Shards {
+				keep[sh.File] = true
+			}
+		}
+	}
+	if start > 0 {
+		last := partial.steps[start-1]
+		if start < rec.Steps {
+			if last.Next == nil {
+				return nil, fmt.Errorf("%w: %s: the record of layer %d has no residual stream", errDamaged, pdir, start-1)
+			}
+			if x, err = readStream(pdir, last.Next, tokens*int64(H)); err != nil {
+				return nil, fmt.Errorf("%w: %w", errDamaged, err)
+			}
+			keepInput = last.Next.File
+		}
+		opt.progress("resuming %s at layer %d of %d: layers 0..%d were finished by an earlier run", opt.Out, start, rec.Steps, start-1)
+	} else {
+		x = make([]float32, 0, int(tokens)*H)
+		for _, s := range ids {
+			e, err := m.Embed(s)
+			if err != nil {
+				return nil, err
+			}
+			x = append(x, e...)
+		}
+	}
+	// Whatever an interrupted step left: its shards, records and streams.
+	stray, err := strayShards(opt.Out, keep)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range stray {
+		if err := os.Remove(filepath.Join(opt.Out, n)); err != nil {
+			return nil, fmt.Errorf("textcalib: %w", err)
+		}
+	}
+	if err := cleanPartial(pdir, start, keepInput); err != nil {
+		return nil, err
+	}
+
+	began := time.Now()
+	for k := start; k < rec.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		l, err := m.Layer(i)
+		var sites []calib.SiteInfo
+		if k < cfg.Layers {
+			sites, err = trunkStep(ctx, m, w, k, lens, x)
+		} else {
+			sites, err = mtpStep(ctx, m, w, k, ids, lens, &x)
+		}
 		if err != nil {
 			return nil, err
 		}
-		sites := newCollector(int(tokens))
-		if err := l.Forward(b, sites.hook); err != nil {
-			return nil, fmt.Errorf("textcalib: layer %d: %w", i, err)
-		}
-		outSite := calib.SiteOutProj
-		if cfg.Kind(i) == forward.FullAttention {
-			outSite = calib.SiteOProj
-		}
-		for _, s := range []struct {
-			site forward.Site
-			name string
-		}{{forward.SiteMLPIn, calib.SiteMoE}, {forward.SiteAttnIn, calib.SiteAttn}, {forward.SiteAttnOut, outSite}} {
-			if err := sites.write(w, i, s.site, s.name); err != nil {
+		sr := &stepRecord{Step: k, Layer: k, Sites: sites}
+		if k+1 < rec.Steps {
+			if sr.Next, err = writeStream(filepath.Join(pdir, inputName(k+1)), x, sopt.WrapWrites); err != nil {
 				return nil, err
 			}
 		}
+		if err := writeJSONFile(filepath.Join(pdir, stepRecordName(k)), sr, sopt.WrapWrites); err != nil {
+			return nil, err
+		}
+		finished = k + 1
+		if k > 0 {
+			// The stream entering step k is no longer needed.
+			os.Remove(filepath.Join(pdir, inputName(k)))
+		}
 		if opt.Progress != nil {
-			el := time.Since(start)
-			eta := el / time.Duration(i+1) * time.Duration(cfg.Layers-i-1)
-			opt.Progress(fmt.Sprintf("layer %d/%d written (%s elapsed, about %s left)", i+1, cfg.Layers, el.Round(time.Second), eta.Round(time.Second)))
+			el := time.Since(began)
+			done := k + 1 - start
+			eta := el / time.Duration(done) * time.Duration(rec.Steps-k-1)
+			what := "layer"
+			if k >= cfg.Layers {
+				what = "MTP layer"
+			}
+			opt.progress("%s %d written (%d/%d; %s elapsed, about %s left)", what, k, k+1, rec.Steps, el.Round(time.Second), eta.Round(time.Second))
+		}
+		if opt.afterStep != nil {
+			if err := opt.afterStep(k); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
+	if err := os.RemoveAll(pdir); err != nil {
+		return nil, fmt.Errorf("textcalib: the store is complete, but removing %s failed: %w", pdir, err)
+	}
 	st, err := calib.OpenStore(opt.Out)
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Store: st, Layers: cfg.Layers, MTPLayers: cfg.MTPLayers, Data: res.Provenance}, nil
+	return &Result{Store: st, Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, ResumedAt: start,
+		AskedTokens: asked, Data: res.Provenance}, nil
 }
 
-// collector keeps one layer's sites, every token row in batch order.
-type collector struct {
-	rows  int
+// errDamaged marks a partial directory that does not hold what its
+// records say.
+var errDamaged = errors.New("textcalib: resuming")
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
+// siteSink streams one layer's sites to the store as the layer produces
+// them: the mixer's sites per group of sequences, the MoE input at once.
+type siteSink struct {
+	ctx   context.Context
+	layer int
+	w     map[forward.Site]*calib.SiteWriter
 	cols  map[forward.Site]int
-	sites map[forward.Site][]float32
+	next  map[forward.Site]int // the row each site expects next
 }
 
-func newCollector(rows int) *collector {
-	return &collector{rows: rows, cols: map[forward.Site]int{}, sites: map[forward.Site][]float32{}}
+func newSiteSink(ctx context.Context, w *calib.StoreWriter, layer int, outSite string, align calib.Alignment, cols map[forward.Site]int) (*siteSink, error) {
+	s := &siteSink{ctx: ctx, layer: layer, w: map[forward.Site]*calib.SiteWriter{}, cols: cols, next: map[forward.Site]int{}}
+	for _, c := range []struct {
+		site forward.Site
+		name string
+	}{{forward.SiteAttnIn, calib.SiteAttn}, {forward.SiteMLPIn, calib.SiteMoE}, {forward.SiteAttnOut, outSite}} {
+		sw, err := w.BeginAlignedSite(layer, c.name, cols[c.site], align)
+		if err != nil {
+			s.abort()
+			return nil, err
+		}
+		s.w[c.site] = sw
+	}
+	return s, nil
 }
 
-func (c *collector) hook(a *forward.Activations) error {
-	switch a.Site {
-	case forward.SiteAttnIn, forward.SiteAttnOut, forward.SiteMLPIn:
-	default:
+func (s *siteSink) hook(a *forward.Activations) error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	sw := s.w[a.Site]
+	if sw == nil {
 		return nil // routed rows and a dense down input follow from mlp
 	}
-	buf := c.sites[a.Site]
-	if buf == nil {
-		c.cols[a.Site] = a.Cols
-		buf = make([]float32, c.rows*a.Cols)
-		c.sites[a.Site] = buf
+	if a.Cols != s.cols[a.Site] {
+		return fmt.Errorf("textcalib: layer %d site %s: %d columns arrived, the configuration gives %d", s.layer, a.Site, a.Cols, s.cols[a.Site])
 	}
-	if a.Cols != c.cols[a.Site] || a.Row0 < 0 || a.Row0+a.Rows > c.rows {
-		return fmt.Errorf("textcalib: site %s: rows %d..%d of %d columns do not fit %d rows of %d", a.Site, a.Row0, a.Row0+a.Rows, a.Cols, c.rows, c.cols[a.Site])
+	if a.Row0 != s.next[a.Site] {
+		return fmt.Errorf("textcalib: layer %d site %s: rows from %d arrived, row %d was expected", s.layer, a.Site, a.Row0, s.next[a.Site])
 	}
-	copy(buf[a.Row0*a.Cols:], a.X[:a.Rows*a.Cols])
+	if err := sw.Write(a.X[:a.Rows*a.Cols]); err != nil {
+		return err
+	}
+	s.next[a.Site] += a.Rows
 	return nil
 }
 
-func (c *collector) write(w *calib.StoreWriter, layer int, site forward.Site, name string) error {
-	buf, ok := c.sites[site]
-	if !ok {
-		return fmt.Errorf("textcalib: layer %d produced no %s activations", layer, site)
+// close finishes the sites in a fixed order and returns their descriptions.
+func (s *siteSink) close() ([]calib.SiteInfo, error) {
+	var out []calib.SiteInfo
+	for _, site := range []forward.Site{forward.SiteAttnIn, forward.SiteMLPIn, forward.SiteAttnOut} {
+		if err := s.w[site].Close(); err != nil {
+			s.abort()
+			return nil, fmt.Errorf("textcalib: layer %d: %w", s.layer, err)
+		}
+		out = append(out, s.w[site].Info())
 	}
-	sw, err := w.BeginSite(layer, name, c.cols[site])
+	return out, nil
+}
+
+func (s *siteSink) abort() {
+	for _, sw := range s.w {
+		sw.Abort()
+	}
+}
+
+// siteCols returns the width of each stored site of layer i.
+func siteCols(cfg *forward.Config, i int) (map[forward.Site]int, string) {
+	out := map[forward.Site]int{forward.SiteAttnIn: cfg.Hidden, forward.SiteMLPIn: cfg.Hidden}
+	if cfg.Kind(i) == forward.FullAttention {
+		out[forward.SiteAttnOut] = cfg.Heads * cfg.HeadDim
+		return out, calib.SiteOProj
+	}
+	out[forward.SiteAttnOut] = cfg.ValueDim()
+	return out, calib.SiteOutProj
+}
+
+// trunkStep runs trunk layer k over the residual stream x (replaced by the
+// stream leaving the layer), writing its sites.
+func trunkStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, lens []int, x []float32) ([]calib.SiteInfo, error) {
+	l, err := m.Layer(k)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := sw.Write(buf); err != nil {
-		return err
+	cols, outSite := siteCols(m.Config, k)
+	sink, err := newSiteSink(ctx, w, k, outSite, calib.AlignToken, cols)
+	if err != nil {
+		return nil, err
 	}
-	return sw.Close()
+	if err := l.Forward(&forward.Batch{Lens: lens, X: x}, sink.hook); err != nil {
+		sink.abort()
+		return nil, fmt.Errorf("textcalib: layer %d: %w", k, err)
+	}
+	return sink.close()
+}
+
+// mtpStep runs the MTP layer (layer k = the trunk's layer count) over the
+// rows MTPInput builds from the trunk's output *xp and the token ids: T−1
+// rows per sequence, stored next_token-aligned. The trunk's output is
+// released (*xp = nil) once the MTP rows are built.
+func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, ids [][]int32, lens []int, xp *[]float32) ([]calib.SiteInfo, error) {
+	x := *xp
+	H := m.Config.Hidden
+	var z []float32
+	mlens := make([]int, len(lens))
+	off := 0
+	for s, n := range lens {
+		hf, err := m.FinalNorm(x[off*H : (off+n)*H])
+		if err != nil {
+			return nil, err
+		}
+		zs, err := m.MTPInput(ids[s], hf)
+		if err != nil {
+			return nil, err
+		}
+		if z == nil {
+			z = make([]float32, 0, (len(x)/H-len(lens))*H)
+		}
+		z = append(z, zs...)
+		mlens[s] = n - 1
+		off += n
+	}
+	*xp, x = nil, nil
+	cols, outSite := siteCols(m.Config, k)
+	sink, err := newSiteSink(ctx, w, k, outSite, calib.AlignNextToken, cols)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.MTPHead(&forward.Batch{Lens: mlens, X: z}, sink.hook); err != nil {
+		sink.abort()
+		return nil, fmt.Errorf("textcalib: MTP layer %d: %w", k, err)
+	}
+	return sink.close()
+}
+
+// buildData tokenizes and packs the calibration set. It returns the set
+// and the tokens asked for.
+func buildData(opt Options, tok *tokenizer.Tokenizer) (*dataset.Result, int64, error) {
+	dopt := opt.DataOptions
+	dopt.Evaluation.Sequences = 0
+	co := dopt.Calibration
+	asked := int64(co.Sequences) * int64(co.SeqLen)
+	res, err := dataset.Build(opt.Data, tok, dopt)
+	if errors.Is(err, dataset.ErrNotEnoughText) {
+		if !opt.AllowShort {
+			return nil, 0, fmt.Errorf("textcalib: %w: %d sequences × %d tokens = %d tokens were asked for (%v); ask for fewer --sequences or a shorter --seq-len, add text, or pass --allow-short to build with what there is",
+				ErrShortData, co.Sequences, co.SeqLen, asked, err)
+		}
+		// The most whole sequences the text gives.
+		lo, hi := 0, co.Sequences
+		var best *dataset.Result
+		quiet := dopt
+		quiet.Progress = nil
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			quiet.Calibration.Sequences = mid
+			r, err := dataset.Build(opt.Data, tok, quiet)
+			switch {
+			case err == nil:
+				lo, best = mid, r
+			case errors.Is(err, dataset.ErrNotEnoughText):
+				hi = mid
+			default:
+				return nil, 0, err
+			}
+		}
+		if best == nil {
+			return nil, 0, fmt.Errorf("textcalib: %w: the text does not give one sequence of %d tokens (%v)", ErrShortData, co.SeqLen, err)
+		}
+		res = best
+		opt.progress("the text gives %d of the %d sequences asked for (%d of %d tokens); --allow-short: building with them",
+			len(res.Calibration.Sequences), co.Sequences, res.Provenance.Calibration.Tokens, asked)
+	} else if err != nil {
+		return nil, 0, err
+	}
+	if res.Calibration == nil || len(res.Calibration.Sequences) == 0 {
+		return nil, 0, ErrNoCalibration
+	}
+	if got := res.Provenance.Calibration.Tokens; got < asked {
+		if !opt.AllowShort {
+			return nil, 0, fmt.Errorf("textcalib: %w: %d sequences × %d tokens = %d tokens were asked for, the text gives %d sequences of %d tokens in all (shorter records are kept); pass --allow-short to build with them",
+				ErrShortData, co.Sequences, co.SeqLen, asked, len(res.Calibration.Sequences), got)
+		}
+		if !errors.Is(err, dataset.ErrNotEnoughText) {
+			opt.progress("the text gives %d of the %d tokens asked for; --allow-short: building with them", got, asked)
+		}
+	}
+	return res, asked, nil
 }
 
 // ModelIdentity is the sha256 of the model directory's config.json and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,22 +70,24 @@ func TestBuildFromText(t *testing.T) {
 	if calib.HashTokenIDs(ids) != p.TokenIDsSHA256 {
 		t.Error("the stored token ids do not hash to the provenance's token-id hash")
 	}
-	// Every trunk layer has mlp, attn and its mixer's output-projection
-	// input; the MTP layer has none (its rows do not align one per token).
+	// Every layer has mlp, attn and its mixer's output-projection input:
+	// one row per token for the trunk, one per token with a successor for
+	// the MTP layer.
+	if st.FormatVersion() != 2 {
+		t.Errorf("a store with MTP sites has format version %d, want 2", st.FormatVersion())
+	}
 	for l := 0; l < cfg.NumLayers(); l++ {
 		out := calib.SiteOutProj
 		if cfg.Kind(l) == forward.FullAttention {
 			out = calib.SiteOProj
 		}
+		rows, align := int64(96), calib.AlignToken
+		if l >= cfg.Layers {
+			rows, align = 93, calib.AlignNextToken
+		}
 		for _, s := range []string{calib.SiteMoE, calib.SiteAttn, out} {
 			si, ok := st.Site(l, s)
-			if l >= cfg.Layers {
-				if ok {
-					t.Errorf("MTP layer %d has site %s", l, s)
-				}
-				continue
-			}
-			if !ok || si.Tokens != 96 || (s != out && si.Cols != cfg.Hidden) {
+			if !ok || si.Tokens != rows || si.Alignment != align || (s != out && si.Cols != cfg.Hidden) {
 				t.Errorf("layer %d site %s: %+v (present %v)", l, s, si, ok)
 			}
 		}
@@ -162,24 +165,6 @@ func TestBuildRefusals(t *testing.T) {
 	}
 }
 
-// TestInterruptedBuildRemovesStore cancels a build after its first layer is
-// written: the store directory it created is removed, so no index-less store
-// is left for a later run to trip over.
-func TestInterruptedBuildRemovesStore(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "store")
-	opt := trainedOptions(t, out, 1, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	opt.Progress = func(string) { cancel() }
-	_, err := Build(ctx, opt)
-	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "removed") {
-		t.Fatalf("interrupted build: %v", err)
-	}
-	if _, err := os.Stat(out); !os.IsNotExist(err) {
-		t.Errorf("interrupted build left %s behind (%v)", out, err)
-	}
-}
-
 // TestMTPRowsAlign pins the alignment docs/calibration.md describes for
 // the MTP layer, which is why a store (one row per token) holds no MTP
 // sites: a sequence of T tokens has T−1 MTP rows, row t combining the
@@ -241,4 +226,212 @@ func TestMTPRowsAlign(t *testing.T) {
 	hf2 = append([]float32(nil), hf...)
 	hf2[(T-1)*H] += 1
 	try("the last hidden state", ids, hf2, nil)
+}
+
+// TestMTPSitesMatchForward: the MTP layer's stored rows are exactly the
+// rows forward.MTPInput and MTPHead give (F32 store): T−1 rows per
+// sequence, sequence s starting at row offset_s − s, and the readers split
+// and count them by sequence.
+func TestMTPSitesMatchForward(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "store")
+	opt := trainedOptions(t, out, 3, 32)
+	res, err := Build(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := res.Store
+	if res.MTPLayers != 1 || res.MTPSkipped != 0 {
+		t.Errorf("result: %d MTP layers with sites, %d skipped", res.MTPLayers, res.MTPSkipped)
+	}
+	m, err := forward.Open(opt.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	L, H := m.Config.Layers, m.Config.Hidden
+	ids, err := st.TokenIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x []float32
+	lens := make([]int, len(ids))
+	for i, s := range ids {
+		e, err := m.Embed(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x = append(x, e...)
+		lens[i] = len(s)
+	}
+	if err := m.Trunk(&forward.Batch{Lens: lens, X: x}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var z []float32
+	mlens := make([]int, len(ids))
+	off := 0
+	for s, n := range lens {
+		hf, err := m.FinalNorm(x[off*H : (off+n)*H])
+		if err != nil {
+			t.Fatal(err)
+		}
+		zs, err := m.MTPInput(ids[s], hf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		z = append(z, zs...)
+		mlens[s] = n - 1
+		off += n
+	}
+	want := map[string][]float32{}
+	_, err = m.MTPHead(&forward.Batch{Lens: mlens, X: z}, func(a *forward.Activations) error {
+		name := map[forward.Site]string{forward.SiteAttnIn: calib.SiteAttn, forward.SiteMLPIn: calib.SiteMoE, forward.SiteAttnOut: calib.SiteOProj}[a.Site]
+		if name != "" {
+			want[name] = append(want[name], a.X[:a.Rows*a.Cols]...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, site := range []string{calib.SiteAttn, calib.SiteMoE, calib.SiteOProj} {
+		si, _ := st.Site(L, site)
+		got, err := st.ReadRows(L, site, 0, si.Tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := want[site]
+		if len(got) != len(w) || len(w) != 93*si.Cols {
+			t.Fatalf("MTP %s: %d values, the forward pass gives %d (want 93 rows of %d)", site, len(got), len(w), si.Cols)
+		}
+		for i := range got {
+			if got[i] != w[i] {
+				t.Fatalf("MTP %s value %d (row %d): %v, the forward pass gives %v", site, i, i/si.Cols, got[i], w[i])
+			}
+		}
+	}
+	// The MTP input of slot t of sequence 1 is stored at row 31 + t.
+	si, _ := st.Site(L, calib.SiteMoE)
+	if ro := st.RowOffsets(si); len(ro) != 4 || ro[0] != 0 || ro[1] != 31 || ro[2] != 62 || ro[3] != 93 {
+		t.Errorf("MTP row offsets %v, want [0 31 62 93]", ro)
+	}
+	if n := st.RowsBefore(si, 64); n != 62 {
+		t.Errorf("rows of the first 64 tokens: %d, want 62", n)
+	}
+	if n := st.RowsBefore(si, 40); n != 31+8 {
+		t.Errorf("rows of the first 40 tokens: %d, want 39", n)
+	}
+	cal, held, err := st.LoadActivations(L, calib.SiteMoE, 1)
+	if err != nil || cal.Tokens != 62 || held.Tokens != 31 {
+		t.Errorf("MTP split: %d calibration and %d held-out rows (%v), want 62 and 31", cal.Tokens, held.Tokens, err)
+	}
+	h, err := st.SiteHessian(context.Background(), L, calib.SiteAttn, 64)
+	if err != nil || h.Tokens() != 62 {
+		t.Errorf("MTP Hessian over the first 2 sequences: %v rows (%v), want 62", h, err)
+	}
+	if err := st.Check(context.Background(), true); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestShortData: text that gives fewer tokens than sequences × seq-len is
+// refused with the numbers, before anything is written, unless AllowShort
+// is set: then the build uses the whole sequences the text gives.
+func TestShortData(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "short.jsonl")
+	var recs []string
+	for i := 0; i < 6; i++ {
+		recs = append(recs, fmt.Sprintf(`{"corpus": "prose", "text": "record %d: a few words of text to calibrate on"}`, i))
+	}
+	if err := os.WriteFile(data, []byte(strings.Join(recs, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := dataset.ParseSpec(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pack and record mode with too few records; record mode with enough
+	// records, all shorter than the sequence length.
+	for _, c := range []struct {
+		mode dataset.Mode
+		seqs int
+	}{{dataset.ModePack, 8}, {dataset.ModeRecord, 8}, {dataset.ModeRecord, 4}} {
+		mode := c.mode
+		t.Run(fmt.Sprintf("%s-%d", mode, c.seqs), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "store")
+			opt := trainedOptions(t, out, c.seqs, 32)
+			opt.Data = spec
+			opt.DataOptions.EvalFraction = 0.01
+			opt.DataOptions.Calibration.Mode = mode
+			_, err := Build(context.Background(), opt)
+			if !errors.Is(err, ErrShortData) || !strings.Contains(err.Error(), fmt.Sprintf("%d sequences × 32 tokens = %d tokens", c.seqs, 32*c.seqs)) || !strings.Contains(err.Error(), "allow-short") {
+				t.Fatalf("short text: %v", err)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("refused build left %s behind (%v)", out, err)
+			}
+			opt.AllowShort = true
+			var msgs []string
+			opt.Progress = func(m string) { msgs = append(msgs, m) }
+			res, err := Build(context.Background(), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := res.Store.Provenance()
+			if res.AskedTokens != int64(32*c.seqs) || p.Tokens >= res.AskedTokens || p.Tokens == 0 || !strings.Contains(strings.Join(msgs, "\n"), "--allow-short") {
+				t.Errorf("allow-short: %d sequences, %d tokens of %d asked; progress %q", p.Sequences, p.Tokens, res.AskedTokens, msgs)
+			}
+			if mode == dataset.ModePack && (p.Sequences == 0 || p.Tokens != int64(32*p.Sequences)) {
+				t.Errorf("pack mode: %d sequences of %d tokens, want whole sequences of 32", p.Sequences, p.Tokens)
+			}
+		})
+	}
+}
+
+// TestUnsupportedConfigRefused: a model whose config.json the forward pass
+// does not support is refused from the config alone — its weights file is
+// not even a safetensors file — and no store is created.
+func TestUnsupportedConfigRefused(t *testing.T) {
+	src := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, from, to, want string
+	}{
+		{"rope", `"rope_type": "default"`, `"rope_type": "yarn"`, "rope"},
+		{"heads", `"num_key_value_heads": 1`, `"num_key_value_heads": 3`, "num_key_value_heads"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := strings.Replace(string(raw), c.from, c.to, 1)
+			if cfg == string(raw) {
+				t.Fatalf("config has no %s", c.from)
+			}
+			for name, data := range map[string][]byte{"config.json": []byte(cfg), "model.safetensors": []byte("not weights")} {
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+				b, err := os.ReadFile(filepath.Join(src, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.WriteFile(filepath.Join(dir, name), b, 0o644)
+			}
+			out := filepath.Join(t.TempDir(), "store")
+			opt := trainedOptions(t, out, 1, 16)
+			opt.Model = dir
+			_, err := Build(context.Background(), opt)
+			var ce *forward.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("unsupported config: %v, want a config error naming %s", err, c.want)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("refused build created %s (%v)", out, err)
+			}
+		})
+	}
 }

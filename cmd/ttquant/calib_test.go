@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,7 +129,7 @@ func TestCalibBuildThenGPTQ(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	code, out, errs := runCLI(t, "calib", "build", "--model", model, "--data", filepath.Join(model, "calib.jsonl"),
 		"--out", store, "--sequences", "3", "--seq-len", "32", "--quiet")
-	if code != exitOK || !strings.Contains(out, "12 sites of 4 layers, 3 sequences, 96 tokens") {
+	if code != exitOK || !strings.Contains(out, "15 sites of 5 layers (4 trunk, 1 MTP), 3 sequences, 96 tokens") {
 		t.Fatalf("calib build: status %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 	code, out, errs = runCLI(t, "calib", "stats", store, "--json")
@@ -135,9 +137,10 @@ func TestCalibBuildThenGPTQ(t *testing.T) {
 		t.Errorf("calib stats of a text store: status %d\n%s\n%s", code, out, errs)
 	}
 	// calib quantize --layers all covers the layers with MoE inputs: the
-	// trunk's, not the MTP layer's.
+	// trunk's and the MTP layer's (its rows split by sequence like the
+	// others).
 	code, out, errs = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--held-out", "1", "--json")
-	if code != exitOK || strings.Count(out, `"held_out"`) != 4 {
+	if code != exitOK || strings.Count(out, `"held_out"`) != 5 {
 		t.Errorf("calib quantize on a text store: status %d\n%s\n%s", code, out, errs)
 	}
 	dst := filepath.Join(t.TempDir(), "native")
@@ -160,5 +163,44 @@ func TestCalibBuildThenGPTQ(t *testing.T) {
 		if code, _, errs := runCLI(t, c.args...); code != exitUsage || !strings.Contains(errs, c.flag) {
 			t.Errorf("%v: status %d, stderr %q", c.args, code, errs)
 		}
+	}
+}
+
+// TestCalibBuildShortText: text shorter than --sequences × --seq-len is an
+// error naming the numbers and the flag; with --allow-short the build
+// proceeds and --json says how many tokens were asked for.
+func TestCalibBuildShortText(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	data := filepath.Join(t.TempDir(), "short.jsonl")
+	var recs []string
+	for i := 0; i < 6; i++ {
+		recs = append(recs, fmt.Sprintf(`{"corpus": "prose", "text": "record %d: a few words of text to calibrate on"}`, i))
+	}
+	if err := os.WriteFile(data, []byte(strings.Join(recs, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(t.TempDir(), "store")
+	args := []string{"calib", "build", "--model", model, "--data", data, "--out", store, "--sequences", "8", "--seq-len", "32", "--eval-fraction", "0.01", "--quiet"}
+	code, _, errs := runCLI(t, args...)
+	if code != exitError || !strings.Contains(errs, "8 sequences × 32 tokens = 256 tokens") || !strings.Contains(errs, "--allow-short") {
+		t.Fatalf("short text: status %d, stderr %q", code, errs)
+	}
+	code, out, errs := runCLI(t, append(args, "--allow-short", "--json")...)
+	if code != exitOK {
+		t.Fatalf("--allow-short: status %d\n%s\n%s", code, out, errs)
+	}
+	var doc struct {
+		SchemaVersion int   `json:"schema_version"`
+		AskedTokens   int64 `json:"asked_tokens"`
+		MTPLayers     int   `json:"mtp_layers"`
+		Provenance    struct {
+			Tokens int64 `json:"tokens"`
+		} `json:"provenance"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if doc.SchemaVersion != schemaVersion || doc.AskedTokens != 256 || doc.Provenance.Tokens == 0 || doc.Provenance.Tokens >= 256 || doc.MTPLayers != 1 {
+		t.Errorf("--json document %+v", doc)
 	}
 }

@@ -11,11 +11,24 @@ import (
 	"github.com/ttquant/ttquant/safetensors"
 )
 
+// calibBuildDoc is the --json document of calib build.
+type calibBuildDoc struct {
+	SchemaVersion int    `json:"schema_version"`
+	Store         string `json:"store"`
+	Layers        int    `json:"layers"`
+	MTPLayers     int    `json:"mtp_layers"`
+	MTPSkipped    int    `json:"mtp_layers_without_sites"`
+	ResumedAt     int    `json:"resumed_at_layer"`
+	AskedTokens   int64  `json:"asked_tokens"`
+	*calib.StoreStats
+}
+
 func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "calib build", "--model DIR --data SPEC --out STORE [--sequences 128 --seq-len 2048] [flags]")
 	modelDir := fs.String("model", "", "BF16 model directory (config.json, weights, tokenizer)")
-	out := fs.String("out", "", "store directory to create")
+	out := fs.String("out", "", "store directory to create, or to resume when it holds an unfinished build")
 	dtype := fs.String("dtype", "BF16", "stored dtype: BF16 or F32")
+	allowShort := fs.Bool("allow-short", false, "build with the tokens the text gives when it gives fewer than --sequences × --seq-len (default: refuse)")
 	workers := addWorkersFlag(fs, "goroutines")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
@@ -46,7 +59,8 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	}
 	prev := kernels.SetWorkers(*workers)
 	defer kernels.SetWorkers(prev)
-	opt := textcalib.Options{Model: *modelDir, Out: *out, Data: spec, DataOptions: dopt, Store: calib.StoreOptions{DType: dt}}
+	opt := textcalib.Options{Model: *modelDir, Out: *out, Data: spec, DataOptions: dopt, AllowShort: *allowShort,
+		Store: calib.StoreOptions{DType: dt}}
 	if !*quiet {
 		opt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "calib build:", msg) }
 		opt.DataOptions.Progress = func(msg string) { fmt.Fprintln(e.stderr, "data:", msg) }
@@ -60,12 +74,20 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, calibStatsDoc{SchemaVersion: schemaVersion, Store: *out, StoreStats: stats})
+		return writeJSON(e.stdout, calibBuildDoc{SchemaVersion: schemaVersion, Store: *out, Layers: res.Layers,
+			MTPLayers: res.MTPLayers, MTPSkipped: res.MTPSkipped, ResumedAt: res.ResumedAt, AskedTokens: res.AskedTokens, StoreStats: stats})
 	}
 	p := res.Store.Provenance()
-	fmt.Fprintf(e.stdout, "wrote %s: %d sites of %d layers, %d sequences, %d tokens; token ids sha256 %s\n", *out, len(stats.Sites), res.Layers, p.Sequences, p.Tokens, p.TokenIDsSHA256)
-	if res.MTPLayers > 0 {
-		fmt.Fprintf(e.stdout, "the %d MTP layer(s) have no sites in the store (docs/calibration.md); gptq rounds their experts to nearest\n", res.MTPLayers)
+	fmt.Fprintf(e.stdout, "wrote %s: %d sites of %d layers (%d trunk, %d MTP), %d sequences, %d tokens; token ids sha256 %s\n",
+		*out, len(stats.Sites), res.Layers+res.MTPLayers, res.Layers, res.MTPLayers, p.Sequences, p.Tokens, p.TokenIDsSHA256)
+	if res.ResumedAt > 0 {
+		fmt.Fprintf(e.stdout, "resumed at layer %d: layers 0..%d were finished by an earlier run\n", res.ResumedAt, res.ResumedAt-1)
+	}
+	if p.Tokens < res.AskedTokens {
+		fmt.Fprintf(e.stdout, "--allow-short: %d of the %d tokens asked for\n", p.Tokens, res.AskedTokens)
+	}
+	if res.MTPSkipped > 0 {
+		fmt.Fprintf(e.stdout, "%d MTP layer(s) beyond the first have no sites (the forward pass runs the first only); gptq rounds their experts to nearest\n", res.MTPSkipped)
 	}
 	return nil
 }

@@ -70,8 +70,9 @@ var allowed = map[string][]string{
 	// pipelines, then the evaluation harness over their checkpoints.
 	"internal/demo": {"manifest", "manifest/plan", "manifest/build", "emulator/eval/harness", "internal/model/builtin", "internal/text"},
 	// Calibration from text: the store format, the forward pass and the
-	// text pipeline; never the checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text"},
+	// text pipeline, and the output directory's lock; never the
+	// checkpoint format or its builder.
+	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock"},
 }
 
 // allowedInTests are extra module packages that test files may import.
