@@ -156,6 +156,20 @@ func (d *DeviceLinears) Linear(w *forward.LinearWeight) (forward.Linear, error) 
 
 // prepare builds the SrcA operand of w.
 func (d *DeviceLinears) prepare(w *forward.LinearWeight) (*deviceLinear, error) {
+	bf, err := d.operand(w)
+	if err != nil {
+		return nil, err
+	}
+	dw, err := emulator.NewDeviceWeights(bf, w.Out, w.In)
+	if err != nil {
+		return nil, err
+	}
+	return &deviceLinear{w: dw, cfg: d.cfg}, nil
+}
+
+// operand returns w as the BF16 patterns the unpacker places in SrcA, row
+// by row in the forward pass's order.
+func (d *DeviceLinears) operand(w *forward.LinearWeight) ([]uint16, error) {
 	if w.Out <= 0 || w.In <= 0 || len(w.W) != w.Out*w.In {
 		return nil, fmt.Errorf("harness: %d weights for a [%d, %d] matrix", len(w.W), w.Out, w.In)
 	}
@@ -182,11 +196,7 @@ func (d *DeviceLinears) prepare(w *forward.LinearWeight) (*deviceLinear, error) 
 	if row != w.Out {
 		return nil, fmt.Errorf("harness: the row ranges of the matrix cover %d of its %d rows", row, w.Out)
 	}
-	dw, err := emulator.NewDeviceWeights(bf, w.Out, w.In)
-	if err != nil {
-		return nil, err
-	}
-	return &deviceLinear{w: dw, cfg: d.cfg}, nil
+	return bf, nil
 }
 
 // storedRows fills dst with rows of a tensor the checkpoint stores, as the
