@@ -123,7 +123,9 @@ type deviceEntry struct {
 }
 
 // NewDeviceLinears returns device products for a model whose stored
-// tensors come from ns (nil: every weight from the source as BF16).
+// tensors come from ns (nil: every weight from the source as BF16). With
+// keep, every prepared matrix is kept for the model's lifetime (for a
+// resident model); without, only the LM head is.
 func NewDeviceLinears(cfg emulator.DeviceConfig, ns *Native, keep bool) (*DeviceLinears, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -133,7 +135,9 @@ func NewDeviceLinears(cfg emulator.DeviceConfig, ns *Native, keep bool) (*Device
 
 // Linear implements forward.Linears.
 func (d *DeviceLinears) Linear(w *forward.LinearWeight) (forward.Linear, error) {
-	if !d.keep {
+	// The LM head is kept whatever keep says: the forward pass keeps its
+	// float32 values too, and asks for it for every chunk of logits.
+	if !d.keep && w.Role != forward.RoleLMHead {
 		return d.prepare(w)
 	}
 	key := w.Name()
