@@ -13,6 +13,7 @@ import (
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
 )
@@ -296,10 +297,14 @@ func TestSelfExactWithDeviceNumerics(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, dopt := perRecord(t, file, 1)
-	rep, err := Run(context.Background(), Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Window: 8192,
+	dopt.Evaluation = dataset.SetOptions{Sequences: 1, SeqLen: 64, Mode: dataset.ModePack}
+	rep, err := Run(context.Background(), Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Window: 64,
 		Numerics: "device:LoFi", KVCache: "bfp8"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rows := rep.Candidates[0].Rows; len(rows) == 0 || rows[len(rows)-1].Tokens != 63 {
+		t.Fatalf("rows %+v: want 63 scored tokens", rows)
 	}
 	for _, r := range rep.Candidates[0].Rows {
 		if r.DeltaPPLPercent != 0 || r.Top1 != 1 || r.MeanKL != 0 || r.P99KL != 0 {
