@@ -162,7 +162,7 @@ func TestEvalCheckpoints(t *testing.T) {
 }
 
 // TestEvalDeviceNumerics evaluates the trained model's RTN checkpoint (the
-// 35B preset's rules) on one 128-token window in float32 and with device
+// 35B preset's rules) on one 64-token window in float32 and with device
 // numerics: the device runs differ from the float32 run, but only slightly
 // (their mean KL within a factor of two of the float32 run's, top-1 within
 // 0.05), the result records the numerics, and the source evaluated against
@@ -192,7 +192,7 @@ func TestEvalDeviceNumerics(t *testing.T) {
 	}
 	run := func(extra ...string) doc {
 		args := append([]string{"eval", "--model", model, "--data", "dev=" + filepath.Join(model, "eval-dev.jsonl"), "--eval-fraction", "1",
-			"--eval-sequences", "1", "--eval-seq-len", "128", "--labels", "RTN", "--self", "--quiet", "--json"}, extra...)
+			"--eval-sequences", "1", "--eval-seq-len", "64", "--labels", "RTN", "--self", "--quiet", "--json"}, extra...)
 		code, out, errs := runCLI(t, append(args, rtn)...)
 		if code != exitOK {
 			t.Fatalf("eval %v: status %d, stderr %s", extra, code, errs)
