@@ -418,6 +418,41 @@ func packBFPOutput(y []float32, dst []uint32, rows, cols int, cfg DeviceConfig) 
 	return nil
 }
 
+// PackRoundTrip returns float32 values x [rows, cols], held in an FP32
+// Dst, as the packer writes them to a BFP8_b or BFP4_b tensor (OutBFP8,
+// OutBFP4: the default path of PackDstBFP, one block per 16 values along a
+// row, a partial block padded with +0) and the unpacker reads them back,
+// or to BF16 (OutBF16: PackFP32ToBF16). OutDst returns x unchanged.
+// Non-finite values are refused.
+func PackRoundTrip(x []float32, rows, cols int, out OutputFormat) ([]float32, error) {
+	if rows < 0 || cols <= 0 || len(x) != rows*cols {
+		return nil, fmt.Errorf("emulator: %d values for a %d×%d matrix", len(x), rows, cols)
+	}
+	bits := make([]uint32, len(x))
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("emulator: non-finite value %v at element %d", v, i)
+		}
+		bits[i] = math.Float32bits(v)
+	}
+	y := make([]float32, len(x))
+	switch out {
+	case OutDst:
+		copy(y, x)
+	case OutBF16:
+		for i, b := range bits {
+			y[i] = math.Float32frombits(uint32(PackFP32ToBF16(b)) << 16)
+		}
+	case OutBFP8, OutBFP4:
+		if err := packBFPOutput(y, bits, rows, cols, DeviceConfig{Output: out}); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("emulator: invalid output format %d", int(out))
+	}
+	return y, nil
+}
+
 // DeviceMatMulDst is DeviceMatMulPrepared returning the raw Dst values (FP32
 // bit patterns, or BF16<<16 with a BF16 Dst), as MatMul does.
 func DeviceMatMulDst(ctx context.Context, x *DeviceActivations, w *DeviceWeights, cfg Config) ([]uint32, error) {

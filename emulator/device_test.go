@@ -465,3 +465,72 @@ func TestDeviceKernelGenerated(t *testing.T) {
 		t.Error("device_amd64.s differs from the generator's output; run go generate ./emulator")
 	}
 }
+
+// TestPackRoundTrip compares PackRoundTrip with the packer and unpacker
+// functions applied by hand: BFP8_b and BFP4_b blocks of 16 along each
+// row (a partial last block padded with +0), BF16, and Dst unchanged.
+func TestPackRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(81, 82))
+	const rows, cols = 5, 40
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * math.Exp2(float64(r.IntN(20)-10)))
+	}
+	for _, out := range []OutputFormat{OutDst, OutBF16, OutBFP8, OutBFP4} {
+		y, err := PackRoundTrip(x, rows, cols, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := 0
+		for rr := 0; rr < rows; rr++ {
+			for c0 := 0; c0 < cols; c0 += 16 {
+				var blk [16]uint32
+				for i := 0; i < 16 && c0+i < cols; i++ {
+					blk[i] = math.Float32bits(x[rr*cols+c0+i])
+				}
+				var exps, datums []uint8
+				if out == OutBFP8 || out == OutBFP4 {
+					f := BFP8b
+					if out == OutBFP4 {
+						f = BFP4b
+					}
+					if exps, datums, err = PackDstBFP(blk[:], 1, 16, DstFP32, f, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := 0; i < 16 && c0+i < cols; i++ {
+					var want uint32
+					switch out {
+					case OutDst:
+						want = blk[i]
+					case OutBF16:
+						want = uint32(PackFP32ToBF16(blk[i])) << 16
+					case OutBFP8:
+						want = uint32(UnpackBFP8(datums[i], exps[0])) << 16
+					case OutBFP4:
+						want = uint32(UnpackBFP4(datums[i], exps[0])) << 16
+					}
+					k := rr*cols + c0 + i
+					if got := math.Float32bits(y[k]); got != want {
+						t.Fatalf("%v: element (%d,%d): %08x, want %08x", out, rr, c0+i, got, want)
+					}
+					if y[k] != x[k] {
+						changed++
+					}
+				}
+			}
+		}
+		if (changed == 0) != (out == OutDst) {
+			t.Errorf("%v: %d of %d values changed", out, changed, len(x))
+		}
+	}
+	if _, err := PackRoundTrip([]float32{1, float32(math.Inf(1))}, 1, 2, OutBFP8); err == nil {
+		t.Error("an infinite value was packed")
+	}
+	if _, err := PackRoundTrip(x, rows, cols+1, OutBFP8); err == nil {
+		t.Error("a wrong shape was accepted")
+	}
+	if _, err := PackRoundTrip(x, rows, cols, OutputFormat(9)); err == nil {
+		t.Error("an invalid output format was accepted")
+	}
+}

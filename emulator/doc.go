@@ -39,7 +39,9 @@
 // Blackhole configuration (8 output columns at once). Float32 activations
 // reach SrcB rounded to BF16 as a packer writes them, or truncated to TF32;
 // outputs are Dst or packed to BF16. The tests compare it with TileMatmul
-// on random tiles.
+// on random tiles. PackRoundTrip rounds float32 values as the packer
+// writes them and the unpacker reads them back (for example a BFP8_b KV
+// cache).
 //
 // # Checking a device
 //

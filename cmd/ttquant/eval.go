@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ttquant/ttquant/emulator"
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/text/dataset"
@@ -31,8 +30,8 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	overlapRun := fs.Int("overlap-run", 32, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096)")
 	labels := fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
 	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
-	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations) or device[:LoFi|HiFi2|HiFi3|HiFi4] (not supported yet)")
-	kvCache := fs.String("kv-cache", "f32", "KV cache format: f32 (bfp8: not supported yet)")
+	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
+	kvCache := fs.String("kv-cache", "f32", "candidates' key-value cache of full-attention layers: f32 or bfp8 (stored as BFP8_b and read back)")
 	stream := fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
 	workers := addWorkersFlag(fs, "goroutines")
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
@@ -68,22 +67,11 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if *overlapRun < 8 || *overlapRun > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)
 	}
-	switch {
-	case *numerics == "cpu":
-	case *numerics == "device" || strings.HasPrefix(*numerics, "device:"):
-		if _, err := emulator.ParseDeviceNumerics(*numerics); err != nil {
-			return usageErrorf("--numerics %q: %v (want cpu or device[:LoFi|HiFi2|HiFi3|HiFi4])", *numerics, err)
-		}
-		return usageErrorf("--numerics %s: device numerics are not supported yet by eval (only cpu)", *numerics)
-	default:
-		return usageErrorf("--numerics %q: want cpu or device[:LoFi|HiFi2|HiFi3|HiFi4]", *numerics)
+	if _, err := harness.ParseNumerics(*numerics, ""); err != nil {
+		return usageErrorf("--numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4 (%v)", *numerics, err)
 	}
-	switch *kvCache {
-	case "f32":
-	case "bfp8":
-		return usageErrorf("--kv-cache bfp8 is not supported yet (only f32)")
-	default:
-		return usageErrorf("--kv-cache %q: want f32 (bfp8 is not supported yet)", *kvCache)
+	if _, err := harness.ParseNumerics("", *kvCache); err != nil {
+		return usageErrorf("--kv-cache %q: want f32 or bfp8", *kvCache)
 	}
 	// The calibration flags describe --calib-data's set, not this run's
 	// text: resolve the evaluation options without them.
@@ -98,7 +86,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
 	}
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
-		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: harness.NumericsCPU, Workers: *workers}
+		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
 	// The flags that describe the calibration set only mean something with
 	// --calib-data, and only when its spec does not carry its own options:
 	// never ignore one silently.

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +25,8 @@ func TestEvalUsageErrors(t *testing.T) {
 		{ok, "no checkpoint"},
 		{append(ok[:len(ok):len(ok)], "--numerics", "gpu", "x"), "--numerics"},
 		{append(ok[:len(ok):len(ok)], "--numerics", "device:HiFi5", "x"), "--numerics"},
-		{append(ok[:len(ok):len(ok)], "--numerics", "device:LoFi", "x"), "not supported yet"},
-		{append(ok[:len(ok):len(ok)], "--kv-cache", "bfp8", "x"), "not supported yet"},
+		{append(ok[:len(ok):len(ok)], "--numerics", "device:", "x"), "--numerics"},
+		{append(ok[:len(ok):len(ok)], "--numerics", "devices", "x"), "--numerics"},
 		{append(ok[:len(ok):len(ok)], "--kv-cache", "f16", "x"), "--kv-cache"},
 		{append(ok[:len(ok):len(ok)], "--workers", "-1", "x"), "--workers"},
 		{append(ok[:len(ok):len(ok)], "--labels", "a,b", "x"), "--labels"},
@@ -157,5 +158,74 @@ func TestEvalCheckpoints(t *testing.T) {
 	code, out, errs = runCLI(t, append(common, "--quiet", "--stream", lossless, rtn)...)
 	if code != exitOK || !strings.Contains(out, "### Comparison") || !strings.Contains(out, row) || errs != "" {
 		t.Errorf("Markdown: status %d, stdout %s, stderr %q; want the row %s", code, out, errs, row)
+	}
+}
+
+// TestEvalDeviceNumerics evaluates the trained model's RTN checkpoint (the
+// 35B preset's rules) on one 64-token window in float32 and with device
+// numerics: the device runs differ from the float32 run, but only slightly
+// (their mean KL within a factor of two of the float32 run's, top-1 within
+// 0.05), the result records the numerics, and the source evaluated against
+// itself stays exact.
+func TestEvalDeviceNumerics(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	rtn := filepath.Join(t.TempDir(), "rtn")
+	if code, _, errs := runCLI(t, "convert", "--model", model, "--quiet", "--out", rtn); code != exitOK {
+		t.Fatalf("convert: status %d, stderr %s", code, errs)
+	}
+	type row struct {
+		Corpus string  `json:"corpus"`
+		Top1   float64 `json:"top1_agreement"`
+		MeanKL float64 `json:"mean_kl"`
+		Delta  float64 `json:"delta_ppl_percent"`
+	}
+	type doc struct {
+		Candidates []struct {
+			Label    string `json:"label"`
+			Numerics string `json:"numerics"`
+			Rows     []row  `json:"rows"`
+		} `json:"candidates"`
+		Settings struct {
+			Numerics string `json:"numerics"`
+			KVCache  string `json:"kv_cache"`
+		} `json:"settings"`
+	}
+	run := func(extra ...string) doc {
+		args := append([]string{"eval", "--model", model, "--data", "dev=" + filepath.Join(model, "eval-dev.jsonl"), "--eval-fraction", "1",
+			"--eval-sequences", "1", "--eval-seq-len", "64", "--labels", "RTN", "--self", "--quiet", "--json"}, extra...)
+		code, out, errs := runCLI(t, append(args, rtn)...)
+		if code != exitOK {
+			t.Fatalf("eval %v: status %d, stderr %s", extra, code, errs)
+		}
+		var d doc
+		if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Candidates) != 2 {
+			t.Fatalf("eval %v: %v\n%s", extra, err, out)
+		}
+		for _, r := range d.Candidates[1].Rows {
+			if d.Candidates[1].Label != "self" || r.MeanKL != 0 || r.Top1 != 1 || r.Delta != 0 {
+				t.Errorf("eval %v: self %s: %+v", extra, r.Corpus, r)
+			}
+		}
+		return d
+	}
+	cpu := run()
+	base := cpu.Candidates[0].Rows[len(cpu.Candidates[0].Rows)-1]
+	if cpu.Candidates[0].Numerics != "cpu-fp32" || cpu.Settings.Numerics != "cpu-fp32" || cpu.Settings.KVCache != "f32" {
+		t.Errorf("cpu run records %q, settings %+v", cpu.Candidates[0].Numerics, cpu.Settings)
+	}
+	for _, c := range []struct{ numerics, kv, want string }{
+		{"device:LoFi", "f32", "device:LoFi ("},
+		{"device", "bfp8", "device:HiFi2 ("},
+	} {
+		d := run("--numerics", c.numerics, "--kv-cache", c.kv)
+		got := d.Candidates[0].Rows[len(d.Candidates[0].Rows)-1]
+		t.Logf("%s, kv %s: mean KL %.5f (float32 %.5f), top-1 %.3f (%.3f), ΔPPL %+.2f%% (%+.2f%%)", c.numerics, c.kv, got.MeanKL, base.MeanKL, got.Top1, base.Top1, got.Delta, base.Delta)
+		if !strings.HasPrefix(d.Candidates[0].Numerics, c.want) || d.Settings.Numerics != d.Candidates[0].Numerics || d.Settings.KVCache != c.kv ||
+			strings.Contains(d.Candidates[0].Numerics, "kv bfp8") != (c.kv == "bfp8") {
+			t.Errorf("%s: candidate numerics %q, settings %+v", c.numerics, d.Candidates[0].Numerics, d.Settings)
+		}
+		if got.MeanKL == base.MeanKL || got.MeanKL > 2*base.MeanKL || got.MeanKL < base.MeanKL/2 || math.Abs(got.Top1-base.Top1) > 0.05 {
+			t.Errorf("%s: mean KL %g, top-1 %g; float32 run %g, %g: want a small difference", c.numerics, got.MeanKL, got.Top1, base.MeanKL, base.Top1)
+		}
 	}
 }

@@ -15,13 +15,10 @@ import (
 	"github.com/ttquant/ttquant/manifest"
 )
 
-// NumericsCPU is the only numerics mode implemented: decoded weights,
-// float32 activations and matmuls.
+// NumericsCPU is the default numerics mode: decoded weights, float32
+// activations and matmuls. The other is device numerics, "device" or
+// "device:FIDELITY" (see ParseNumerics).
 const NumericsCPU = "cpu"
-
-// ErrUnsupported is wrapped by the errors for options that are recognised
-// but not implemented yet (device numerics, a BFP8 KV cache).
-var ErrUnsupported = errors.New("not supported yet")
 
 // Options describe an evaluation. Model, Checkpoints (or Self) and Data are
 // required.
@@ -63,9 +60,13 @@ type Options struct {
 	// longer sequences are cut into several windows, each from a fresh
 	// state.
 	Window int
-	// Numerics is NumericsCPU or "" (the same).
+	// Numerics is how the checkpoints' runs compute: NumericsCPU or ""
+	// (the same), or device numerics "device" or "device:LoFi|HiFi2|
+	// HiFi3|HiFi4" (ParseNumerics). The reference and the Self candidate
+	// always run in float32.
 	Numerics string
-	// KVCache is "" (float32 keys and values).
+	// KVCache is the checkpoints' runs' key-value cache format of
+	// full-attention layers: "" or KVCacheF32 (float32), or KVCacheBFP8.
 	KVCache string
 	// Workers is the number of goroutines of the kernels and the scorer
 	// (0: GOMAXPROCS). Results do not depend on it.
@@ -146,7 +147,10 @@ type OverlapInfo struct {
 
 // Settings is recorded as the result's Settings.
 type Settings struct {
+	// Numerics is the candidates' numerics (Numerics.String); KVCache the
+	// KV cache format.
 	Numerics string `json:"numerics"`
+	KVCache  string `json:"kv_cache"`
 	Chunk    int    `json:"chunk"`
 }
 
@@ -196,13 +200,8 @@ func (o *Options) check() error {
 	if o.Calib != nil && o.CalibOptions.Calibration.Sequences <= 0 {
 		return errors.New("harness: the calibration data options request no calibration sequences")
 	}
-	switch o.Numerics {
-	case "", NumericsCPU:
-	default:
-		return fmt.Errorf("harness: numerics %q: %w (only %q)", o.Numerics, ErrUnsupported, NumericsCPU)
-	}
-	if o.KVCache != "" {
-		return fmt.Errorf("harness: KV cache %q: %w (float32 only)", o.KVCache, ErrUnsupported)
+	if _, err := ParseNumerics(o.Numerics, o.KVCache); err != nil {
+		return err
 	}
 	if o.OverlapRun < 0 || o.OverlapRun == 1 {
 		return fmt.Errorf("harness: overlap runs of %d tokens; want at least 2", o.OverlapRun)
@@ -222,6 +221,11 @@ func (o *Options) check() error {
 func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
+	}
+	num, _ := ParseNumerics(opt.Numerics, opt.KVCache)
+	kv := KVCacheF32
+	if num.KVBFP8 {
+		kv = KVCacheBFP8
 	}
 	window := opt.Window
 	if window == 0 {
@@ -270,6 +274,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 		m.Resident = !opt.Stream
+		if err := num.apply(m, ns, workers, !opt.Stream); err != nil {
+			return nil, err
+		}
 		label := filepath.Base(filepath.Clean(dir))
 		if opt.Labels != nil && opt.Labels[i] != "" {
 			label = opt.Labels[i]
@@ -282,7 +289,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 		opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, ns.Len(), id.Identity)
 		cands = append(cands, newRunner(m))
-		infos = append(infos, eval.RunInfo{Label: label, Identity: id, Numerics: "cpu-fp32"})
+		infos = append(infos, eval.RunInfo{Label: label, Identity: id, Numerics: num.String()})
 		names = append(names, label)
 	}
 	if opt.Self {
@@ -402,7 +409,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	refInfo := eval.RunInfo{Label: "BF16", Numerics: "cpu-fp32",
 		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Family.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: tok.SHA256()}}
-	res, err := eval.NewResult(refInfo, infos, scorer, info, Settings{Numerics: "cpu-fp32", Chunk: chunk})
+	res, err := eval.NewResult(refInfo, infos, scorer, info, Settings{Numerics: num.String(), KVCache: kv, Chunk: chunk})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/ttquant/ttquant/internal/kernels"
@@ -60,7 +61,13 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 	qw, kw := nh*hd, nkv*hd
 	P := 2*qw + 2*kw
 	proj := make([]float32, n*P)
-	matmulT(proj, P, h, n, H, w.In, P)
+	pin, err := l.product(RoleAttnIn, -1, w.In, P, H, l.attnInRows())
+	if err != nil {
+		return nil, err
+	}
+	if err := mul(pin, proj, P, h, n, H, w.In, P); err != nil {
+		return nil, err
+	}
 
 	offs := make([]int, len(b.Lens)+1)
 	for s, ln := range b.Lens {
@@ -75,6 +82,7 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	p0s := make([]int, len(b.Lens))
 	// Projections split, normed and rotated; keys and values stored.
+	kvErrs := make([]error, len(b.Lens))
 	kernels.ParallelFor(len(b.Lens), kernels.Workers(), func(s, _ int) {
 		o, T := offs[s], b.Lens[s]
 		var kdst, vdst []float32
@@ -109,7 +117,19 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 			}
 			copy(vdst[t*kw:(t+1)*kw], pt[2*qw+kw:2*qw+2*kw])
 		}
+		if l.kv != nil {
+			if err := l.kv.RoundKV(kdst[:T*kw], hd); err != nil {
+				kvErrs[s] = err
+				return
+			}
+			kvErrs[s] = l.kv.RoundKV(vdst[:T*kw], hd)
+		}
 	})
+	for _, err := range kvErrs {
+		if err != nil {
+			return nil, fmt.Errorf("forward: layer %d key-value cache: %w", l.Index, err)
+		}
+	}
 
 	out := make([]float32, n*qw)
 	scr := make([]attnScratch, kernels.Workers())
@@ -140,7 +160,13 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 		return nil, err
 	}
 	y := make([]float32, n*H)
-	matmulT(y, H, out, n, qw, w.O, H)
+	po, err := l.product(RoleAttnOut, -1, w.O, H, qw, linearRows(cfg.LayerPrefix(l.Index)+"self_attn.o_proj.weight", H))
+	if err != nil {
+		return nil, err
+	}
+	if err := mul(po, y, H, out, n, qw, w.O, H); err != nil {
+		return nil, err
+	}
 	return y, nil
 }
 

@@ -259,9 +259,22 @@ func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
 				errs[t] = fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
 				return
 			}
+			var ps *swigluProducts
+			if l.lin != nil {
+				es, _ := blk.Experts.(*expertSource)
+				if es == nil {
+					errs[t] = fmt.Errorf("forward: layer %d MoE: other numerics need the experts read from the model's weight source", l.Index)
+					return
+				}
+				g, u, d := es.expertRows(e)
+				if ps, err = l.swigluProducts([3]LinearRole{RoleExpertGate, RoleExpertUp, RoleExpertDown}, e, w.Gate, w.Up, w.Down, I, H, [3][]RowRange{g, u, d}); err != nil {
+					errs[t] = err
+					return
+				}
+			}
 			sc := &scr[t] // per task: a worker may run two tasks of a wave
 			sc.x = gatherRows(sc.x, h, H, toks)
-			ys[t] = sc.forward(w, sc.x, len(toks), H, I, nil)
+			ys[t], errs[t] = sc.forward(w, sc.x, len(toks), H, I, nil, ps)
 		})
 		for t := 0; t < e1-e0; t++ {
 			if errs[t] != nil {
@@ -281,7 +294,17 @@ func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
 		}
 	}
 	if cfg.SharedInter > 0 {
-		y := scr[0].forward(blk.Shared, h, n, H, cfg.SharedInter, nil)
+		S := cfg.SharedInter
+		p := l.cfg.LayerPrefix(l.Index) + "mlp.shared_expert."
+		ps, err := l.swigluProducts([3]LinearRole{RoleSharedGate, RoleSharedUp, RoleSharedDown}, -1, blk.Shared.Gate, blk.Shared.Up, blk.Shared.Down, S, H,
+			[3][]RowRange{linearRows(p+"gate_proj.weight", S), linearRows(p+"up_proj.weight", S), linearRows(p+"down_proj.weight", H)})
+		if err != nil {
+			return nil, err
+		}
+		y, err := scr[0].forward(blk.Shared, h, n, H, S, nil, ps)
+		if err != nil {
+			return nil, err
+		}
 		for t := 0; t < n; t++ {
 			g := float32(1)
 			if blk.SharedGate != nil {
@@ -301,20 +324,34 @@ type swigluScratch struct {
 	x, g, u, y []float32
 }
 
-// forward computes rows×hidden outputs of down(silu(gate·x) ⊙ up·x); the
-// result aliases the scratch (or is y when given).
-func (s *swigluScratch) forward(w *calib.ExpertWeights, x []float32, rows, hidden, inter int, y []float32) []float32 {
+// forward computes rows×hidden outputs of down(silu(gate·x) ⊙ up·x), with
+// the products p (nil: float32); the result aliases the scratch (or is y
+// when given).
+func (s *swigluScratch) forward(w *calib.ExpertWeights, x []float32, rows, hidden, inter int, y []float32, p *swigluProducts) ([]float32, error) {
 	s.g = grow(s.g, rows*inter)
 	s.u = grow(s.u, rows*inter)
-	matmulT(s.g, inter, x, rows, hidden, w.Gate, inter)
-	matmulT(s.u, inter, x, rows, hidden, w.Up, inter)
-	swiglu(s.g, s.g, s.u)
 	if y == nil {
 		s.y = grow(s.y, rows*hidden)
 		y = s.y
 	}
-	matmulT(y, hidden, s.g, rows, inter, w.Down, hidden)
-	return y
+	if p == nil {
+		matmulT(s.g, inter, x, rows, hidden, w.Gate, inter)
+		matmulT(s.u, inter, x, rows, hidden, w.Up, inter)
+		swiglu(s.g, s.g, s.u)
+		matmulT(y, hidden, s.g, rows, inter, w.Down, hidden)
+		return y, nil
+	}
+	if err := mul(p.gate, s.g, inter, x, rows, hidden, w.Gate, inter); err != nil {
+		return nil, err
+	}
+	if err := mul(p.up, s.u, inter, x, rows, hidden, w.Up, inter); err != nil {
+		return nil, err
+	}
+	swiglu(s.g, s.g, s.u)
+	if err := mul(p.down, y, hidden, s.g, rows, inter, w.Down, hidden); err != nil {
+		return nil, err
+	}
+	return y, nil
 }
 
 // gatherRows copies rows idx of the cols-wide x into dst (grown).
@@ -339,16 +376,31 @@ func dot64(a, b []float32) float32 {
 // mlp runs a dense SwiGLU MLP.
 func (l *Layer) mlp(h []float32, n int, emit func(Site, []float32, int) error) ([]float32, error) {
 	H, I := l.cfg.Hidden, l.cfg.Intermediate
+	p := l.cfg.LayerPrefix(l.Index) + "mlp."
+	ps, err := l.swigluProducts([3]LinearRole{RoleMLPGate, RoleMLPUp, RoleMLPDown}, -1, l.MLP.Gate, l.MLP.Up, l.MLP.Down, I, H,
+		[3][]RowRange{linearRows(p+"gate_proj.weight", I), linearRows(p+"up_proj.weight", I), linearRows(p+"down_proj.weight", H)})
+	if err != nil {
+		return nil, err
+	}
+	if ps == nil {
+		ps = &swigluProducts{}
+	}
 	g := make([]float32, n*I)
 	u := make([]float32, n*I)
-	matmulT(g, I, h, n, H, l.MLP.Gate, I)
-	matmulT(u, I, h, n, H, l.MLP.Up, I)
+	if err := mul(ps.gate, g, I, h, n, H, l.MLP.Gate, I); err != nil {
+		return nil, err
+	}
+	if err := mul(ps.up, u, I, h, n, H, l.MLP.Up, I); err != nil {
+		return nil, err
+	}
 	swiglu(g, g, u)
 	if err := emit(SiteMLPDownIn, g, I); err != nil {
 		return nil, err
 	}
 	y := make([]float32, n*H)
-	matmulT(y, H, g, n, I, l.MLP.Down, H)
+	if err := mul(ps.down, y, H, g, n, I, l.MLP.Down, H); err != nil {
+		return nil, err
+	}
 	return y, nil
 }
 

@@ -27,7 +27,13 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 	r := nv / nk
 	P := cd + vd + 2*nv
 	proj := make([]float32, n*P)
-	matmulT(proj, P, h, n, H, w.In, P)
+	pin, err := l.product(RoleGDNIn, -1, w.In, P, H, l.gdnInRows())
+	if err != nil {
+		return nil, err
+	}
+	if err := mul(pin, proj, P, h, n, H, w.In, P); err != nil {
+		return nil, err
+	}
 
 	offs := make([]int, len(b.Lens)+1)
 	for s, ln := range b.Lens {
@@ -150,6 +156,12 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 		return nil, err
 	}
 	y := make([]float32, n*H)
-	matmulT(y, H, out, n, vd, w.Out, H)
+	po, err := l.product(RoleGDNOut, -1, w.Out, H, vd, linearRows(cfg.LayerPrefix(l.Index)+"linear_attn.out_proj.weight", H))
+	if err != nil {
+		return nil, err
+	}
+	if err := mul(po, y, H, out, n, vd, w.Out, H); err != nil {
+		return nil, err
+	}
 	return y, nil
 }

@@ -24,6 +24,10 @@ type Layer struct {
 	GDN  *DeltaNetWeights  // Kind == LinearAttention
 	MoE  *calib.MoELayer   // sparse MoE block, or
 	MLP  *MLPWeights       // dense SwiGLU MLP
+
+	gdnFused bool    // GDN.In was unfused from in_proj_qkvz and in_proj_ba
+	lin      Linears // the Model's products (nil: float32)
+	kv       KVStore // the Model's key-value rounding (nil: none)
 }
 
 // AttentionWeights are the weights of a gated full-attention block.
@@ -120,6 +124,7 @@ func loadLayer(src WeightSource, cfg *Config, i int, read bool) (*Layer, error) 
 			if read && firstErr == nil {
 				w.In = unfuseQKVZ(qkvz, ba, cfg)
 			}
+			l.gdnFused = true
 		} else {
 			qkv := get(a+"in_proj_qkv.weight", 2*kd+vd, H)
 			z := get(a+"in_proj_z.weight", vd, H)

@@ -23,6 +23,13 @@ type Model struct {
 	Src    WeightSource
 	// Resident keeps every layer's weights once loaded.
 	Resident bool
+	// Linears, when not nil, supplies the products of the weight matrices
+	// (projections, MLPs, experts, LM head) instead of float32 matmuls,
+	// and KV, when not nil, rounds the keys and values of full-attention
+	// layers as their cache stores them. Set them before the first layer
+	// runs: a layer keeps the ones it was loaded with.
+	Linears Linears
+	KV      KVStore
 
 	closer io.Closer
 
@@ -181,6 +188,7 @@ func (m *Model) Layer(i int) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.lin, l.kv = m.Linears, m.KV
 	if m.Resident {
 		m.mu.Lock()
 		m.layers[i] = l
@@ -277,11 +285,22 @@ func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 	}
 	H, V := m.Config.Hidden, m.Config.Vocab
 	n := len(hf) / H
+	var p Linear
+	if m.Linears != nil {
+		lw := &LinearWeight{Layer: -1, Role: RoleLMHead, Expert: -1, Out: V, In: H, Rows: linearRows(m.lmHeadName(), V), W: lm}
+		if p, err = m.Linears.Linear(lw); err != nil {
+			return fmt.Errorf("forward: %s: %w", lw.Name(), err)
+		}
+	}
 	buf := make([]float32, min(n, LogitChunk)*V)
 	for r0 := 0; r0 < n; r0 += LogitChunk {
 		rows := min(LogitChunk, n-r0)
 		lg := buf[:rows*V]
-		kernels.Sgemm(false, true, rows, V, H, 1, hf[r0*H:], H, lm, H, 0, lg, V)
+		if p == nil {
+			kernels.Sgemm(false, true, rows, V, H, 1, hf[r0*H:], H, lm, H, 0, lg, V)
+		} else if err := p.MatMulT(lg, V, hf[r0*H:(r0+rows)*H], rows); err != nil {
+			return err
+		}
 		if err := f(r0, rows, lg); err != nil {
 			return err
 		}
