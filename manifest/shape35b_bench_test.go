@@ -83,6 +83,7 @@ func BenchmarkShape35BPack(b *testing.B) {
 			}
 			b.SetBytes(int64(len(raw)))
 			b.ResetTimer()
+			c0 := shape35BCPU()
 			for i := 0; i < b.N; i++ {
 				v, err := DecodeFloats("BF16", raw)
 				if err != nil {
@@ -103,8 +104,12 @@ func BenchmarkShape35BPack(b *testing.B) {
 				sha256.Sum256(packed)
 			}
 			b.StopTimer()
+			cpu := (shape35BCPU() - c0) / float64(b.N)
 			sec := b.Elapsed().Seconds() / float64(b.N)
 			b.ReportMetric(float64(len(raw))/sec/1e9, "GB/s")
+			if cpu > 0 {
+				b.ReportMetric(float64(len(raw))/cpu/1e9, "GB/cpu-s")
+			}
 			b.ReportMetric(float64(tc.rows*tc.cols)/sec/1e9, "Gparams/s")
 			b.ReportMetric(shape35BLoad(), "load1")
 		})
@@ -126,6 +131,7 @@ func BenchmarkShape35BVerify(b *testing.B) {
 			}
 			b.SetBytes(int64(len(packed)))
 			b.ResetTimer()
+			c0 := shape35BCPU()
 			for i := 0; i < b.N; i++ {
 				file, tensor := sha256.New(), sha256.New()
 				file.Write(packed)
@@ -141,8 +147,12 @@ func BenchmarkShape35BVerify(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+			cpu := (shape35BCPU() - c0) / float64(b.N)
 			sec := b.Elapsed().Seconds() / float64(b.N)
 			b.ReportMetric(float64(len(packed))/sec/1e9, "GB/s")
+			if cpu > 0 {
+				b.ReportMetric(float64(len(packed))/cpu/1e9, "GB/cpu-s")
+			}
 			b.ReportMetric(float64(tc.rows*tc.cols)/sec/1e9, "Gparams/s")
 			b.ReportMetric(shape35BLoad(), "load1")
 		})
@@ -157,11 +167,14 @@ func BenchmarkShape35BHash(b *testing.B) {
 		buf[i] = byte(i * 7)
 	}
 	b.SetBytes(int64(len(buf)))
-	t0 := time.Now()
+	t0, c0 := time.Now(), shape35BCPU()
 	for i := 0; i < b.N; i++ {
 		sha256.Sum256(buf)
 	}
 	b.ReportMetric(float64(len(buf))*float64(b.N)/time.Since(t0).Seconds()/1e9, "GB/s")
+	if cpu := shape35BCPU() - c0; cpu > 0 {
+		b.ReportMetric(float64(len(buf))*float64(b.N)/cpu/1e9, "GB/cpu-s")
+	}
 	b.ReportMetric(shape35BLoad(), "load1")
 }
 
