@@ -18,6 +18,7 @@ package forward
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -28,7 +29,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttquant/ttquant/internal/rng"
 	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
@@ -88,9 +88,10 @@ func bf16Fill(v []float32, seed uint64, scale float32) {
 				if c >= n {
 					return
 				}
-				r := rng.SplitMix64{State: seed ^ uint64(c)*0x9e3779b97f4a7c15}
+				r := rand.New(rand.NewPCG(seed, uint64(c)))
 				for i := c * chunk; i < min(len(v), (c+1)*chunk); i++ {
-					v[i] = math.Float32frombits(uint32(testmodel.BF16(r.Signed()*scale)) << 16)
+					x := (2*r.Float32() - 1) * scale
+					v[i] = math.Float32frombits(uint32(testmodel.BF16(x)) << 16)
 				}
 			}
 		}()
