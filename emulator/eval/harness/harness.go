@@ -2,10 +2,13 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/internal/kernels"
@@ -260,6 +263,8 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		infos   []eval.RunInfo
 		names   []string
 		calibed []string
+		// calibInfos are the calibrated candidates' calibration sections.
+		calibInfos []*manifest.CalibInfo
 	)
 	for i, dir := range opt.Checkpoints {
 		ns, err := OpenNative(dir)
@@ -286,6 +291,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			Plan: mf.Plan.Name, Command: mf.TTQuant.Command, Calibration: mf.TTQuant.Calibration, Tensors: ns.Len()}
 		if mf.TTQuant.Calibration != nil {
 			calibed = append(calibed, label)
+			calibInfos = append(calibInfos, mf.TTQuant.Calibration)
 		}
 		opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, ns.Len(), id.Identity)
 		cands = append(cands, newRunner(m))
@@ -382,8 +388,45 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			warnings = append(warnings, "allowed: "+oe.Error())
 		}
 	} else if len(calibed) > 0 {
-		info.Overlap.Unchecked = calibed
-		warnings = append(warnings, fmt.Sprintf("candidates %q were calibrated on text this evaluation was not given: overlap not checked", calibed))
+		// The manifests record the calibration text's provenance: where
+		// its files are still there, with the recorded hashes, the
+		// calibration sequences are rebuilt and checked.
+		var seqs [][]int32
+		var unchecked, reasons []string
+		var provs []dataset.Provenance
+		for i, label := range calibed {
+			ids, prov, why := rebuildCalibration(calibInfos[i], tok, workers)
+			if why != "" {
+				unchecked = append(unchecked, label)
+				reasons = append(reasons, label+": "+why)
+				continue
+			}
+			opt.log("candidate %s: calibration text rebuilt from its manifest (%d sequences, token ids sha256 %.16s)", label, len(ids), prov.Calibration.TokenIDsSHA256)
+			seqs = append(seqs, ids...)
+			provs = append(provs, *prov)
+		}
+		if len(seqs) > 0 {
+			x, err := eval.NewOverlapIndex(seqs, opt.OverlapRun)
+			if err != nil {
+				return nil, err
+			}
+			first, total := x.CheckOverlap(windows, 10)
+			info.Overlap = OverlapInfo{Checked: true, Run: x.Run(), Calibration: &provs[0], Windows: total, First: first}
+			if total > 0 {
+				oe := &OverlapError{Windows: total, Run: x.Run(), First: first}
+				if recs := data.Evaluation.Sequences[first[0].Record].Records; len(recs) > 0 {
+					oe.Where = recs[0].Where
+				}
+				if !opt.AllowOverlap {
+					return nil, oe
+				}
+				warnings = append(warnings, "allowed: "+oe.Error())
+			}
+		}
+		if len(unchecked) > 0 {
+			info.Overlap.Unchecked = unchecked
+			warnings = append(warnings, fmt.Sprintf("candidates %q were calibrated on text this evaluation was not given and that could not be rebuilt from their manifests (%s): overlap not checked", unchecked, strings.Join(reasons, "; ")))
+		}
 	}
 	info.Overlap.Warnings = warnings
 	for _, w := range warnings {
@@ -479,4 +522,63 @@ func (r *runner) Logits(dst []float32, lo, hi int) error {
 		copy(dst[row0*V:], lg[:rows*V])
 		return nil
 	})
+}
+
+// rebuildCalibration rebuilds the calibration sequences a checkpoint's
+// manifest records: the dataset provenance names the sources, their files'
+// sha256s and the options; the sequences count only if their token-id hash
+// is the one recorded. It returns why not otherwise.
+func rebuildCalibration(ci *manifest.CalibInfo, tok *tokenizer.Tokenizer, workers int) ([][]int32, *dataset.Provenance, string) {
+	if len(ci.Data) == 0 {
+		return nil, nil, "the manifest does not record the calibration text (a calibration store without text provenance)"
+	}
+	var prov dataset.Provenance
+	if err := json.Unmarshal(ci.Data, &prov); err != nil {
+		return nil, nil, "the manifest's calibration provenance does not decode: " + err.Error()
+	}
+	if prov.Calibration == nil || len(prov.Sources) == 0 {
+		return nil, nil, "the manifest's calibration provenance names no calibration set"
+	}
+	if prov.Tokenizer.SHA256 != "" && prov.Tokenizer.SHA256 != tok.SHA256() {
+		return nil, nil, "the checkpoint was calibrated with another tokenizer"
+	}
+	spec := &dataset.Spec{}
+	for _, src := range prov.Sources {
+		spec.Sources = append(spec.Sources, src.Source)
+		if _, err := os.Stat(src.Path); err != nil {
+			return nil, nil, fmt.Sprintf("calibration source %s is not here", src.Path)
+		}
+	}
+	dopt := prov.Options
+	dopt.Evaluation = dataset.SetOptions{}
+	dopt.Workers = workers
+	res, err := dataset.Build(spec, tok, dopt)
+	if err != nil {
+		return nil, nil, "rebuilding the calibration text: " + err.Error()
+	}
+	for i, src := range res.Provenance.Sources {
+		if i >= len(prov.Sources) || !sameFiles(src.Files, prov.Sources[i].Files) {
+			return nil, nil, fmt.Sprintf("calibration source %s changed since the checkpoint was built", src.Path)
+		}
+	}
+	want := ci.TokenIDsSHA256
+	if want == "" {
+		want = prov.Calibration.TokenIDsSHA256
+	}
+	if res.Calibration == nil || res.Provenance.Calibration.TokenIDsSHA256 != want {
+		return nil, nil, "the rebuilt calibration sequences do not have the recorded token-id hash"
+	}
+	return res.Calibration.IDs(), &res.Provenance, ""
+}
+
+func sameFiles(a, b []dataset.FileInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].SHA256 != b[i].SHA256 || a[i].Path != b[i].Path {
+			return false
+		}
+	}
+	return true
 }

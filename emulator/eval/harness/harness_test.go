@@ -16,6 +16,8 @@ import (
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
+	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 type refRecord struct {
@@ -215,4 +217,53 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestOverlapFromManifest evaluates a sequential GPTQ checkpoint on the
+// text it was calibrated on, without giving the calibration text: the
+// manifest's provenance is enough to rebuild the calibration sequences
+// and refuse. Once the calibration file is gone, the overlap is reported as
+// unchecked instead.
+func TestOverlapFromManifest(t *testing.T) {
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	lines := strings.SplitAfter(string(must(os.ReadFile(filepath.Join(dir, "eval-dev.jsonl")))), "\n")
+	file := filepath.Join(t.TempDir(), "text.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines[:6], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cspec := must(dataset.ParseSpec("text=" + file))
+	p := must(plan.Preset(plan.PresetQwen36MoE))
+	ckpt := filepath.Join(t.TempDir(), "ckpt")
+	_, err := build.GPTQ(context.Background(), build.BuildOptions{Source: dir, Out: ckpt, Plan: p, Data: cspec,
+		DataOptions: dataset.Options{EvalFraction: 0.5, Seed: 3, Calibration: dataset.SetOptions{Sequences: 2, SeqLen: 64}},
+		Layers:      `layers\.0\.mlp\.experts\..*`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, dopt := perRecord(t, file, 6)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	opt := Options{Model: dir, Checkpoints: []string{ckpt}, Data: spec, DataOptions: dopt, Window: 8192}
+	var oe *OverlapError
+	if _, err := Run(ctx, opt); !errors.As(err, &oe) || oe.Windows == 0 {
+		t.Fatalf("evaluation on the calibration text: error %v, want an OverlapError", err)
+	}
+	moved := filepath.Join(filepath.Dir(file), "moved.jsonl")
+	if err := os.Rename(file, moved); err != nil {
+		t.Fatal(err)
+	}
+	spec, dopt = perRecord(t, moved, 6)
+	opt.Data, opt.DataOptions = spec, dopt
+	var logged []string
+	opt.Log = func(s string) { logged = append(logged, s) }
+	if _, err := Run(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("calibration text gone: error %v, want the cancelled context", err)
+	}
+	found := false
+	for _, l := range logged {
+		found = found || strings.Contains(l, "could not be rebuilt") && strings.Contains(l, "is not here")
+	}
+	if !found {
+		t.Errorf("no warning names the missing calibration file: %q", logged)
+	}
 }
