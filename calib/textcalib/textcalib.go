@@ -74,7 +74,7 @@ var ErrNoCalibration = errors.New("textcalib: the data options build no calibrat
 
 // ErrShortData is wrapped when the text gives fewer tokens than asked and
 // Options.AllowShort is not set.
-var ErrShortData = errors.New("the text gives fewer tokens than asked")
+var ErrShortData = dataset.ErrShortText
 
 // Build writes the calibration store. Everything that can refuse the run
 // (configuration, tokenizer, data, existing store, a different earlier
@@ -476,54 +476,9 @@ func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int,
 // buildData tokenizes and packs the calibration set. It returns the set
 // and the tokens asked for.
 func buildData(opt Options, tok *tokenizer.Tokenizer) (*dataset.Result, int64, error) {
-	dopt := opt.DataOptions
-	dopt.Evaluation.Sequences = 0
-	co := dopt.Calibration
-	asked := int64(co.Sequences) * int64(co.SeqLen)
-	res, err := dataset.Build(opt.Data, tok, dopt)
-	if errors.Is(err, dataset.ErrNotEnoughText) {
-		if !opt.AllowShort {
-			return nil, 0, fmt.Errorf("textcalib: %w: %d sequences × %d tokens = %d tokens were asked for (%v); ask for fewer --sequences or a shorter --seq-len, add text, or pass --allow-short to build with what there is",
-				ErrShortData, co.Sequences, co.SeqLen, asked, err)
-		}
-		// The most whole sequences the text gives.
-		lo, hi := 0, co.Sequences
-		var best *dataset.Result
-		quiet := dopt
-		quiet.Progress = nil
-		for hi-lo > 1 {
-			mid := lo + (hi-lo)/2
-			quiet.Calibration.Sequences = mid
-			r, err := dataset.Build(opt.Data, tok, quiet)
-			switch {
-			case err == nil:
-				lo, best = mid, r
-			case errors.Is(err, dataset.ErrNotEnoughText):
-				hi = mid
-			default:
-				return nil, 0, err
-			}
-		}
-		if best == nil {
-			return nil, 0, fmt.Errorf("textcalib: %w: the text does not give one sequence of %d tokens (%v)", ErrShortData, co.SeqLen, err)
-		}
-		res = best
-		opt.progress("the text gives %d of the %d sequences asked for (%d of %d tokens); --allow-short: building with them",
-			len(res.Calibration.Sequences), co.Sequences, res.Provenance.Calibration.Tokens, asked)
-	} else if err != nil {
-		return nil, 0, err
-	}
-	if res.Calibration == nil || len(res.Calibration.Sequences) == 0 {
-		return nil, 0, ErrNoCalibration
-	}
-	if got := res.Provenance.Calibration.Tokens; got < asked {
-		if !opt.AllowShort {
-			return nil, 0, fmt.Errorf("textcalib: %w: %d sequences × %d tokens = %d tokens were asked for, the text gives %d sequences of %d tokens in all (shorter records are kept); pass --allow-short to build with them",
-				ErrShortData, co.Sequences, co.SeqLen, asked, len(res.Calibration.Sequences), got)
-		}
-		if !errors.Is(err, dataset.ErrNotEnoughText) {
-			opt.progress("the text gives %d of the %d tokens asked for; --allow-short: building with them", got, asked)
-		}
+	res, asked, err := dataset.BuildCalibration(opt.Data, tok, opt.DataOptions, opt.AllowShort, func(msg string) { opt.progress("%s", msg) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("textcalib: %w", err)
 	}
 	return res, asked, nil
 }

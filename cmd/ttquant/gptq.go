@@ -38,6 +38,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	bf := addBuildFlags(fs)
 	calibPath := fs.String("calib", "", "calibration store: every layer's inputs from the source model (instead of --data)")
 	d := addDataFlags(fs, 128, 0)
+	allowShort := fs.Bool("allow-short", false, "with --data: build with the tokens the text gives when it gives fewer than --sequences × --seq-len (default: refuse)")
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
 	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
 	gf := addGPTQFlags(fs)
@@ -72,7 +73,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		if !bf.quiet {
 			dopt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "data:", msg) }
 		}
-		opt.Data, opt.DataOptions = spec, dopt
+		opt.Data, opt.DataOptions, opt.AllowShortData = spec, dopt, *allowShort
 	}
 	g, err := gf.options()
 	if err != nil {

@@ -62,6 +62,10 @@ type BuildOptions struct {
 	// the already-quantized layers before it produce.
 	Data        *dataset.Spec
 	DataOptions dataset.Options
+	// AllowShortData builds with what the text gives when it gives fewer
+	// calibration tokens than DataOptions ask for; without it such text is
+	// refused (dataset.ErrShortText) before anything is written.
+	AllowShortData bool
 	// AllowSyntheticCalibration accepts a calibration store whose
 	// provenance says it holds synthetic activations (calib.SynthesizeStore).
 	// Without it such a store is refused with ErrSyntheticCalibration

@@ -84,17 +84,12 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sequential GPTQ tokenizes the calibration text with the model's tokenizer: %w", err)
 	}
-	dopt := b.opt.DataOptions
-	dopt.Evaluation.Sequences = 0
-	if dopt.Calibration.Sequences <= 0 {
+	if b.opt.DataOptions.Calibration.Sequences <= 0 {
 		return errors.New("manifest: the data options build no calibration sequences")
 	}
-	res, err := dataset.Build(b.opt.Data, tok, dopt)
+	res, _, err := dataset.BuildCalibration(b.opt.Data, tok, b.opt.DataOptions, b.opt.AllowShortData, b.opt.DataOptions.Progress)
 	if err != nil {
 		return err
-	}
-	if res.Calibration == nil || len(res.Calibration.Sequences) == 0 {
-		return errors.New("manifest: the data gave no calibration sequences")
 	}
 	ids := res.Calibration.IDs()
 	var tokens int64

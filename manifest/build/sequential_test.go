@@ -232,8 +232,8 @@ func TestSequentialRefusals(t *testing.T) {
 	// written.
 	o = seqOpts(t, out, 1)
 	o.DataOptions.Calibration.Sequences = 100000
-	if _, err := GPTQ(context.Background(), o); !errors.Is(err, dataset.ErrNotEnoughText) {
-		t.Errorf("too little text: %v, want ErrNotEnoughText", err)
+	if _, err := GPTQ(context.Background(), o); !errors.Is(err, dataset.ErrShortText) || !strings.Contains(err.Error(), "100000 sequences × 96 tokens") {
+		t.Errorf("too little text: %v, want ErrShortText naming the numbers", err)
 	}
 	// Every sequence held out.
 	o = seqOpts(t, out, 1)
