@@ -460,19 +460,21 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 	if err := quantize(st.other); err != nil {
 		return nil, err
 	}
-	var expertStats *manifest.LayerStats
+	var ms float64
+	for _, v := range x[:calibRows*H] {
+		ms += float64(v) * float64(v)
+	}
+	// The attention stages: each needs the layer run up to its input with
+	// the matrices before it quantized.
 	for _, stage := range []struct {
-		site  forward.Site
-		name  string
-		ts    []*storedTensor
-		after []*storedTensor
+		site forward.Site
+		name string
+		ts   []*storedTensor
 	}{
-		{forward.SiteAttnIn, calib.SiteAttn, st.attnIn, nil},
-		{forward.SiteAttnOut, s.outSite(l), st.attnOut, nil},
-		{forward.SiteMLPIn, calib.SiteMoE, st.mlpIn, st.down},
+		{forward.SiteAttnIn, calib.SiteAttn, st.attnIn},
+		{forward.SiteAttnOut, s.outSite(l), st.attnOut},
 	} {
-		experts := stage.site == forward.SiteMLPIn && b.gptqLayers[l]
-		if len(stage.ts) == 0 && len(stage.after) == 0 && !experts {
+		if len(stage.ts) == 0 {
 			continue
 		}
 		rows, cols, err := s.collect(ctx, l, x, lens, stage.site)
@@ -483,7 +485,29 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 		if err := quantize(stage.ts); err != nil {
 			return nil, err
 		}
-		if err := quantize(stage.after); err != nil {
+		sites.drop(stage.name)
+	}
+	// The mixer is decided: the stream gains its output, once.
+	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.inPlace(x, lens, func(b *forward.Batch) error { return fl.ForwardMixer(b, nil) }); err != nil {
+		return nil, err
+	}
+	// The MLP block, from its input on that stream.
+	var expertStats *manifest.LayerStats
+	experts := b.gptqLayers[l]
+	if len(st.mlpIn) > 0 || len(st.down) > 0 || experts {
+		rows, err := s.mlpInput(fl, x, lens)
+		if err != nil {
+			return nil, err
+		}
+		sites.set(calib.SiteMoE, rows, H)
+		if err := quantize(st.mlpIn); err != nil {
+			return nil, err
+		}
+		if err := quantize(st.down); err != nil {
 			return nil, err
 		}
 		if experts {
@@ -497,18 +521,13 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 				return nil, err
 			}
 		}
-		sites.drop(stage.name)
+		sites.drop(calib.SiteMoE)
 	}
 	// The layer's output with every value the checkpoint stores.
-	var ms float64
-	for _, v := range x[:calibRows*H] {
-		ms += float64(v) * float64(v)
-	}
-	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
-	if err != nil {
+	if fl, err = forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l); err != nil {
 		return nil, err
 	}
-	if err := s.advance(fl, x, lens); err != nil {
+	if err := s.inPlace(x, lens, func(b *forward.Batch) error { return fl.ForwardMLP(b, nil) }); err != nil {
 		return nil, err
 	}
 	ls := &manifest.LayerStats{Layer: l}
@@ -609,6 +628,44 @@ func (s *sequential) collect(ctx context.Context, l int, x []float32, lens []int
 		return nil, 0, fmt.Errorf("the layer produced no %s activations", site)
 	}
 	return out, cols, nil
+}
+
+// inPlace runs f over x in place, chunk by chunk.
+func (s *sequential) inPlace(x []float32, lens []int, f func(*forward.Batch) error) error {
+	H := s.cfg.Hidden
+	row := 0
+	for _, c := range chunks(lens) {
+		n := sum(lens[c[0]:c[1]])
+		if err := f(&forward.Batch{Lens: lens[c[0]:c[1]], X: x[row*H : (row+n)*H]}); err != nil {
+			return err
+		}
+		row += n
+	}
+	return nil
+}
+
+// mlpInput returns the MLP block's input rows (the post-attention norm of
+// the stream x, which ForwardMixer left), every sequence's.
+func (s *sequential) mlpInput(fl *forward.Layer, x []float32, lens []int) ([]float32, error) {
+	H := s.cfg.Hidden
+	out := make([]float32, 0, len(x))
+	err := s.inPlace(x, lens, func(b *forward.Batch) error {
+		err := fl.ForwardMLP(b, func(a *forward.Activations) error {
+			if a.Site == forward.SiteMLPIn {
+				out = append(out, a.X[:a.Rows*H]...)
+				return errSeqStop
+			}
+			return nil
+		})
+		if errors.Is(err, errSeqStop) {
+			return nil
+		}
+		if err == nil {
+			return errors.New("the layer produced no MLP input")
+		}
+		return err
+	})
+	return out, err
 }
 
 // advance runs layer fl over x in place, chunk by chunk.

@@ -140,6 +140,16 @@ var mixerRows = MixerRows
 // calibration site; the mixer's sites arrive per group of sequences
 // (Activations.Row0 says where the group starts).
 func (l *Layer) Forward(b *Batch, hook Hook) error {
+	if err := l.ForwardMixer(b, hook); err != nil {
+		return err
+	}
+	return l.ForwardMLP(b, hook)
+}
+
+// ForwardMixer runs the first half of the layer: the residual stream in
+// b.X gains the attention or Gated DeltaNet block's output. ForwardMLP
+// then completes the layer; the two give exactly what Forward gives.
+func (l *Layer) ForwardMixer(b *Batch, hook Hook) error {
 	cfg := l.cfg
 	H := cfg.Hidden
 	if err := b.check(H); err != nil {
@@ -183,6 +193,20 @@ func (l *Layer) Forward(b *Batch, hook Hook) error {
 		}
 		s0, r0 = s1, r0+rows
 	}
+	return nil
+}
+
+// ForwardMLP runs the second half of the layer on the stream ForwardMixer
+// left: b.X gains the MoE block's or dense MLP's output. A hook error at
+// SiteMLPIn leaves b.X as it was.
+func (l *Layer) ForwardMLP(b *Batch, hook Hook) error {
+	cfg := l.cfg
+	H := cfg.Hidden
+	if err := b.check(H); err != nil {
+		return err
+	}
+	n := b.Rows()
+	h := make([]float32, n*H)
 	rmsNormZC(h, b.X, H, l.PostNorm, cfg.Eps)
 	emit := func(site Site, x []float32, cols int) error {
 		if hook == nil {
