@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // cholBlock is the column block of the blocked factorizations: diagonal
@@ -91,12 +90,12 @@ func finite[T float32 | float64](x T) bool {
 
 // gemmMasked runs the packed product C += (alpha·op(A))·op(B) with operand
 // masks and optionally only the lower triangle of C, in T's precision.
-func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool) {
+func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool, side func()) {
 	switch cc := any(c).(type) {
 	case []float64:
-		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, cc, ldc, lowerC)
+		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, cc, ldc, lowerC, side)
 	case []float32:
-		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, cc, ldc, lowerC)
+		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, cc, ldc, lowerC, side)
 	}
 }
 
@@ -237,40 +236,29 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		// L21 = A21·L11⁻ᵀ = A21·Tᵀ.
 		a21 := a[(j+jb)*lda+j:]
 		clear(p[:rest*jb])
-		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false)
+		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
 		parallelRows(rest, jb, func(r0, r1 int) {
 			for r := r0; r < r1; r++ {
 				copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
 			}
 		})
-		// A22 −= L21·L21ᵀ, lower triangle only, in two parts: the next
-		// block column first, then the rest. With lookahead the next
-		// diagonal block, final after the first part, is factored and
-		// inverted while the second part runs, so the cores do not wait
-		// for its scalar work. Each element receives the same chain
-		// either way.
+		// A22 −= L21·L21ᵀ, lower triangle only. With one worker, one
+		// product. With more, lookahead: two products, the next block
+		// column first, then the rest, during which the calling goroutine
+		// factors and inverts the next diagonal block (final after the
+		// first part) while the other workers start on the tiles, so the
+		// cores do not wait for its scalar work. Each element receives
+		// the same chain either way.
 		next, jb2 := j+jb, min(nb, rest)
-		gemmMasked(false, true, rest, jb2, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true)
-		if rest == jb2 {
+		if !lookahead || rest == jb2 {
+			gemmMasked(false, true, rest, rest, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true, nil)
 			continue
 		}
+		gemmMasked(false, true, rest, jb2, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true, nil)
 		a31 := a21[jb2*lda:]
-		big := func() {
-			gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, a31, lda, maskNone, a31, lda, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true)
-		}
-		if !lookahead {
-			big()
-			continue
-		}
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			big()
-		}()
 		var err error
-		t, err = diag(next, jb2)
-		wg.Wait()
+		gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, a31, lda, maskNone, a31, lda, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true,
+			func() { t, err = diag(next, jb2) })
 		if err != nil {
 			return err
 		}
@@ -337,15 +325,15 @@ func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 					clear(a[(j+i)*lda : (j+i)*lda+j])
 				}
 			})
-			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false)
+			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
 		}
 		if rest > 0 {
 			// Rows below: −= panel · X[j block row, :j+jb].
 			below := a[(j+jb)*lda:]
 			if j > 0 {
-				gemmMasked(false, false, rest, j, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskNone, below, lda, false)
+				gemmMasked(false, false, rest, j, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskNone, below, lda, false, nil)
 			}
-			gemmMasked(false, false, rest, jb, jb, -1, p, jb, maskNone, a[j*lda+j:], lda, maskLower, below[j:], lda, false)
+			gemmMasked(false, false, rest, jb, jb, -1, p, jb, maskNone, a[j*lda+j:], lda, maskLower, below[j:], lda, false, nil)
 		}
 	}
 	return nil
@@ -376,7 +364,7 @@ func potri[T float32 | float64](n int, a []T, lda int) error {
 		copy(li[r*n:r*n+r+1], a[r*lda:r*lda+r+1])
 		clear(a[r*lda : r*lda+r+1])
 	}
-	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true)
+	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true, nil)
 	return nil
 }
 

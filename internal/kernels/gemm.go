@@ -51,6 +51,10 @@ type gemmPlan[T float32 | float64] struct {
 	mr, nr  int
 	mcMax   int
 	tile    tileFunc[T]
+	// side, when not nil, runs on the calling goroutine at the start of
+	// the first compute step while the other workers start on the tiles
+	// (once, and before the call returns; alone first with one worker).
+	side func()
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -219,7 +223,11 @@ func (pl *gemmPlan[T]) run() { pl.runPacked(nil) }
 
 func (pl *gemmPlan[T]) runPacked(pre []T) {
 	m, n, k := pl.m, pl.n, pl.k
+	side := pl.side
 	if m == 0 || n == 0 || k == 0 {
+		if side != nil {
+			side()
+		}
 		return
 	}
 	mr, nr := pl.mr, pl.nr
@@ -278,7 +286,7 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
 				})
 			}
-			ParallelFor(nTasks, workers, func(t, w int) {
+			parallelForSide(nTasks, workers, func(t, w int) {
 				if pl.lowerC {
 					// The bottom row blocks of a triangle carry the
 					// most tiles: hand them out first.
@@ -314,7 +322,8 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 						pl.tile(kc, as, panel[sl*nr*kc:(sl+1)*nr*kc], i, j, mv, nv)
 					}
 				}
-			})
+			}, side)
+			side = nil
 		}
 	}
 }

@@ -1,0 +1,86 @@
+package kernels
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// checkParallelFor runs ParallelFor(n, workers) and checks that every task
+// ran exactly once, that worker ids are in range and that no worker id was
+// in use by two tasks at the same time (per-worker scratch space relies on
+// it). inner, when > 0, makes every task start a nested ParallelFor of
+// that many tasks, which must not deadlock on the busy team.
+func checkParallelFor(n, workers, inner int) error {
+	runs := make([]atomic.Int32, n)
+	inUse := make([]atomic.Int32, max(workers, 1))
+	var bad atomic.Value
+	ParallelFor(n, workers, func(task, w int) {
+		if w < 0 || w >= len(inUse) {
+			bad.Store(fmt.Sprintf("task %d got worker id %d of %d", task, w, workers))
+			return
+		}
+		if inUse[w].Add(1) != 1 {
+			bad.Store(fmt.Sprintf("worker id %d used by two tasks at once", w))
+		}
+		runs[task].Add(1)
+		if inner > 0 {
+			var sum atomic.Int64
+			ParallelFor(inner, workers, func(t, _ int) { sum.Add(int64(t)) })
+			if got, want := sum.Load(), int64(inner*(inner-1)/2); got != want {
+				bad.Store(fmt.Sprintf("nested region summed %d, want %d", got, want))
+			}
+		}
+		inUse[w].Add(-1)
+	})
+	if v := bad.Load(); v != nil {
+		return fmt.Errorf("n=%d workers=%d: %s", n, workers, v)
+	}
+	for i := range runs {
+		if c := runs[i].Load(); c != 1 {
+			return fmt.Errorf("n=%d workers=%d: task %d ran %d times", n, workers, i, c)
+		}
+	}
+	return nil
+}
+
+func TestParallelForTeam(t *testing.T) {
+	for _, workers := range []int{1, 2, 3, 5} {
+		for _, n := range []int{0, 1, 2, 7, 300} {
+			if err := checkParallelFor(n, workers, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := checkParallelFor(20, workers, 13); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// After the helpers have parked, the next region must wake them.
+	time.Sleep(3 * teamSpin)
+	if err := checkParallelFor(100, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Several callers at once: one gets the team, the others start
+	// goroutines of their own.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := 0; it < 50; it++ {
+				if err := checkParallelFor(40, 1+(g+it)%4, 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
