@@ -91,11 +91,17 @@ func finite[T float32 | float64](x T) bool {
 // gemmMasked runs the packed product C += (alpha·op(A))·op(B) with operand
 // masks and optionally only the lower triangle of C, in T's precision.
 func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool, side func()) {
+	gemmMaskedOff(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, 0, c, ldc, lowerC, side)
+}
+
+// gemmMaskedOff is gemmMasked with B's mask shifted by boff columns
+// (operand.off).
+func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func()) {
 	switch cc := any(c).(type) {
 	case []float64:
-		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, cc, ldc, lowerC, side)
+		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side)
 	case []float32:
-		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, cc, ldc, lowerC, side)
+		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side)
 	}
 }
 
@@ -328,12 +334,9 @@ func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
 		}
 		if rest > 0 {
-			// Rows below: −= panel · X[j block row, :j+jb].
-			below := a[(j+jb)*lda:]
-			if j > 0 {
-				gemmMasked(false, false, rest, j, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskNone, below, lda, false, nil)
-			}
-			gemmMasked(false, false, rest, jb, jb, -1, p, jb, maskNone, a[j*lda+j:], lda, maskLower, below[j:], lda, false, nil)
+			// Rows below: −= panel · X[j block row, :j+jb], one product;
+			// the block X_jj is lower triangular (B's mask shifted by j).
+			gemmMaskedOff(false, false, rest, j+jb, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskLower, j, a[(j+jb)*lda:], lda, false, nil)
 		}
 	}
 	return nil

@@ -36,6 +36,10 @@ type operand[T float32 | float64] struct {
 	ld    int
 	trans bool
 	mask  mask
+	// off shifts a mask of B by off columns: maskLower zeroes
+	// op(B)[r][c] for c > r+off, maskUpper for c < r+off. (A's masks
+	// are not shifted.)
+	off int
 }
 
 // tileFunc computes one micro-tile: rows [i, i+mv) and columns [j, j+nv)
@@ -180,18 +184,18 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		}
 		switch b.mask {
-		case maskLower: // op(B)[p][j] zero where j > p
+		case maskLower: // op(B)[p][j] zero where j > p (+off)
 			for c := 0; c < cols; c++ {
 				for p := 0; p < kc; p++ {
-					if j0+c > pc+p {
+					if j0+c > pc+p+b.off {
 						sl[p*nr+c] = 0
 					}
 				}
 			}
-		case maskUpper: // zero where j < p
+		case maskUpper: // zero where j < p (+off)
 			for c := 0; c < cols; c++ {
 				for p := 0; p < kc; p++ {
-					if j0+c < pc+p {
+					if j0+c < pc+p+b.off {
 						sl[p*nr+c] = 0
 					}
 				}
