@@ -27,10 +27,17 @@ import (
 // team.
 
 // teamSpin is how long an idle helper keeps polling for the next region
-// before it parks: longer than the gaps between the regions of one
-// factorization or solve (the scalar work on a diagonal block, about
-// 0.1 ms), short enough that an idle process soon stops using CPU.
-const teamSpin = 300 * time.Microsecond
+// before it parks: longer than most gaps between the regions of one
+// factorization or solve (the diagonal blocks' scalar work overlaps a
+// product), short enough that the polling costs little CPU time when
+// the caller has serial work to do.
+//
+// callerSpin is how long the caller polls for the helpers' last tasks
+// before it parks.
+const (
+	teamSpin   = 100 * time.Microsecond
+	callerSpin = 20 * time.Microsecond
+)
 
 type teamJob struct {
 	n      int
@@ -39,6 +46,12 @@ type teamJob struct {
 	next   atomic.Int64 // next task to hand out
 	slots  atomic.Int64 // worker ids handed out to helpers (the caller is 0)
 	active atomic.Int64 // helpers that may still run a task
+
+	// The caller, once out of tasks, polls active for a while
+	// (callerSpin) and then parks on done; the helper that brings active
+	// to zero while waiting is set wakes it.
+	waiting atomic.Bool
+	done    chan struct{}
 }
 
 // run takes tasks until none are left.
@@ -63,7 +76,33 @@ func (j *teamJob) join() {
 	}
 	j.active.Add(1)
 	j.run(int(id))
-	j.active.Add(-1)
+	if j.active.Add(-1) == 0 && j.waiting.Load() && j.waiting.CompareAndSwap(true, false) {
+		j.done <- struct{}{}
+	}
+}
+
+// wait returns once no helper is running a task of j (the caller has
+// taken the last one). The helpers' last tasks are short (one block of a
+// product), so it polls first, yielding the processor to them if they
+// share it, and parks only when they take longer: a parked caller costs a
+// wake-up, a polling one the CPU time of a core.
+func (j *teamJob) wait() {
+	start := time.Now()
+	for spins := 0; j.active.Load() != 0; spins++ {
+		if spins&15 != 15 {
+			continue
+		}
+		if time.Since(start) < callerSpin {
+			runtime.Gosched()
+			continue
+		}
+		j.waiting.Store(true)
+		if j.active.Load() == 0 && j.waiting.CompareAndSwap(true, false) {
+			return
+		}
+		<-j.done
+		return
+	}
 }
 
 type teamHelper struct {
@@ -127,7 +166,7 @@ func teamFor(n, workers int, f func(task, worker int), side func()) bool {
 		team.helpers = append(team.helpers, h)
 		go h.loop()
 	}
-	j := &teamJob{n: n, f: f, limit: int64(workers)}
+	j := &teamJob{n: n, f: f, limit: int64(workers), done: make(chan struct{}, 1)}
 	team.job.Store(j)
 	for _, h := range team.helpers[:need] {
 		if h.parked.Load() && h.parked.CompareAndSwap(true, false) {
@@ -139,13 +178,7 @@ func teamFor(n, workers int, f func(task, worker int), side func()) bool {
 	}
 	j.run(0)
 	// Every task has been handed out; wait for the helpers still in one.
-	// Their tasks are short (one block of a product), so poll, yielding
-	// the processor to them if they share it.
-	for spins := 0; j.active.Load() != 0; spins++ {
-		if spins&15 == 15 {
-			runtime.Gosched()
-		}
-	}
+	j.wait()
 	// Helpers that join from now on find no task and leave at once.
 	return true
 }
