@@ -469,13 +469,26 @@ func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int)
 			src := r[(n-1-i)*ldr : (n-1-i)*ldr+n-i]
 			row := u[i*ldu : i*ldu+n]
 			clear(row[:i])
-			dst := row[i:]
-			for j := range dst {
-				dst[j] = src[n-1-i-j]
-			}
+			reverseCopy(row[i:], src)
 		}
 	})
 	return nil
+}
+
+// reverseCopy sets dst[j] = src[len(src)-1-j] for every j (equal
+// lengths), eight at a time where it can.
+func reverseCopy[T float32 | float64](dst, src []T) {
+	src = src[:len(dst)]
+	k := len(src)
+	j := 0
+	for ; k >= 8; j, k = j+8, k-8 {
+		d := dst[j : j+8 : j+8]
+		q := src[k-8 : k : k]
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = q[7], q[6], q[5], q[4], q[3], q[2], q[1], q[0]
+	}
+	for ; k > 0; j, k = j+1, k-1 {
+		dst[j] = src[k-1]
+	}
 }
 
 func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) error {

@@ -184,20 +184,16 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		}
 		switch b.mask {
-		case maskLower: // op(B)[p][j] zero where j > p (+off)
+		case maskLower: // op(B)[p][j] zero where j > p (+off): p < j-pc-off
 			for c := 0; c < cols; c++ {
-				for p := 0; p < kc; p++ {
-					if j0+c > pc+p+b.off {
-						sl[p*nr+c] = 0
-					}
+				for p := 0; p < min(kc, j0+c-pc-b.off); p++ {
+					sl[p*nr+c] = 0
 				}
 			}
-		case maskUpper: // zero where j < p (+off)
+		case maskUpper: // zero where j < p (+off): p > j-pc-off
 			for c := 0; c < cols; c++ {
-				for p := 0; p < kc; p++ {
-					if j0+c < pc+p+b.off {
-						sl[p*nr+c] = 0
-					}
+				for p := max(0, j0+c-pc-b.off+1); p < kc; p++ {
+					sl[p*nr+c] = 0
 				}
 			}
 		}

@@ -84,3 +84,17 @@ func TestParallelForTeam(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkParallelForRegion times one parallel region of two tiny tasks
+// per worker back to back: the fork/join cost the blocked
+// factorizations pay about ten times per block step.
+func BenchmarkParallelForRegion(b *testing.B) {
+	for _, w := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			var sink [8]atomic.Int64
+			for i := 0; i < b.N; i++ {
+				ParallelFor(2*w, w, func(t, wk int) { sink[wk].Add(int64(t)) })
+			}
+		})
+	}
+}
