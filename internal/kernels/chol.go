@@ -243,28 +243,35 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		a21 := a[(j+jb)*lda+j:]
 		clear(p[:rest*jb])
 		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
-		parallelRows(rest, jb, func(r0, r1 int) {
-			for r := r0; r < r1; r++ {
+		// L21 is written back into A21 from p; the products below read
+		// it from p (the same values), so the copy needs no parallel
+		// region of its own: the calling goroutine does it.
+		copyBack := func() {
+			for r := 0; r < rest; r++ {
 				copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
 			}
-		})
+		}
 		// A22 −= L21·L21ᵀ, lower triangle only. With one worker, one
 		// product. With more, lookahead: two products, the next block
 		// column first, then the rest, during which the calling goroutine
-		// factors and inverts the next diagonal block (final after the
-		// first part) while the other workers start on the tiles, so the
-		// cores do not wait for its scalar work. Each element receives
-		// the same chain either way.
+		// writes L21 back and factors and inverts the next diagonal block
+		// (final after the first part) while the other workers start on
+		// the tiles, so the cores do not wait for its scalar work. Each
+		// element receives the same chain either way.
 		next, jb2 := j+jb, min(nb, rest)
 		if !lookahead || rest == jb2 {
-			gemmMasked(false, true, rest, rest, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true, nil)
+			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil)
+			copyBack()
 			continue
 		}
-		gemmMasked(false, true, rest, jb2, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true, nil)
-		a31 := a21[jb2*lda:]
+		gemmMasked(false, true, rest, jb2, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil)
+		p31 := p[jb2*jb:]
 		var err error
-		gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, a31, lda, maskNone, a31, lda, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true,
-			func() { t, err = diag(next, jb2) })
+		gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, p31, jb, maskNone, p31, jb, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true,
+			func() {
+				copyBack()
+				t, err = diag(next, jb2)
+			})
 		if err != nil {
 			return err
 		}
@@ -307,11 +314,22 @@ func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		jb := min(nb, n-j)
 		rest := n - j - jb
 		// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
-		// region accumulates −L·X like the columns before it.
-		parallelRows(rest, jb, func(i0, i1 int) {
+		// region accumulates −L·X like the columns before it. In the same
+		// parallel region, move the accumulated block row j (columns
+		// before j) to r for the product below.
+		top := 0
+		if j > 0 {
+			top = jb
+		}
+		parallelRows(top+rest, jb, func(i0, i1 int) {
 			for i := i0; i < i1; i++ {
-				row := a[(j+jb+i)*lda+j : (j+jb+i)*lda+j+jb]
-				copy(p[i*jb:i*jb+jb], row)
+				if i < top {
+					copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
+					clear(a[(j+i)*lda : (j+i)*lda+j])
+					continue
+				}
+				row := a[(j+jb+i-top)*lda+j : (j+jb+i-top)*lda+j+jb]
+				copy(p[(i-top)*jb:(i-top)*jb+jb], row)
 				clear(row)
 			}
 		})
@@ -325,12 +343,6 @@ func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		}
 		if j > 0 {
 			// X[j, :j] = L_jj⁻¹ · (accumulated row block).
-			parallelRows(jb, j, func(i0, i1 int) {
-				for i := i0; i < i1; i++ {
-					copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
-					clear(a[(j+i)*lda : (j+i)*lda+j])
-				}
-			})
 			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
 		}
 		if rest > 0 {

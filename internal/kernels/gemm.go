@@ -282,6 +282,12 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				panel = pre[off : off+roundUp(nc, nr)*kc]
 			} else {
 				chunks := min(workers, nSl)
+				if nSl*nr*kc < 1<<14 {
+					// A narrow panel (a 96-column block of a
+					// factorization) packs faster than a parallel
+					// region starts.
+					chunks = 1
+				}
 				ParallelFor(chunks, workers, func(t, _ int) {
 					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
 				})
