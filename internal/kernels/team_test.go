@@ -98,3 +98,39 @@ func BenchmarkParallelForRegion(b *testing.B) {
 		})
 	}
 }
+
+// TestParallelForSide checks that the side job runs exactly once, on the
+// calling goroutine before it takes a task, with the team free or busy
+// and with one worker, and that every task still runs once.
+func TestParallelForSide(t *testing.T) {
+	for _, workers := range []int{1, 2, 3} {
+		for _, busy := range []bool{false, true} {
+			var sides, tasks atomic.Int32
+			callerTasks := -1
+			run := func() {
+				parallelForSide(50, workers, func(task, w int) {
+					tasks.Add(1)
+					if w == 0 && callerTasks < 0 {
+						callerTasks = int(sides.Load()) // the side job must be done
+					}
+				}, func() { sides.Add(1) })
+			}
+			if busy {
+				// Inside a task of another region the team is busy.
+				ParallelFor(2, 2, func(task, _ int) {
+					if task == 0 {
+						run()
+					}
+				})
+			} else {
+				run()
+			}
+			if sides.Load() != 1 || tasks.Load() != 50 {
+				t.Fatalf("workers=%d busy=%v: side ran %d times, %d of 50 tasks", workers, busy, sides.Load(), tasks.Load())
+			}
+			if callerTasks == 0 {
+				t.Fatalf("workers=%d busy=%v: the caller took a task before its side job", workers, busy)
+			}
+		}
+	}
+}
