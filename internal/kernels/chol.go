@@ -205,23 +205,11 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	// returns its inverse T = L11⁻¹ (in dinv when kept, else in the
 	// shared buffer).
 	diag := func(j, jb int) ([]T, error) {
-		if err := potrfUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
-			return nil, err
-		}
-		if j+jb == n {
-			return nil, nil
-		}
 		t := *tBuf
 		if dinv != nil {
 			t = dinv[j*nb : j*nb+jb*jb]
 		}
-		for r := 0; r < jb; r++ {
-			copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
-		}
-		if err := trtriUnblocked(jb, t, jb, j); err != nil {
-			return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
-		}
-		return t, nil
+		return cholDiag(n, a, lda, j, jb, t)
 	}
 	lookahead := Workers() > 1
 	var t []T
@@ -280,6 +268,26 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	return nil
 }
 
+// cholDiag factors the jb×jb diagonal block at (j, j) of the n×n matrix a
+// in place and, unless it is the last block, writes its inverse
+// T = L_jj⁻¹ to t (leading dimension jb) and returns t.
+func cholDiag[T float32 | float64](n int, a []T, lda, j, jb int, t []T) ([]T, error) {
+	if err := potrfUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		return nil, err
+	}
+	if j+jb == n {
+		return nil, nil
+	}
+	t = t[:jb*jb]
+	for r := 0; r < jb; r++ {
+		copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
+	}
+	if err := trtriUnblocked(jb, t, jb, j); err != nil {
+		return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+	}
+	return t, nil
+}
+
 // Dtrtri inverts the n×n lower-triangular matrix L in place (the strict
 // upper triangle is neither read nor written). It returns a
 // *SingularError when a diagonal entry is zero or not finite.
@@ -311,45 +319,59 @@ func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	defer putBuf(rBuf)
 	p, r := *pBuf, *rBuf
 	for j := 0; j < n; j += nb {
-		jb := min(nb, n-j)
-		rest := n - j - jb
-		// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
-		// region accumulates −L·X like the columns before it. In the same
-		// parallel region, move the accumulated block row j (columns
-		// before j) to r for the product below.
-		top := 0
-		if j > 0 {
-			top = jb
-		}
-		parallelRows(top+rest, jb, func(i0, i1 int) {
-			for i := i0; i < i1; i++ {
-				if i < top {
-					copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
-					clear(a[(j+i)*lda : (j+i)*lda+j])
-					continue
-				}
-				row := a[(j+jb+i-top)*lda+j : (j+jb+i-top)*lda+j+jb]
-				copy(p[(i-top)*jb:(i-top)*jb+jb], row)
-				clear(row)
-			}
-		})
-		if dinv != nil && rest > 0 {
-			t := dinv[j*nb : j*nb+jb*jb]
-			for i := 0; i < jb; i++ {
-				copy(a[(j+i)*lda+j:(j+i)*lda+j+i+1], t[i*jb:i*jb+i+1])
-			}
-		} else if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		if err := trtriStep(n, a, lda, j, dinv, p, r, nil); err != nil {
 			return err
 		}
-		if j > 0 {
-			// X[j, :j] = L_jj⁻¹ · (accumulated row block).
-			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
+	}
+	return nil
+}
+
+// trtriStep is block row j of trtri: p (n·96) and r (96·n) are scratch.
+// side, when not nil, runs on the calling goroutine while the other
+// workers start on the step's last product (or alone, when there is none):
+// it must not touch columns before j+96 or rows up to j+96.
+func trtriStep[T float32 | float64](n int, a []T, lda, j int, dinv, p, r []T, side func()) error {
+	nb := cholBlock
+	jb := min(nb, n-j)
+	rest := n - j - jb
+	// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
+	// region accumulates −L·X like the columns before it. In the same
+	// parallel region, move the accumulated block row j (columns
+	// before j) to r for the product below.
+	top := 0
+	if j > 0 {
+		top = jb
+	}
+	parallelRows(top+rest, jb, func(i0, i1 int) {
+		for i := i0; i < i1; i++ {
+			if i < top {
+				copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
+				clear(a[(j+i)*lda : (j+i)*lda+j])
+				continue
+			}
+			row := a[(j+jb+i-top)*lda+j : (j+jb+i-top)*lda+j+jb]
+			copy(p[(i-top)*jb:(i-top)*jb+jb], row)
+			clear(row)
 		}
-		if rest > 0 {
-			// Rows below: −= panel · X[j block row, :j+jb], one product;
-			// the block X_jj is lower triangular (B's mask shifted by j).
-			gemmMaskedOff(false, false, rest, j+jb, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskLower, j, a[(j+jb)*lda:], lda, false, nil)
+	})
+	if dinv != nil && rest > 0 {
+		t := dinv[j*nb : j*nb+jb*jb]
+		for i := 0; i < jb; i++ {
+			copy(a[(j+i)*lda+j:(j+i)*lda+j+i+1], t[i*jb:i*jb+i+1])
 		}
+	} else if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		return err
+	}
+	if j > 0 {
+		// X[j, :j] = L_jj⁻¹ · (accumulated row block).
+		gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
+	}
+	if rest > 0 {
+		// Rows below: −= panel · X[j block row, :j+jb], one product;
+		// the block X_jj is lower triangular (B's mask shifted by j).
+		gemmMaskedOff(false, false, rest, j+jb, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskLower, j, a[(j+jb)*lda:], lda, false, side)
+	} else if side != nil {
+		side()
 	}
 	return nil
 }
@@ -454,20 +476,75 @@ func CholInvUpperRev32(n int, r []float32, ldr int, u []float32, ldu int) error 
 
 // invFactorInPlace factors the reversed Hessian in r and inverts the
 // factor, leaving M = chol(P·H·P)⁻¹ in the lower triangle of r.
-func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) error {
-	var dinv []T
-	if n > cholBlock {
-		dBuf := getBuf[T](n * cholBlock)
-		defer putBuf(dBuf)
-		dinv = *dBuf
-	}
-	if err := potrf(n, r, ldr, dinv); err != nil {
+//
+// It performs exactly the operations of potrf followed by trtri, on the
+// same values in the same order for every element, but interleaves
+// them: after Cholesky step j (panel solve and trailing update) comes
+// block row j of the triangular inverse, which needs nothing later, and
+// the next diagonal block (factored and inverted by scalar code) is the
+// side job of that block row's last product. Cholesky step j+1 and later
+// read and write only columns from j+96 on; block row j of the inverse
+// writes only columns before that; so the diagonal blocks' scalar work
+// overlaps a product at every step instead of only while the trailing
+// product is long, which at small orders it is not.
+func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
+	defer func() {
 		if e, ok := err.(*NotPositiveDefiniteError); ok {
 			e.Trailing = true
 		}
+	}()
+	nb := cholBlock
+	if n <= nb {
+		if err := potrfUnblocked(n, r, ldr, 0); err != nil {
+			return err
+		}
+		return trtriUnblocked(n, r, ldr, 0)
+	}
+	dBuf := getBuf[T](n * nb)
+	defer putBuf(dBuf)
+	pBuf := getBuf[T](n * nb)
+	defer putBuf(pBuf)
+	qBuf := getBuf[T](n * nb)
+	defer putBuf(qBuf)
+	rBuf := getBuf[T](nb * n)
+	defer putBuf(rBuf)
+	dinv, p, q, rs := *dBuf, *pBuf, *qBuf, *rBuf
+	a, lda := r, ldr
+	if _, err := cholDiag(n, a, lda, 0, nb, dinv); err != nil {
 		return err
 	}
-	return trtri(n, r, ldr, dinv)
+	for j := 0; j < n; j += nb {
+		jb := min(nb, n-j)
+		rest := n - j - jb
+		if rest > 0 {
+			// Cholesky step j: L21 = A21·L11⁻ᵀ into p, then
+			// A22 −= L21·L21ᵀ (lower triangle) while the calling
+			// goroutine writes L21 back into A21.
+			t := dinv[j*nb : j*nb+jb*jb]
+			a21 := a[(j+jb)*lda+j:]
+			clear(p[:rest*jb])
+			gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
+			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
+				func() {
+					for i := 0; i < rest; i++ {
+						copy(a21[i*lda:i*lda+jb], p[i*jb:i*jb+jb])
+					}
+				})
+		}
+		var derr error
+		var side func()
+		if rest > 0 {
+			next := j + jb
+			side = func() { _, derr = cholDiag(n, a, lda, next, min(nb, rest), dinv[next*nb:]) }
+		}
+		if err := trtriStep(n, a, lda, j, dinv, q, rs, side); err != nil {
+			return err
+		}
+		if derr != nil {
+			return derr
+		}
+	}
+	return nil
 }
 
 func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int) error {
