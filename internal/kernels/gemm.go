@@ -12,11 +12,16 @@ const (
 	blockN  = 4080 // columns of B per packed panel (NC), a multiple of sNR and dNR
 	sMCMax  = 144  // rows of A per packed block, float32 (MC, a multiple of sMR)
 	dMCMax  = 96   // rows of A per packed block, float64 (a multiple of dMR)
-	minTask = 2    // row blocks per worker the scheduler aims for
+	minTask = 4    // row blocks per worker the scheduler aims for
 
 	// smallWork is the flop count below which a product runs on the
-	// calling goroutine alone.
-	smallWork = 1 << 20
+	// calling goroutine alone; packSerial the size of a B panel (values)
+	// below which the calling goroutine packs it alone. A region of the
+	// worker team starts and joins in a few microseconds, so both are
+	// small: the products of a factorization's last blocks (a few
+	// hundred thousand flops) and its narrow panels are worth sharing.
+	smallWork  = 1 << 18
+	packSerial = 1 << 11
 )
 
 // mask describes which part of a stored operand is read; the rest is taken
@@ -282,10 +287,7 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				panel = pre[off : off+roundUp(nc, nr)*kc]
 			} else {
 				chunks := min(workers, nSl)
-				if nSl*nr*kc < 1<<14 {
-					// A narrow panel (a 96-column block of a
-					// factorization) packs faster than a parallel
-					// region starts.
+				if nSl*nr*kc < packSerial {
 					chunks = 1
 				}
 				ParallelFor(chunks, workers, func(t, _ int) {
