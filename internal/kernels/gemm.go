@@ -255,7 +255,7 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 	// worker has something to do. Each task packs its own copy of its A
 	// block, which is small in that case.
 	nCol := 1
-	if !pl.lowerC && nRow < minTask*workers {
+	if workers > 1 && !pl.lowerC && nRow < minTask*workers {
 		nCol = ceilDiv(minTask*workers, nRow)
 	}
 	kcMax := min(k, blockK)
