@@ -513,16 +513,16 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	if _, err := cholDiag(n, a, lda, 0, nb, dinv); err != nil {
 		return err
 	}
+	clear(p[:(n-nb)*nb])
 	for j := 0; j < n; j += nb {
 		jb := min(nb, n-j)
 		rest := n - j - jb
 		if rest > 0 {
-			// Cholesky step j: L21 = A21·L11⁻ᵀ into p, then
-			// A22 −= L21·L21ᵀ (lower triangle) while the calling
-			// goroutine writes L21 back into A21.
+			// Cholesky step j: L21 = A21·L11⁻ᵀ into p (cleared
+			// beforehand), then A22 −= L21·L21ᵀ (lower triangle) while
+			// the calling goroutine writes L21 back into A21.
 			t := dinv[j*nb : j*nb+jb*jb]
 			a21 := a[(j+jb)*lda+j:]
-			clear(p[:rest*jb])
 			gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
 			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
 				func() {
@@ -534,8 +534,13 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 		var derr error
 		var side func()
 		if rest > 0 {
-			next := j + jb
-			side = func() { _, derr = cholDiag(n, a, lda, next, min(nb, rest), dinv[next*nb:]) }
+			next, jb2 := j+jb, min(nb, rest)
+			side = func() {
+				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
+				// p is free again (the trailing product is done):
+				// clear it for the next step's panel solve.
+				clear(p[:(rest-jb2)*jb2])
+			}
 		}
 		if err := trtriStep(n, a, lda, j, dinv, q, rs, side); err != nil {
 			return err
