@@ -81,7 +81,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	if alpha == 0 {
 		return
 	}
-	sgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, c, ldc, false)
+	sgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, 0, c, ldc, false, nil)
 }
 
 // Dgemm is Sgemm for float64 (math.FMA chains, float64 additions).
@@ -91,26 +91,32 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 	if alpha == 0 {
 		return
 	}
-	dgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, c, ldc, false)
+	dgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, 0, c, ldc, false, nil)
 }
 
 // sgemmMasked is Sgemm without beta, with operand masks and an optional
-// lower-triangle-only C (m == n then, C square).
-func sgemmMasked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, c []float32, ldc int, lowerC bool) {
-	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha,
+// lower-triangle-only C (m == n then, C square). boff shifts B's mask
+// (see operand.off). side, when not nil, runs
+// on the calling goroutine while the other workers start on the product
+// (see gemmPlan.side).
+func sgemmMasked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, boff int, c []float32, ldc int, lowerC bool, side func()) {
+	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side,
 		a:      operand[float32]{data: a, ld: lda, trans: transA, mask: am},
-		b:      operand[float32]{data: b, ld: ldb, trans: transB, mask: bm},
+		b:      operand[float32]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,
 		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, lowerC)}
 	pl.run()
 }
 
 // dgemmMasked is Dgemm without beta, with operand masks and an optional
-// lower-triangle-only C (m == n then, C square).
-func dgemmMasked(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, c []float64, ldc int, lowerC bool) {
-	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha,
+// lower-triangle-only C (m == n then, C square). boff shifts B's mask
+// (see operand.off). side, when not nil, runs
+// on the calling goroutine while the other workers start on the product
+// (see gemmPlan.side).
+func dgemmMasked(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, boff int, c []float64, ldc int, lowerC bool, side func()) {
+	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha, side: side,
 		a:      operand[float64]{data: a, ld: lda, trans: transA, mask: am},
-		b:      operand[float64]{data: b, ld: ldb, trans: transB, mask: bm},
+		b:      operand[float64]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,
 		mr:     dMR, nr: dNR, mcMax: dMCMax, tile: tile64(c, ldc, lowerC)}
 	pl.run()
@@ -152,7 +158,7 @@ func SyrkLower64(n, k int, x []float32, ldx int, c []float64, ldc int) {
 func SyrkLower32(n, k int, x []float32, ldx int, c []float32, ldc int) {
 	checkMatrix("SyrkLower32", "X", k, n, ldx, len(x))
 	checkMatrix("SyrkLower32", "C", n, n, ldc, len(c))
-	sgemmMasked(true, false, n, n, k, 1, x, ldx, maskNone, x, ldx, maskNone, c, ldc, true)
+	sgemmMasked(true, false, n, n, k, 1, x, ldx, maskNone, x, ldx, maskNone, 0, c, ldc, true, nil)
 }
 
 // SymmetrizeLower64 copies the strict lower triangle of the n×n matrix C

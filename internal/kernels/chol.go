@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // cholBlock is the column block of the blocked factorizations: diagonal
@@ -91,12 +90,18 @@ func finite[T float32 | float64](x T) bool {
 
 // gemmMasked runs the packed product C += (alpha·op(A))·op(B) with operand
 // masks and optionally only the lower triangle of C, in T's precision.
-func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool) {
+func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool, side func()) {
+	gemmMaskedOff(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, 0, c, ldc, lowerC, side)
+}
+
+// gemmMaskedOff is gemmMasked with B's mask shifted by boff columns
+// (operand.off).
+func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func()) {
 	switch cc := any(c).(type) {
 	case []float64:
-		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, cc, ldc, lowerC)
+		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side)
 	case []float32:
-		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, cc, ldc, lowerC)
+		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side)
 	}
 }
 
@@ -200,23 +205,11 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	// returns its inverse T = L11⁻¹ (in dinv when kept, else in the
 	// shared buffer).
 	diag := func(j, jb int) ([]T, error) {
-		if err := potrfUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
-			return nil, err
-		}
-		if j+jb == n {
-			return nil, nil
-		}
 		t := *tBuf
 		if dinv != nil {
 			t = dinv[j*nb : j*nb+jb*jb]
 		}
-		for r := 0; r < jb; r++ {
-			copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
-		}
-		if err := trtriUnblocked(jb, t, jb, j); err != nil {
-			return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
-		}
-		return t, nil
+		return cholDiag(n, a, lda, j, jb, t)
 	}
 	lookahead := Workers() > 1
 	var t []T
@@ -237,46 +230,62 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		// L21 = A21·L11⁻ᵀ = A21·Tᵀ.
 		a21 := a[(j+jb)*lda+j:]
 		clear(p[:rest*jb])
-		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false)
-		parallelRows(rest, jb, func(r0, r1 int) {
-			for r := r0; r < r1; r++ {
+		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
+		// L21 is written back into A21 from p; the products below read
+		// it from p (the same values), so the copy needs no parallel
+		// region of its own: the calling goroutine does it.
+		copyBack := func() {
+			for r := 0; r < rest; r++ {
 				copy(a21[r*lda:r*lda+jb], p[r*jb:r*jb+jb])
 			}
-		})
-		// A22 −= L21·L21ᵀ, lower triangle only, in two parts: the next
-		// block column first, then the rest. With lookahead the next
-		// diagonal block, final after the first part, is factored and
-		// inverted while the second part runs, so the cores do not wait
-		// for its scalar work. Each element receives the same chain
-		// either way.
+		}
+		// A22 −= L21·L21ᵀ, lower triangle only. With one worker, one
+		// product. With more, lookahead: two products, the next block
+		// column first, then the rest, during which the calling goroutine
+		// writes L21 back and factors and inverts the next diagonal block
+		// (final after the first part) while the other workers start on
+		// the tiles, so the cores do not wait for its scalar work. Each
+		// element receives the same chain either way.
 		next, jb2 := j+jb, min(nb, rest)
-		gemmMasked(false, true, rest, jb2, jb, -1, a21, lda, maskNone, a21, lda, maskNone, a[next*lda+next:], lda, true)
-		if rest == jb2 {
+		if !lookahead || rest == jb2 {
+			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil)
+			copyBack()
 			continue
 		}
-		a31 := a21[jb2*lda:]
-		big := func() {
-			gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, a31, lda, maskNone, a31, lda, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true)
-		}
-		if !lookahead {
-			big()
-			continue
-		}
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			big()
-		}()
+		gemmMasked(false, true, rest, jb2, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil)
+		p31 := p[jb2*jb:]
 		var err error
-		t, err = diag(next, jb2)
-		wg.Wait()
+		gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, p31, jb, maskNone, p31, jb, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true,
+			func() {
+				copyBack()
+				t, err = diag(next, jb2)
+			})
 		if err != nil {
 			return err
 		}
 		ready = true
 	}
 	return nil
+}
+
+// cholDiag factors the jb×jb diagonal block at (j, j) of the n×n matrix a
+// in place and, unless it is the last block, writes its inverse
+// T = L_jj⁻¹ to t (leading dimension jb) and returns t.
+func cholDiag[T float32 | float64](n int, a []T, lda, j, jb int, t []T) ([]T, error) {
+	if err := potrfUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		return nil, err
+	}
+	if j+jb == n {
+		return nil, nil
+	}
+	t = t[:jb*jb]
+	for r := 0; r < jb; r++ {
+		copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
+	}
+	if err := trtriUnblocked(jb, t, jb, j); err != nil {
+		return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+	}
+	return t, nil
 }
 
 // Dtrtri inverts the n×n lower-triangular matrix L in place (the strict
@@ -310,43 +319,59 @@ func trtri[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 	defer putBuf(rBuf)
 	p, r := *pBuf, *rBuf
 	for j := 0; j < n; j += nb {
-		jb := min(nb, n-j)
-		rest := n - j - jb
-		// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
-		// region accumulates −L·X like the columns before it.
-		parallelRows(rest, jb, func(i0, i1 int) {
-			for i := i0; i < i1; i++ {
-				row := a[(j+jb+i)*lda+j : (j+jb+i)*lda+j+jb]
-				copy(p[i*jb:i*jb+jb], row)
-				clear(row)
-			}
-		})
-		if dinv != nil && rest > 0 {
-			t := dinv[j*nb : j*nb+jb*jb]
-			for i := 0; i < jb; i++ {
-				copy(a[(j+i)*lda+j:(j+i)*lda+j+i+1], t[i*jb:i*jb+i+1])
-			}
-		} else if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		if err := trtriStep(n, a, lda, j, dinv, p, r, nil); err != nil {
 			return err
 		}
-		if j > 0 {
-			// X[j, :j] = L_jj⁻¹ · (accumulated row block).
-			parallelRows(jb, j, func(i0, i1 int) {
-				for i := i0; i < i1; i++ {
-					copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
-					clear(a[(j+i)*lda : (j+i)*lda+j])
-				}
-			})
-			gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false)
-		}
-		if rest > 0 {
-			// Rows below: −= panel · X[j block row, :j+jb].
-			below := a[(j+jb)*lda:]
-			if j > 0 {
-				gemmMasked(false, false, rest, j, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskNone, below, lda, false)
+	}
+	return nil
+}
+
+// trtriStep is block row j of trtri: p (n·96) and r (96·n) are scratch.
+// side, when not nil, runs on the calling goroutine while the other
+// workers start on the step's last product (or alone, when there is none):
+// it must not touch columns before j+96 or rows up to j+96.
+func trtriStep[T float32 | float64](n int, a []T, lda, j int, dinv, p, r []T, side func()) error {
+	nb := cholBlock
+	jb := min(nb, n-j)
+	rest := n - j - jb
+	// Save the panel L[j+jb:, j:j+jb] and clear it: from now on that
+	// region accumulates −L·X like the columns before it. In the same
+	// parallel region, move the accumulated block row j (columns
+	// before j) to r for the product below.
+	top := 0
+	if j > 0 {
+		top = jb
+	}
+	parallelRows(top+rest, jb, func(i0, i1 int) {
+		for i := i0; i < i1; i++ {
+			if i < top {
+				copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
+				clear(a[(j+i)*lda : (j+i)*lda+j])
+				continue
 			}
-			gemmMasked(false, false, rest, jb, jb, -1, p, jb, maskNone, a[j*lda+j:], lda, maskLower, below[j:], lda, false)
+			row := a[(j+jb+i-top)*lda+j : (j+jb+i-top)*lda+j+jb]
+			copy(p[(i-top)*jb:(i-top)*jb+jb], row)
+			clear(row)
 		}
+	})
+	if dinv != nil && rest > 0 {
+		t := dinv[j*nb : j*nb+jb*jb]
+		for i := 0; i < jb; i++ {
+			copy(a[(j+i)*lda+j:(j+i)*lda+j+i+1], t[i*jb:i*jb+i+1])
+		}
+	} else if err := trtriUnblocked(jb, a[j*lda+j:], lda, j); err != nil {
+		return err
+	}
+	if j > 0 {
+		// X[j, :j] = L_jj⁻¹ · (accumulated row block).
+		gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
+	}
+	if rest > 0 {
+		// Rows below: −= panel · X[j block row, :j+jb], one product;
+		// the block X_jj is lower triangular (B's mask shifted by j).
+		gemmMaskedOff(false, false, rest, j+jb, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskLower, j, a[(j+jb)*lda:], lda, false, side)
+	} else if side != nil {
+		side()
 	}
 	return nil
 }
@@ -376,7 +401,7 @@ func potri[T float32 | float64](n int, a []T, lda int) error {
 		copy(li[r*n:r*n+r+1], a[r*lda:r*lda+r+1])
 		clear(a[r*lda : r*lda+r+1])
 	}
-	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true)
+	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true, nil)
 	return nil
 }
 
@@ -451,20 +476,80 @@ func CholInvUpperRev32(n int, r []float32, ldr int, u []float32, ldu int) error 
 
 // invFactorInPlace factors the reversed Hessian in r and inverts the
 // factor, leaving M = chol(P·H·P)⁻¹ in the lower triangle of r.
-func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) error {
-	var dinv []T
-	if n > cholBlock {
-		dBuf := getBuf[T](n * cholBlock)
-		defer putBuf(dBuf)
-		dinv = *dBuf
-	}
-	if err := potrf(n, r, ldr, dinv); err != nil {
+//
+// It performs exactly the operations of potrf followed by trtri, on the
+// same values in the same order for every element, but interleaves
+// them: after Cholesky step j (panel solve and trailing update) comes
+// block row j of the triangular inverse, which needs nothing later, and
+// the next diagonal block (factored and inverted by scalar code) is the
+// side job of that block row's last product. Cholesky step j+1 and later
+// read and write only columns from j+96 on; block row j of the inverse
+// writes only columns before that; so the diagonal blocks' scalar work
+// overlaps a product at every step instead of only while the trailing
+// product is long, which at small orders it is not.
+func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
+	defer func() {
 		if e, ok := err.(*NotPositiveDefiniteError); ok {
 			e.Trailing = true
 		}
+	}()
+	nb := cholBlock
+	if n <= nb {
+		if err := potrfUnblocked(n, r, ldr, 0); err != nil {
+			return err
+		}
+		return trtriUnblocked(n, r, ldr, 0)
+	}
+	dBuf := getBuf[T](n * nb)
+	defer putBuf(dBuf)
+	pBuf := getBuf[T](n * nb)
+	defer putBuf(pBuf)
+	qBuf := getBuf[T](n * nb)
+	defer putBuf(qBuf)
+	rBuf := getBuf[T](nb * n)
+	defer putBuf(rBuf)
+	dinv, p, q, rs := *dBuf, *pBuf, *qBuf, *rBuf
+	a, lda := r, ldr
+	if _, err := cholDiag(n, a, lda, 0, nb, dinv); err != nil {
 		return err
 	}
-	return trtri(n, r, ldr, dinv)
+	clear(p[:(n-nb)*nb])
+	for j := 0; j < n; j += nb {
+		jb := min(nb, n-j)
+		rest := n - j - jb
+		if rest > 0 {
+			// Cholesky step j: L21 = A21·L11⁻ᵀ into p (cleared
+			// beforehand), then A22 −= L21·L21ᵀ (lower triangle) while
+			// the calling goroutine writes L21 back into A21.
+			t := dinv[j*nb : j*nb+jb*jb]
+			a21 := a[(j+jb)*lda+j:]
+			gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
+			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
+				func() {
+					for i := 0; i < rest; i++ {
+						copy(a21[i*lda:i*lda+jb], p[i*jb:i*jb+jb])
+					}
+				})
+		}
+		var derr error
+		var side func()
+		if rest > 0 {
+			next, jb2 := j+jb, min(nb, rest)
+			side = func() {
+				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
+				// p is free again (the trailing product is done):
+				// clear it for the next step's panel solve.
+				clear(p[:(rest-jb2)*jb2])
+			}
+		}
+		if err := trtriStep(n, a, lda, j, dinv, q, rs, side); err != nil {
+			return err
+		}
+		if derr != nil {
+			return derr
+		}
+	}
+	return nil
 }
 
 func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int) error {
@@ -478,13 +563,26 @@ func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int)
 			src := r[(n-1-i)*ldr : (n-1-i)*ldr+n-i]
 			row := u[i*ldu : i*ldu+n]
 			clear(row[:i])
-			dst := row[i:]
-			for j := range dst {
-				dst[j] = src[n-1-i-j]
-			}
+			reverseCopy(row[i:], src)
 		}
 	})
 	return nil
+}
+
+// reverseCopy sets dst[j] = src[len(src)-1-j] for every j (equal
+// lengths), eight at a time where it can.
+func reverseCopy[T float32 | float64](dst, src []T) {
+	src = src[:len(dst)]
+	k := len(src)
+	j := 0
+	for ; k >= 8; j, k = j+8, k-8 {
+		d := dst[j : j+8 : j+8]
+		q := src[k-8 : k : k]
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = q[7], q[6], q[5], q[4], q[3], q[2], q[1], q[0]
+	}
+	for ; k > 0; j, k = j+1, k-1 {
+		dst[j] = src[k-1]
+	}
 }
 
 func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) error {

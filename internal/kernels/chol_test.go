@@ -377,3 +377,65 @@ func TestCholInvUpperRev(t *testing.T) {
 		t.Fatalf("got %v, want a trailing minor of order 1", err)
 	}
 }
+
+// TestInvFactorInterleaved checks that the interleaved inverse factor
+// (Cholesky steps and block rows of the triangular inverse alternating,
+// the next diagonal block as a side job) gives exactly the bits of
+// potrf followed by trtri, for several orders and worker counts, in both
+// precisions, and fails on the same minor when H is not positive
+// definite.
+func TestInvFactorInterleaved(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	defer SetWorkers(SetWorkers(1))
+	for _, n := range []int{96, 97, 200, 385, 500} {
+		ld := n + 3
+		h := randSPD(r, n, ld, 1e4)
+		for _, w := range []int{1, 2, 3} {
+			SetWorkers(w)
+			want := append([]float64(nil), h...)
+			dinv := make([]float64, n*cholBlock)
+			if err := potrf(n, want, ld, dinv); err != nil {
+				t.Fatal(err)
+			}
+			if err := trtri(n, want, ld, dinv); err != nil {
+				t.Fatal(err)
+			}
+			got := append([]float64(nil), h...)
+			if err := invFactorInPlace(n, got, ld); err != nil {
+				t.Fatal(err)
+			}
+			h32 := to32(h)
+			want32 := append([]float32(nil), h32...)
+			dinv32 := make([]float32, n*cholBlock)
+			if err := potrf(n, want32, ld, dinv32); err != nil {
+				t.Fatal(err)
+			}
+			if err := trtri(n, want32, ld, dinv32); err != nil {
+				t.Fatal(err)
+			}
+			got32 := append([]float32(nil), h32...)
+			if err := invFactorInPlace(n, got32, ld); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				for j := 0; j <= i; j++ {
+					if !bitsEqual64(got[i*ld+j], want[i*ld+j]) || !bitsEqual32(got32[i*ld+j], want32[i*ld+j]) {
+						t.Fatalf("n=%d workers=%d: element (%d,%d) differs: %v/%v, float32 %v/%v", n, w, i, j,
+							got[i*ld+j], want[i*ld+j], got32[i*ld+j], want32[i*ld+j])
+					}
+				}
+			}
+			// Not positive definite from row/column k on: the same
+			// minor must be reported.
+			k := n * 2 / 3
+			bad := append([]float64(nil), h...)
+			bad[k*ld+k] = -1
+			errWant := potrf(n, append([]float64(nil), bad...), ld, nil)
+			errGot := invFactorInPlace(n, bad, ld)
+			var ew, eg *NotPositiveDefiniteError
+			if !errors.As(errWant, &ew) || !errors.As(errGot, &eg) || ew.Order != eg.Order || !eg.Trailing {
+				t.Fatalf("n=%d workers=%d: errors %v and %v", n, w, errWant, errGot)
+			}
+		}
+	}
+}

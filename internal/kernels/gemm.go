@@ -12,11 +12,16 @@ const (
 	blockN  = 4080 // columns of B per packed panel (NC), a multiple of sNR and dNR
 	sMCMax  = 144  // rows of A per packed block, float32 (MC, a multiple of sMR)
 	dMCMax  = 96   // rows of A per packed block, float64 (a multiple of dMR)
-	minTask = 2    // row blocks per worker the scheduler aims for
+	minTask = 4    // row blocks per worker the scheduler aims for
 
 	// smallWork is the flop count below which a product runs on the
-	// calling goroutine alone.
-	smallWork = 1 << 20
+	// calling goroutine alone; packSerial the size of a B panel (values)
+	// below which the calling goroutine packs it alone. A region of the
+	// worker team starts and joins in a few microseconds, so both are
+	// small: the products of a factorization's last blocks (a few
+	// hundred thousand flops) and its narrow panels are worth sharing.
+	smallWork  = 1 << 18
+	packSerial = 1 << 11
 )
 
 // mask describes which part of a stored operand is read; the rest is taken
@@ -36,6 +41,10 @@ type operand[T float32 | float64] struct {
 	ld    int
 	trans bool
 	mask  mask
+	// off shifts a mask of B by off columns: maskLower zeroes
+	// op(B)[r][c] for c > r+off, maskUpper for c < r+off. (A's masks
+	// are not shifted.)
+	off int
 }
 
 // tileFunc computes one micro-tile: rows [i, i+mv) and columns [j, j+nv)
@@ -51,6 +60,10 @@ type gemmPlan[T float32 | float64] struct {
 	mr, nr  int
 	mcMax   int
 	tile    tileFunc[T]
+	// side, when not nil, runs on the calling goroutine at the start of
+	// the first compute step while the other workers start on the tiles
+	// (once, and before the call returns; alone first with one worker).
+	side func()
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -176,20 +189,16 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		}
 		switch b.mask {
-		case maskLower: // op(B)[p][j] zero where j > p
+		case maskLower: // op(B)[p][j] zero where j > p (+off): p < j-pc-off
 			for c := 0; c < cols; c++ {
-				for p := 0; p < kc; p++ {
-					if j0+c > pc+p {
-						sl[p*nr+c] = 0
-					}
+				for p := 0; p < min(kc, j0+c-pc-b.off); p++ {
+					sl[p*nr+c] = 0
 				}
 			}
-		case maskUpper: // zero where j < p
+		case maskUpper: // zero where j < p (+off): p > j-pc-off
 			for c := 0; c < cols; c++ {
-				for p := 0; p < kc; p++ {
-					if j0+c < pc+p {
-						sl[p*nr+c] = 0
-					}
+				for p := max(0, j0+c-pc-b.off+1); p < kc; p++ {
+					sl[p*nr+c] = 0
 				}
 			}
 		}
@@ -219,7 +228,11 @@ func (pl *gemmPlan[T]) run() { pl.runPacked(nil) }
 
 func (pl *gemmPlan[T]) runPacked(pre []T) {
 	m, n, k := pl.m, pl.n, pl.k
+	side := pl.side
 	if m == 0 || n == 0 || k == 0 {
+		if side != nil {
+			side()
+		}
 		return
 	}
 	mr, nr := pl.mr, pl.nr
@@ -242,7 +255,7 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 	// worker has something to do. Each task packs its own copy of its A
 	// block, which is small in that case.
 	nCol := 1
-	if !pl.lowerC && nRow < minTask*workers {
+	if workers > 1 && !pl.lowerC && nRow < minTask*workers {
 		nCol = ceilDiv(minTask*workers, nRow)
 	}
 	kcMax := min(k, blockK)
@@ -274,11 +287,14 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				panel = pre[off : off+roundUp(nc, nr)*kc]
 			} else {
 				chunks := min(workers, nSl)
+				if nSl*nr*kc < packSerial {
+					chunks = 1
+				}
 				ParallelFor(chunks, workers, func(t, _ int) {
 					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
 				})
 			}
-			ParallelFor(nTasks, workers, func(t, w int) {
+			parallelForSide(nTasks, workers, func(t, w int) {
 				if pl.lowerC {
 					// The bottom row blocks of a triangle carry the
 					// most tiles: hand them out first.
@@ -314,7 +330,8 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 						pl.tile(kc, as, panel[sl*nr*kc:(sl+1)*nr*kc], i, j, mv, nv)
 					}
 				}
-			})
+			}, side)
+			side = nil
 		}
 	}
 }

@@ -34,32 +34,46 @@ func Workers() int {
 // goroutines (on the calling goroutine when workers <= 1 or n <= 1);
 // worker is in [0, workers) and identifies per-goroutine scratch space.
 // Tasks are handed out in increasing order. It returns when every task
-// has finished.
+// has finished. The calling goroutine runs tasks too, with the helpers of
+// a persistent worker team (see team.go) when the team is free.
 func ParallelFor(n, workers int, f func(task, worker int)) {
+	parallelForSide(n, workers, f, nil)
+}
+
+// parallelForSide is ParallelFor with a side job: side (when not nil)
+// runs on the calling goroutine before it takes tasks, while the other
+// goroutines start on the tasks at once. With one goroutine it runs side
+// first, then the tasks.
+func parallelForSide(n, workers int, f func(task, worker int), side func()) {
 	if workers > n {
 		workers = n
 	}
 	if workers <= 1 {
+		if side != nil {
+			side()
+		}
 		for t := 0; t < n; t++ {
 			f(t, 0)
 		}
 		return
 	}
-	var next atomic.Int64
+	if teamFor(n, workers, f, side) {
+		return
+	}
+	// The team is busy: goroutines of our own, the caller being worker 0.
+	j := &teamJob{n: n, f: f}
 	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := 0; w < workers; w++ {
+	wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
 		go func(w int) {
 			defer wg.Done()
-			for {
-				t := int(next.Add(1) - 1)
-				if t >= n {
-					return
-				}
-				f(t, w)
-			}
+			j.run(w)
 		}(w)
 	}
+	if side != nil {
+		side()
+	}
+	j.run(0)
 	wg.Wait()
 }
 
