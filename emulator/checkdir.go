@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -33,6 +34,30 @@ var ErrNotStored = errors.New("tensor not in the checkpoint")
 // StoredLookup returns a checkpoint's stored tensor by name, or an error
 // wrapping ErrNotStored.
 type StoredLookup func(name string) (*StoredTensor, error)
+
+// CheckpointLookup is the StoredLookup of a native checkpoint: a tensor's
+// packed bytes (checked against their sha256) with its format and layout.
+func CheckpointLookup(c *manifest.Checkpoint) StoredLookup {
+	return func(name string) (*StoredTensor, error) {
+		t, err := c.TensorInfo(name)
+		if errors.Is(err, manifest.ErrNoTensor) {
+			return nil, fmt.Errorf("%w: %w", ErrNotStored, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		st := &StoredTensor{Name: name, Format: t.DType, Layout: Layout{Shape: t.Shape}}
+		if f, tile, ok := t.BFP(); ok {
+			st.Format = f.String()
+			st.Layout.Tile = tile
+			st.Layout.Transposed = t.Orientation == manifest.OrientTransposed
+		}
+		if st.Data, err = c.ReadPacked(name); err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+}
 
 // EmulatedDecode returns what the device unpacker places in a source
 // register for each element of a stored tensor, as BF16 patterns in logical

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -41,28 +40,6 @@ func runEmulate(ctx context.Context, e *env, args []string) error {
 	return usageErrorf("unknown emulate subcommand %q (want matmul or check)", args[0])
 }
 
-// checkpointLookup adapts a native checkpoint to emulator.StoredLookup.
-func checkpointLookup(c *manifest.Checkpoint) emulator.StoredLookup {
-	return func(name string) (*emulator.StoredTensor, error) {
-		t, err := c.TensorInfo(name)
-		if errors.Is(err, manifest.ErrNoTensor) {
-			return nil, fmt.Errorf("%w: %w", emulator.ErrNotStored, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		st := &emulator.StoredTensor{Name: name, Format: t.DType, Layout: emulator.Layout{Shape: t.Shape}}
-		if f, tile, ok := t.BFP(); ok {
-			st.Format = f.String()
-			st.Layout.Tile = tile
-			st.Layout.Transposed = t.Orientation == manifest.OrientTransposed
-		}
-		if st.Data, err = c.ReadPacked(name); err != nil {
-			return nil, err
-		}
-		return st, nil
-	}
-}
 
 // checkDoc is the --json document of `emulate check`.
 type checkDoc struct {
@@ -94,7 +71,7 @@ func runEmulateCheck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := emulator.CheckDumpDir(ctx, *dump, checkpointLookup(c), *limit)
+	rep, err := emulator.CheckDumpDir(ctx, *dump, emulator.CheckpointLookup(c), *limit)
 	if err != nil {
 		return err
 	}
@@ -169,7 +146,7 @@ func runEmulateMatmul(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := checkpointLookup(c)(*tensor)
+	st, err := emulator.CheckpointLookup(c)(*tensor)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func emuCheckpoint(t *testing.T) (string, *emulator.StoredTensor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lookup := checkpointLookup(c)
+	lookup := emulator.CheckpointLookup(c)
 	for _, name := range c.Names() {
 		st, err := lookup(name)
 		if err != nil {

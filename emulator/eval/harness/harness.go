@@ -371,22 +371,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("calibration data: %w", err)
 		}
-		x, err := eval.NewOverlapIndex(cal.Calibration.IDs(), opt.OverlapRun)
+		w, err := checkOverlap(cal.Calibration.IDs(), &cal.Provenance, windows, data, &opt, &info)
 		if err != nil {
 			return nil, err
 		}
-		first, total := x.CheckOverlap(windows, 10)
-		info.Overlap = OverlapInfo{Checked: true, Run: x.Run(), Calibration: &cal.Provenance, Windows: total, First: first}
-		if total > 0 {
-			oe := &OverlapError{Windows: total, Run: x.Run(), First: first}
-			if recs := data.Evaluation.Sequences[first[0].Record].Records; len(recs) > 0 {
-				oe.Where = recs[0].Where
-			}
-			if !opt.AllowOverlap {
-				return nil, oe
-			}
-			warnings = append(warnings, "allowed: "+oe.Error())
-		}
+		warnings = append(warnings, w...)
 	} else if len(calibed) > 0 {
 		// The manifests record the calibration text's provenance: where
 		// its files are still there, with the recorded hashes, the
@@ -406,22 +395,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			provs = append(provs, *prov)
 		}
 		if len(seqs) > 0 {
-			x, err := eval.NewOverlapIndex(seqs, opt.OverlapRun)
+			w, err := checkOverlap(seqs, &provs[0], windows, data, &opt, &info)
 			if err != nil {
 				return nil, err
 			}
-			first, total := x.CheckOverlap(windows, 10)
-			info.Overlap = OverlapInfo{Checked: true, Run: x.Run(), Calibration: &provs[0], Windows: total, First: first}
-			if total > 0 {
-				oe := &OverlapError{Windows: total, Run: x.Run(), First: first}
-				if recs := data.Evaluation.Sequences[first[0].Record].Records; len(recs) > 0 {
-					oe.Where = recs[0].Where
-				}
-				if !opt.AllowOverlap {
-					return nil, oe
-				}
-				warnings = append(warnings, "allowed: "+oe.Error())
-			}
+			warnings = append(warnings, w...)
 		}
 		if len(unchecked) > 0 {
 			info.Overlap.Unchecked = unchecked
@@ -522,6 +500,29 @@ func (r *runner) Logits(dst []float32, lo, hi int) error {
 		copy(dst[row0*V:], lg[:rows*V])
 		return nil
 	})
+}
+
+// checkOverlap indexes the calibration sequences and checks every
+// evaluation window against them, recording the outcome in info: an
+// overlap is an *OverlapError unless allowed, then a warning.
+func checkOverlap(seqs [][]int32, prov *dataset.Provenance, windows []eval.Window, data *dataset.Result, opt *Options, info *DataInfo) ([]string, error) {
+	x, err := eval.NewOverlapIndex(seqs, opt.OverlapRun)
+	if err != nil {
+		return nil, err
+	}
+	first, total := x.CheckOverlap(windows, 10)
+	info.Overlap = OverlapInfo{Checked: true, Run: x.Run(), Calibration: prov, Windows: total, First: first}
+	if total == 0 {
+		return nil, nil
+	}
+	oe := &OverlapError{Windows: total, Run: x.Run(), First: first}
+	if recs := data.Evaluation.Sequences[first[0].Record].Records; len(recs) > 0 {
+		oe.Where = recs[0].Where
+	}
+	if !opt.AllowOverlap {
+		return nil, oe
+	}
+	return []string{"allowed: " + oe.Error()}, nil
 }
 
 // rebuildCalibration rebuilds the calibration sequences a checkpoint's

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/ttquant/ttquant/emulator"
 	"github.com/ttquant/ttquant/internal/model/forward"
-	"github.com/ttquant/ttquant/manifest"
 )
 
 // KV cache formats of Options.KVCache.
@@ -219,7 +217,7 @@ func (d *DeviceLinears) storedRows(dst []uint16, rr forward.RowRange, in int) (b
 	d.dmu.Lock()
 	defer d.dmu.Unlock()
 	if d.lastStored != ref.stored {
-		st, err := storedTensor(d.native.c, ref.stored)
+		st, err := emulator.CheckpointLookup(d.native.c)(ref.stored)
 		if err != nil {
 			return false, err
 		}
@@ -283,23 +281,3 @@ func (bfp8KV) RoundKV(x []float32, headDim int) error {
 	return nil
 }
 
-// storedTensor reads a checkpoint tensor as emulator.StoredTensor.
-func storedTensor(c *manifest.Checkpoint, name string) (*emulator.StoredTensor, error) {
-	t, err := c.TensorInfo(name)
-	if errors.Is(err, manifest.ErrNoTensor) {
-		return nil, fmt.Errorf("%w: %w", emulator.ErrNotStored, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	st := &emulator.StoredTensor{Name: name, Format: t.DType, Layout: emulator.Layout{Shape: t.Shape}}
-	if f, tile, ok := t.BFP(); ok {
-		st.Format = f.String()
-		st.Layout.Tile = tile
-		st.Layout.Transposed = t.Orientation == manifest.OrientTransposed
-	}
-	if st.Data, err = c.ReadPacked(name); err != nil {
-		return nil, err
-	}
-	return st, nil
-}
