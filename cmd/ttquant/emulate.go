@@ -40,7 +40,6 @@ func runEmulate(ctx context.Context, e *env, args []string) error {
 	return usageErrorf("unknown emulate subcommand %q (want matmul or check)", args[0])
 }
 
-
 // checkDoc is the --json document of `emulate check`.
 type checkDoc struct {
 	SchemaVersion int    `json:"schema_version"`

@@ -280,4 +280,3 @@ func (bfp8KV) RoundKV(x []float32, headDim int) error {
 	copy(x, y)
 	return nil
 }
-
