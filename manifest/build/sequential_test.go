@@ -316,3 +316,36 @@ func TestSequentialDiskFull(t *testing.T) {
 		})
 	}
 }
+
+// TestSequentialUnsupportedConfig: a config the forward pass does not run
+// (scaled RoPE) is refused with the key named, before any weight is read
+// or anything written.
+func TestSequentialUnsupportedConfig(t *testing.T) {
+	src := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json", "config.json"} {
+		data, err := os.ReadFile(filepath.Join(src, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == "config.json" {
+			data = []byte(strings.Replace(string(data), `"rope_type": "default"`, `"rope_type": "yarn"`, 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	opt := seqOpts(t, out, 1)
+	opt.Source = dir
+	_, err := GPTQ(context.Background(), opt)
+	if err == nil || !strings.Contains(err.Error(), "rope_type") {
+		t.Fatalf("scaled RoPE: %v, want a refusal naming rope_type", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) > 1 {
+		t.Errorf("the refused build wrote %d entries", len(ents))
+	}
+}
