@@ -24,11 +24,11 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	workers := addWorkersFlag(fs, "files produced and checked, experts quantized, windows evaluated")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
-	seqs := fs.Int("sequences", 16, "calibration sequences")
-	seqLen := fs.Int("seq-len", 256, "tokens per calibration sequence")
-	heldOut := fs.Int("held-out", 4, "final calibration sequences kept out of the Hessians for the held-out error")
-	evalSeqs := fs.Int("eval-sequences", 16, "evaluation sequences")
-	evalSeqLen := fs.Int("eval-seq-len", 256, "tokens per evaluation sequence (one window each)")
+	seqs := fs.Int("sequences", 48, "calibration sequences")
+	seqLen := fs.Int("seq-len", 512, "tokens per calibration sequence")
+	heldOut := fs.Int("held-out", 8, "final calibration sequences kept out of the Hessians for the held-out error")
+	evalSeqs := fs.Int("eval-sequences", 24, "evaluation sequences")
+	evalSeqLen := fs.Int("eval-seq-len", 512, "tokens per evaluation sequence (one window each)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

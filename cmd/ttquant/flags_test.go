@@ -54,7 +54,7 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{[]string{"export", "ttnn", "ckpt", "--out", out, "--names", "m.json", "--workers", "0"}, "--workers"},
 		{[]string{"demo", "--out", out, "--sequences", "1"}, "--sequences"},
 		{[]string{"demo", "--out", out, "--seq-len", "0"}, "--seq-len"},
-		{[]string{"demo", "--out", out, "--held-out", "16"}, "--held-out"},
+		{[]string{"demo", "--out", out, "--held-out", "48"}, "--held-out"},
 		{[]string{"demo", "--out", out, "--eval-sequences", "0"}, "--eval-sequences"},
 		{[]string{"demo", "--out", out, "--held-out", "0"}, "--held-out"},
 		{[]string{"plan", "--model", model, "--experts-per-file", "0"}, "--experts-per-file"},

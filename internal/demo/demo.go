@@ -34,11 +34,12 @@ type Options struct {
 	Progress func(build.ProgressEvent)
 	Log      func(msg string)
 	// Calibration: Sequences × SeqLen tokens of the calibration text
-	// (default 16 × 256), the last HeldOut sequences (default 4) kept out
-	// of the Hessians to measure each layer's held-out error.
+	// (default 48 × 512), the last HeldOut sequences (default 8) kept out
+	// of the Hessians to measure each layer's held-out error. Fewer make
+	// GPTQ's Hessians too thin to beat rounding on this model.
 	Sequences, SeqLen, HeldOut int
 	// Evaluation: EvalSequences × EvalSeqLen tokens of the evaluation text
-	// (default 16 × 256), text the model never saw in training.
+	// (default 24 × 512), text the model never saw in training.
 	EvalSequences, EvalSeqLen int
 }
 
@@ -49,11 +50,11 @@ func (o *Options) defaults() {
 		}
 	}
 	set(&o.Workers, 1)
-	set(&o.Sequences, 16)
-	set(&o.SeqLen, 256)
-	set(&o.HeldOut, 4)
-	set(&o.EvalSequences, 16)
-	set(&o.EvalSeqLen, 256)
+	set(&o.Sequences, 48)
+	set(&o.SeqLen, 512)
+	set(&o.HeldOut, 8)
+	set(&o.EvalSequences, 24)
+	set(&o.EvalSeqLen, 512)
 }
 
 // Validate reports the first option out of range, after defaults.
