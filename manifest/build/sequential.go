@@ -313,6 +313,13 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			start, out = 0, nil
 		}
 	}
+	if start == 0 {
+		// Records of an abandoned pass must not stand in for the layers
+		// about to be redone.
+		if err := os.RemoveAll(s.dir()); err != nil {
+			return nil, err
+		}
+	}
 	// GPTQ matrices outside the layers the pass runs (the embedding or LM
 	// head with --layers all) have no calibration inputs and are rounded
 	// to nearest; the forward pass uses them as stored.

@@ -349,3 +349,45 @@ func TestSequentialUnsupportedConfig(t *testing.T) {
 		t.Errorf("the refused build wrote %d entries", len(ents))
 	}
 }
+
+// TestSequentialDamagedStream: when the recorded stream a resumed pass
+// would start from does not check, the pass starts over at layer 0 and
+// still writes the bytes of an uninterrupted build.
+func TestSequentialDamagedStream(t *testing.T) {
+	ref, _ := seqReference(t)
+	out := filepath.Join(t.TempDir(), "out")
+	opt := seqOpts(t, out, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opt.testHook = func(file, tensor string) {
+		if file == seqDir && tensor == "layer 2" {
+			cancel()
+		}
+	}
+	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted build: %v", err)
+	}
+	stream := filepath.Join(out, manifest.PartialDir, seqDir, "stream-002.f32")
+	data, err := os.ReadFile(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 1
+	if err := os.WriteFile(stream, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var layers []string
+	opt = seqOpts(t, out, 2)
+	opt.testHook = func(file, tensor string) {
+		if file == seqDir {
+			layers = append(layers, tensor)
+		}
+	}
+	if _, err := GPTQ(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 5 {
+		t.Errorf("the pass ran %v after a damaged stream, want every layer again", layers)
+	}
+	sameTree(t, "resumed from a damaged stream", ref, out)
+}
