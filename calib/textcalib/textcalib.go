@@ -8,15 +8,11 @@ package textcalib
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -483,35 +479,6 @@ func buildData(opt Options, tok *tokenizer.Tokenizer) (*dataset.Result, int64, e
 	return res, asked, nil
 }
 
-// ModelIdentity is the sha256 of the model directory's config.json and
-// safetensors files: a JSON list of (name, size, sha256) sorted by name.
-func ModelIdentity(dir string) (string, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	if err != nil {
-		return "", err
-	}
-	names = append(names, filepath.Join(dir, "config.json"))
-	sort.Strings(names)
-	type entry struct {
-		Name   string `json:"name"`
-		Size   int64  `json:"size"`
-		SHA256 string `json:"sha256"`
-	}
-	var ents []entry
-	for _, n := range names {
-		f, err := os.Open(n)
-		if err != nil {
-			return "", fmt.Errorf("textcalib: model identity: %w", err)
-		}
-		h := sha256.New()
-		size, err := io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return "", fmt.Errorf("textcalib: model identity: %s: %w", n, err)
-		}
-		ents = append(ents, entry{filepath.Base(n), size, hex.EncodeToString(h.Sum(nil))})
-	}
-	data, _ := json.Marshal(ents)
-	s := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(s[:]), nil
-}
+// ModelIdentity is calib.ModelIdentity: the sha256 of the model
+// directory's config.json and safetensors files.
+func ModelIdentity(dir string) (string, error) { return calib.ModelIdentity(dir) }

@@ -228,6 +228,9 @@ type builder struct {
 	// wasFinished is set when the output directory held a finished build
 	// of the same inputs.
 	wasFinished bool
+	// srcInfo and srcConfigs are the source's hashes, computed once.
+	srcInfo    *manifest.SourceInfo
+	srcConfigs []string
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.
@@ -538,6 +541,17 @@ func sourceFiles(src string, m *safetensors.Model) (shards []string, index strin
 // sourceIdentity hashes the source files (in parallel) and returns the
 // source section of the manifest and the config files to copy.
 func (b *builder) sourceIdentity(ctx context.Context) (manifest.SourceInfo, []string, error) {
+	if b.srcInfo != nil {
+		return *b.srcInfo, b.srcConfigs, nil
+	}
+	si, configs, err := b.hashSource(ctx)
+	if err == nil {
+		b.srcInfo, b.srcConfigs = &si, configs
+	}
+	return si, configs, err
+}
+
+func (b *builder) hashSource(ctx context.Context) (manifest.SourceInfo, []string, error) {
 	shards, index, configs, err := sourceFiles(b.opt.Source, b.model)
 	if err != nil {
 		return manifest.SourceInfo{}, nil, err

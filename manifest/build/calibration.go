@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/ttquant/ttquant/calib"
@@ -77,6 +78,9 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	}
 	if st.Provenance().Synthetic && !b.opt.AllowSyntheticCalibration {
 		return fmt.Errorf("manifest: calibration store %s: %w", b.opt.Calib, ErrSyntheticCalibration)
+	}
+	if err := b.checkStoreModel(ctx, st.Provenance().Revision); err != nil {
+		return err
 	}
 	if err := st.Check(ctx, false); err != nil {
 		return err
@@ -285,4 +289,39 @@ func compactJSON(data []byte) json.RawMessage {
 		return nil
 	}
 	return buf.Bytes()
+}
+
+// ErrStoreModel is wrapped by the error of a GPTQ build whose calibration
+// store was built from another model.
+var ErrStoreModel = errors.New("the calibration store was built from another model")
+
+// checkStoreModel compares the model identity a text-built store records
+// (calib.ModelIdentity) with the source's, from the source hashes the
+// manifest needs anyway; only when they differ are the directory's files
+// hashed the way the store builder did, to rule out files the source
+// checkpoint does not use.
+func (b *builder) checkStoreModel(ctx context.Context, revision string) error {
+	if !strings.HasPrefix(revision, "sha256:") {
+		return nil // a store without a model identity (synthetic, or from elsewhere)
+	}
+	si, _, err := b.sourceIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	var files []calib.ModelFile
+	for _, f := range si.Files {
+		if f.Role == "shard" || f.Name == "config.json" {
+			files = append(files, calib.ModelFile{Name: f.Name, Size: f.Size, SHA256: f.SHA256})
+		}
+	}
+	have := calib.ModelIdentityOf(files)
+	if have == revision {
+		return nil
+	}
+	if fi, err := os.Stat(b.opt.Source); err == nil && fi.IsDir() {
+		if id, err := calib.ModelIdentity(b.opt.Source); err == nil && id == revision {
+			return nil
+		}
+	}
+	return fmt.Errorf("manifest: calibration store %s: %w (its model identity %.23s…, the source's %.23s…); build the store from this model", b.opt.Calib, ErrStoreModel, revision, have)
 }

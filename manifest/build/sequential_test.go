@@ -11,7 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
@@ -390,4 +392,43 @@ func TestSequentialDamagedStream(t *testing.T) {
 		t.Errorf("the pass ran %v after a damaged stream, want every layer again", layers)
 	}
 	sameTree(t, "resumed from a damaged stream", ref, out)
+}
+
+// TestStoreFromAnotherModel: a store that records another model's identity
+// is refused before anything is written; one that records this model's is
+// accepted.
+func TestStoreFromAnotherModel(t *testing.T) {
+	src, _ := tinyFixture(t)
+	mc, err := model.ReadConfig(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := calib.ModelIdentity(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		revision string
+		refused  bool
+	}{{"sha256:" + strings.Repeat("0", 64), true}, {id, false}} {
+		store := filepath.Join(t.TempDir(), "store")
+		if _, err := calib.SynthesizeStore(store, mc, calib.SynthStoreOptions{Sequences: 3, SeqLen: 16, Revision: c.revision}); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "out")
+		opt := gptq1Opts(t, out, 2)
+		opt.Calib = store
+		opt.HeldOutSequences = 0
+		_, err := GPTQ(context.Background(), opt)
+		if c.refused {
+			if !errors.Is(err, ErrStoreModel) {
+				t.Errorf("store of another model: %v, want ErrStoreModel", err)
+			}
+			if ents, _ := os.ReadDir(out); len(ents) > 1 {
+				t.Errorf("the refused build wrote %d entries", len(ents))
+			}
+		} else if err != nil {
+			t.Errorf("store of this model: %v", err)
+		}
+	}
 }
