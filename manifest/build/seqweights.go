@@ -3,8 +3,6 @@ package build
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/ttquant/ttquant/internal/model"
@@ -55,29 +53,14 @@ func newSeqWeights(b *builder) (*seqWeights, error) {
 			}
 			continue
 		}
-		i := strings.LastIndex(st.name, "experts.")
-		if i < 0 || len(st.shape) != 2 {
-			return nil, fmt.Errorf("expert tensor %s has an unexpected name or shape %v", st.name, st.shape)
+		parts, err := model.ExpertParts(st.name, st.expert, st.shape)
+		if err != nil {
+			return nil, err
 		}
-		p := st.name[:i] + "experts." + strconv.Itoa(st.expert) + "."
-		switch model.Role(st.role) {
-		case model.RoleExpertDown:
-			if err := add(p+"down_proj.weight", seqRef{st: st, shape: st.shape}); err != nil {
+		for _, p := range parts {
+			if err := add(p.Name, seqRef{st: st, off: p.Offset, shape: p.Shape}); err != nil {
 				return nil, err
 			}
-		case model.RoleExpertGateUp:
-			if st.shape[0]%2 != 0 {
-				return nil, fmt.Errorf("expert tensor %s has an odd number of rows %v", st.name, st.shape)
-			}
-			half := []int64{st.shape[0] / 2, st.shape[1]}
-			if err := add(p+"gate_proj.weight", seqRef{st: st, shape: half}); err != nil {
-				return nil, err
-			}
-			if err := add(p+"up_proj.weight", seqRef{st: st, off: half[0] * half[1], shape: half}); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("expert tensor %s has role %s", st.name, st.role)
 		}
 	}
 	return w, nil

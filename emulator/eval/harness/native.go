@@ -2,10 +2,9 @@ package harness
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/manifest"
 )
@@ -55,29 +54,14 @@ func OpenNative(dir string) (*Native, error) {
 			}
 			continue
 		}
-		i := strings.LastIndex(t.Name, "experts.")
-		if i < 0 || len(t.Shape) != 2 {
-			return nil, fmt.Errorf("%s: expert tensor %s has an unexpected name or shape %v", dir, t.Name, t.Shape)
+		parts, err := model.ExpertParts(t.Name, *t.Expert, t.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
-		p := t.Name[:i] + "experts." + strconv.Itoa(*t.Expert) + "."
-		switch {
-		case strings.HasSuffix(t.Name, "down_proj"):
-			if err := s.add(dir, p+"down_proj.weight", nativeRef{stored: t.Name, shape: t.Shape}); err != nil {
+		for _, p := range parts {
+			if err := s.add(dir, p.Name, nativeRef{stored: t.Name, off: p.Offset, shape: p.Shape}); err != nil {
 				return nil, err
 			}
-		case strings.HasSuffix(t.Name, "gate_up_proj"):
-			if t.Shape[0]%2 != 0 {
-				return nil, fmt.Errorf("%s: expert tensor %s has an odd number of rows %v", dir, t.Name, t.Shape)
-			}
-			half := []int64{t.Shape[0] / 2, t.Shape[1]}
-			if err := s.add(dir, p+"gate_proj.weight", nativeRef{stored: t.Name, shape: half}); err != nil {
-				return nil, err
-			}
-			if err := s.add(dir, p+"up_proj.weight", nativeRef{stored: t.Name, off: half[0] * half[1], shape: half}); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("%s: expert tensor %s is neither gate_up_proj nor down_proj", dir, t.Name)
 		}
 	}
 	return s, nil
