@@ -28,7 +28,7 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	modelDir := fs.String("model", "", "BF16 model directory (config.json, weights, tokenizer)")
 	out := fs.String("out", "", "store directory to create, or to resume when it holds an unfinished build")
 	dtype := fs.String("dtype", "BF16", "stored dtype: BF16 or F32")
-	allowShort := fs.Bool("allow-short", false, "build with the tokens the text gives when it gives fewer than --sequences × --seq-len (default: refuse)")
+	allowShort := addAllowShortFlag(fs)
 	workers := addWorkersFlag(fs, "goroutines")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")

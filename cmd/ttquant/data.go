@@ -61,6 +61,12 @@ func addDataFlags(fs *flag.FlagSet, sequences, evalSequences int) *dataFlags {
 	return d
 }
 
+// addAllowShortFlag adds --allow-short to a command that builds a
+// calibration set from text.
+func addAllowShortFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("allow-short", false, "build with the tokens the text gives when it gives fewer than --sequences × --seq-len (default: refuse)")
+}
+
 // resolve parses the spec and returns it with the options to build it.
 func (d *dataFlags) resolve(workers int) (*dataset.Spec, dataset.Options, error) {
 	if d.data == "" {

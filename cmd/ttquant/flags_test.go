@@ -36,6 +36,8 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{append(gptqArgs, "--dense-shard-bytes", "-1"), "--dense-shard-bytes"},
 		{append(gptqArgs, "--estimate", "-1s"), "--estimate"},
 		{append(gptqArgs, "--parent", "xyz"), "--parent"},
+		{append(gptqArgs, "--allow-short"), "--allow-short"},
+		{[]string{"gptq", "--model", model, "--data", "calib=x.jsonl", "--calib", store, "--out", out}, "--data"},
 		{append(convertArgs, "--workers", "-3"), "--workers"},
 		{append(convertArgs, "--experts-per-file", "-1"), "--experts-per-file"},
 		{append(convertArgs, "--dense-shard-bytes", "0"), "--dense-shard-bytes"},

@@ -38,7 +38,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	bf := addBuildFlags(fs)
 	calibPath := fs.String("calib", "", "calibration store: every layer's inputs from the source model (instead of --data)")
 	d := addDataFlags(fs, 128, 0)
-	allowShort := fs.Bool("allow-short", false, "with --data: build with the tokens the text gives when it gives fewer than --sequences × --seq-len (default: refuse)")
+	allowShort := addAllowShortFlag(fs)
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
 	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
 	gf := addGPTQFlags(fs)
@@ -61,6 +61,8 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("give --data (sequential GPTQ from text) or --calib (a calibration store), not both")
 	case *calibPath == "" && d.data == "" && !*dryRun:
 		return usageErrorf("--data or --calib is required")
+	case *allowShort && d.data == "":
+		return usageErrorf("--allow-short applies to --data (calibration text) only")
 	}
 	if d.data != "" {
 		spec, dopt, err := d.resolve(bf.workers)

@@ -54,7 +54,6 @@ type sequential struct {
 	ref  *forward.Model // over src: the source model for the reference stream
 	ids  [][]int32      // calibration sequences, the held-out ones last
 	held int            // held-out sequences
-	prov dataset.Provenance
 
 	mu   sync.Mutex
 	done map[string]*produced // the current layer's GPTQ'd dense tensors
@@ -104,7 +103,7 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if b.opt.HeldOutSequences >= len(ids) {
 		return fmt.Errorf("manifest: %d held-out sequences of the data's %d leave none for calibration", b.opt.HeldOutSequences, len(ids))
 	}
-	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, ids: ids, held: b.opt.HeldOutSequences, prov: res.Provenance, done: map[string]*produced{}}
+	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, ids: ids, held: b.opt.HeldOutSequences, done: map[string]*produced{}}
 	if s.w, err = newSeqWeights(b); err != nil {
 		return err
 	}
