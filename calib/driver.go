@@ -223,6 +223,11 @@ type MatrixStats struct {
 	// Fallback is non-empty when the requested method was replaced, and
 	// says why.
 	Fallback string `json:"fallback,omitempty"`
+	// Asymmetric is set when GPTQ quantized the matrix's fit to the
+	// original model's outputs (Activations.Target) rather than the
+	// matrix itself; ProxyLoss and RTNProxyLoss are then measured
+	// against that fit.
+	Asymmetric bool `json:"asymmetric,omitempty"`
 }
 
 // ExpertStats describes one expert's quantization.
@@ -287,6 +292,13 @@ type LayerReport struct {
 type Activations struct {
 	X      []float32
 	Tokens int
+	// Target, when not nil, holds the original model's inputs at the same
+	// tokens (same shape as X) and makes the calibration asymmetric: the
+	// Hessians and the routing still come from X, the inputs the quantized
+	// model feeds the layer, but every GPTQ'd matrix is fitted to the
+	// original weights' outputs on Target (AsymmetricTarget). Only the
+	// calibration activations use it.
+	Target []float32
 }
 
 // QuantizeMoELayer quantizes the routed experts (and the shared expert) of
@@ -329,6 +341,14 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 		}
 		if err := checkFinite(a.act.X, cfg.Hidden); err != nil {
 			return nil, fmt.Errorf("calib: %s activations: %w", a.name, err)
+		}
+	}
+	if calib.Target != nil {
+		if len(calib.Target) != len(calib.X) {
+			return nil, fmt.Errorf("calib: asymmetric targets hold %d values, the calibration activations %d", len(calib.Target), len(calib.X))
+		}
+		if err := checkFinite(calib.Target, cfg.Hidden); err != nil {
+			return nil, fmt.Errorf("calib: asymmetric targets: %w", err)
 		}
 	}
 	if calib.Tokens == 0 {

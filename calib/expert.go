@@ -156,18 +156,25 @@ func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]
 // and the reason recorded. f, when not nil, is h already factored with the
 // layer's options (gptq.Factor.Quantize gives exactly gptq.Quantize's
 // result); with f nil the factorization is done here.
-func (qz quantizer) gptq(i int, w []float32, rows, cols int, h []float64, f *gptq.Factor, src string, n int64) ([]float32, MatrixStats, error) {
+//
+// target, when not nil, is what GPTQ quantizes instead of w (the
+// asymmetric target, see AsymmetricTarget); a fallback still rounds w.
+func (qz quantizer) gptq(i int, w, target []float32, rows, cols int, h []float64, f *gptq.Factor, src string, n int64) ([]float32, MatrixStats, error) {
 	g, err := qz.d.gridFor(qz.expert, i)
 	if err != nil {
 		return nil, MatrixStats{}, err
 	}
 	opt := *qz.d.opt.GPTQ
 	opt.Name = qz.what + " " + matrixNames[i]
+	fit := w
+	if target != nil {
+		fit = target
+	}
 	var res *gptq.Result
 	if f != nil {
-		res, err = f.Quantize(w, rows, g, opt)
+		res, err = f.Quantize(fit, rows, g, opt)
 	} else {
-		res, err = gptq.Quantize(w, rows, cols, h, g, opt)
+		res, err = gptq.Quantize(fit, rows, cols, h, g, opt)
 	}
 	if errors.Is(err, gptq.ErrOptions) {
 		return nil, MatrixStats{}, err // an invalid option is never a fallback
@@ -199,34 +206,76 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // when the caller has it, else one made here. When hGU cannot be factored
 // each matrix goes through gptq.Quantize, which reports the reason in its
 // own name.
+//
+// tgt, when not nil, makes the fit asymmetric: tgt.x are the rows hGU was
+// built from and tgt.t the original model's inputs at the same tokens;
+// gate and up are fitted to the original weights' outputs on tgt.t, and
+// down to the original expert's intermediate on tgt.t through the
+// quantized gate and up on tgt.x (AsymmetricTarget). A matrix whose
+// Hessian cannot be factored keeps its symmetric path and reason.
 func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *gptq.Factor, srcGU string, nGU int64,
-	downH func(q *ExpertWeights) ([]float64, string, int64, error)) (*ExpertWeights, [3]MatrixStats, error) {
+	downH func(q *ExpertWeights) ([]float64, string, int64, error), tgt *asymRows) (*ExpertWeights, [3]MatrixStats, error) {
 	var st [3]MatrixStats
 	h := qz.d.cfg.Hidden
 	q := &ExpertWeights{}
 	var err error
+	opt := *qz.d.opt.GPTQ
 	if fGU == nil {
-		opt := *qz.d.opt.GPTQ
 		opt.Name = qz.what + " gate_proj/up_proj"
 		if f, ferr := gptq.NewFactor(hGU, h, opt); ferr == nil {
 			fGU = f
 			defer f.Release() // made here, used only here
 		}
 	}
-	if q.Gate, st[0], err = qz.gptq(0, w.Gate, inter, h, hGU, fGU, srcGU, nGU); err != nil {
+	var tg, tu, td []float32
+	fitGU := tgt != nil && fGU != nil && asymmetricFits(tgt.n, h)
+	if fitGU {
+		if tg, err = AsymmetricTarget(w.Gate, inter, h, tgt.x, tgt.t, tgt.n, fGU); err != nil {
+			return nil, st, fmt.Errorf("calib: %s gate_proj: %w", qz.what, err)
+		}
+		if tu, err = AsymmetricTarget(w.Up, inter, h, tgt.x, tgt.t, tgt.n, fGU); err != nil {
+			return nil, st, fmt.Errorf("calib: %s up_proj: %w", qz.what, err)
+		}
+	}
+	if q.Gate, st[0], err = qz.gptq(0, w.Gate, tg, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
-	if q.Up, st[1], err = qz.gptq(1, w.Up, inter, h, hGU, fGU, srcGU, nGU); err != nil {
+	if q.Up, st[1], err = qz.gptq(1, w.Up, tu, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
+	st[0].Asymmetric = fitGU && st[0].Method == MethodGPTQ
+	st[1].Asymmetric = fitGU && st[1].Method == MethodGPTQ
 	hd, srcD, nD, err := downH(q)
 	if err != nil {
 		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)
 	}
-	if q.Down, st[2], err = qz.gptq(2, w.Down, h, inter, hd, nil, srcD, nD); err != nil {
+	var fD *gptq.Factor
+	if tgt != nil && asymmetricFits(tgt.n, inter) {
+		opt.Name = qz.what + " down_proj"
+		if f, ferr := gptq.NewFactor(hd, inter, opt); ferr == nil {
+			fD = f
+			defer f.Release()
+			var sq, sr expertScratch
+			aq := sq.intermediate(q, tgt.x, tgt.n, h, inter)
+			ar := sr.intermediate(w, tgt.t, tgt.n, h, inter)
+			if td, err = AsymmetricTarget(w.Down, h, inter, aq, ar, tgt.n, fD); err != nil {
+				return nil, st, fmt.Errorf("calib: %s down_proj: %w", qz.what, err)
+			}
+		}
+	}
+	if q.Down, st[2], err = qz.gptq(2, w.Down, td, h, inter, hd, fD, srcD, nD); err != nil {
 		return nil, st, err
 	}
+	st[2].Asymmetric = td != nil && st[2].Method == MethodGPTQ
 	return q, st, nil
+}
+
+// asymRows are the rows of an asymmetric fit: x, the inputs the Hessian
+// is built from, and t, the original model's inputs at the same tokens
+// (n rows each).
+type asymRows struct {
+	x, t []float32
+	n    int
 }
 
 // allRTN rounds the three matrices to nearest.
@@ -281,7 +330,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 			q, st.Matrices, err = qz.gateUpDown(w, inter, hi, fi, HessianIdentity, 0,
 				func(*ExpertWeights) ([]float64, string, int64, error) {
 					return identity(inter), HessianIdentity, 0, nil
-				})
+				}, nil)
 		case StarvedAllTokens:
 			hAll, herr := d.allHessian()
 			if herr != nil {
@@ -291,7 +340,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 				func(q *ExpertWeights) ([]float64, string, int64, error) {
 					hd, nd, err := d.downHessianAll(q, inter)
 					return hd, HessianAllTokens, nd, err
-				})
+				}, d.allRows())
 		}
 	default:
 		// All routed tokens in one gathered matrix and one Hessian update
@@ -300,6 +349,10 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		defer d.putScratch(ws)
 		ws.x = gatherRows(ws.x, d.calib.X, h, toks)
 		xe := ws.x
+		var tgt *asymRows
+		if d.calib.Target != nil {
+			tgt = &asymRows{x: xe, t: gatherRows(nil, d.calib.Target, h, toks), n: n}
+		}
 		hs := gptq.NewHessian(h)
 		if err := hs.Add(xe, n); err != nil {
 			return nil, fmt.Errorf("calib: %s gate/up Hessian: %w", what, err)
@@ -315,7 +368,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 					return nil, "", 0, err
 				}
 				return hd.Finish(), HessianRouted, int64(n), nil
-			})
+			}, tgt)
 	}
 	if err != nil {
 		return nil, err
@@ -377,6 +430,15 @@ func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts [
 	return p, nil
 }
 
+// allRows is the asymmetric fit over every calibration token (the shared
+// expert and the all-tokens starved policy), nil without a target.
+func (d *driver) allRows() *asymRows {
+	if d.calib.Target == nil {
+		return nil
+	}
+	return &asymRows{x: d.calib.X, t: d.calib.Target, n: d.calib.Tokens}
+}
+
 // sharedJob quantizes the shared expert as a dense MLP over all calibration
 // tokens.
 func (d *driver) sharedJob() (*jobResult, error) {
@@ -397,7 +459,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 			func(q *ExpertWeights) ([]float64, string, int64, error) {
 				hd, nd, err := d.downHessianAll(q, inter)
 				return hd, HessianAllTokens, nd, err
-			})
+			}, d.allRows())
 	}
 	if err != nil {
 		return nil, err

@@ -1,0 +1,88 @@
+package calib
+
+import (
+	"fmt"
+
+	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/kernels"
+)
+
+// AsymmetricMinRowsPerColumn is the number of calibration rows per input
+// column a matrix needs before it is fitted asymmetrically: the fit
+// estimates a cols×cols map from the rows, and with fewer rows its
+// estimation noise outweighs what it corrects. Measured on the trained
+// tiny model (docs/calibration.md): at 8 rows per column the asymmetric
+// fit made the held-out error and the stream drift worse than the
+// symmetric one, from 32 on it made both better. A matrix below the bound
+// is fitted symmetrically.
+const AsymmetricMinRowsPerColumn = 16
+
+// asymmetricFits reports whether n rows suffice to fit a matrix over cols
+// input columns asymmetrically.
+func asymmetricFits(n, cols int) bool { return n >= AsymmetricMinRowsPerColumn*cols }
+
+// AsymmetricTarget returns the weights GPTQ should quantize when a layer
+// sees inputs x (n rows of cols values: the inputs the quantized model
+// feeds it) but should reproduce what the original weights w (rows×cols,
+// row-major) give on the original model's inputs t at the same tokens.
+//
+// With H = (2/n)·xᵀx the Hessian f factors (damped to H′ as the solver
+// damps it), the output error ‖x·Qᵀ − t·wᵀ‖² splits into ‖(Q − w′)·x‖² plus
+// a constant, where
+//
+//	w′ = w + (2/n)·((t − x)·wᵀ)ᵀ·x·H′⁻¹
+//
+// is the (damped) least-squares fit of t·wᵀ on x. GPTQ of w′ with the same
+// H therefore minimises the error against the original model's outputs
+// instead of the original weights' outputs on the drifted inputs: the
+// error the quantized layers before it left in x is partly undone here.
+// When t equals x the correction is exactly zero and w is returned as
+// given (a copy). The products run in float32 over chunks of rows, the
+// inverse in float64 (gptq.Factor.MulInverse).
+func AsymmetricTarget(w []float32, rows, cols int, x, t []float32, n int, f *gptq.Factor) ([]float32, error) {
+	switch {
+	case len(w) != rows*cols:
+		return nil, fmt.Errorf("calib: asymmetric target: weights hold %d values, want %d × %d", len(w), rows, cols)
+	case n <= 0 || len(x) != n*cols || len(t) != n*cols:
+		return nil, fmt.Errorf("calib: asymmetric target: %d input and %d target values, want %d rows × %d", len(x), len(t), n, cols)
+	case f == nil || f.Cols() != cols:
+		return nil, fmt.Errorf("calib: asymmetric target: no factor over %d columns", cols)
+	}
+	out := append([]float32(nil), w...)
+	// A multiple of the kernels' inner block, so the sums do not depend on
+	// how the rows are chunked beyond it.
+	const chunk = 1024
+	m := make([]float32, rows*cols)
+	d := make([]float32, min(chunk, n)*cols)
+	e := make([]float32, min(chunk, n)*rows)
+	zero := true
+	for r0 := 0; r0 < n; r0 += chunk {
+		k := min(chunk, n-r0)
+		xs, ts := x[r0*cols:(r0+k)*cols], t[r0*cols:(r0+k)*cols]
+		dk := d[:k*cols]
+		for i := range dk {
+			dk[i] = ts[i] - xs[i]
+			if dk[i] != 0 {
+				zero = false
+			}
+		}
+		// e = d·wᵀ (k×rows), m += eᵀ·x (rows×cols).
+		kernels.Sgemm(false, true, k, rows, cols, 1, dk, cols, w, cols, 0, e[:k*rows], rows)
+		kernels.Sgemm(true, false, rows, cols, k, 1, e[:k*rows], rows, xs, cols, 1, m, cols)
+	}
+	if zero {
+		return out, nil
+	}
+	m64 := make([]float64, len(m))
+	s := 2 / float64(n)
+	for i, v := range m {
+		m64[i] = s * float64(v)
+	}
+	if err := f.MulInverse(m64, rows); err != nil {
+		return nil, err
+	}
+	for i, v := range m64 {
+		out[i] += float32(v)
+	}
+	return out, nil
+}
