@@ -173,15 +173,19 @@ type TTQuantSection struct {
 // BuildParams are the options that influence the bytes written. They take
 // part in the resume check.
 type BuildParams struct {
-	Layers         string  `json:"layers,omitempty"`
-	BlockSize      int     `json:"gptq_block_size,omitempty"`
-	PercDamp       float64 `json:"gptq_percdamp,omitempty"`
-	ActOrder       bool    `json:"gptq_act_order,omitempty"`
-	StaticGroups   bool    `json:"gptq_static_groups,omitempty"`
-	Float64        bool    `json:"gptq_float64,omitempty"`
-	HeldOut        int     `json:"held_out_sequences,omitempty"`
-	ExpertsPerFile int     `json:"experts_per_file"`
-	DenseShard     int64   `json:"dense_shard_bytes"`
+	Layers       string  `json:"layers,omitempty"`
+	BlockSize    int     `json:"gptq_block_size,omitempty"`
+	PercDamp     float64 `json:"gptq_percdamp,omitempty"`
+	ActOrder     bool    `json:"gptq_act_order,omitempty"`
+	StaticGroups bool    `json:"gptq_static_groups,omitempty"`
+	Float64      bool    `json:"gptq_float64,omitempty"`
+	HeldOut      int     `json:"held_out_sequences,omitempty"`
+	// Asymmetric: every GPTQ'd matrix was fitted to the source model's
+	// outputs on the source model's inputs (sequential builds; see
+	// docs/calibration.md).
+	Asymmetric     bool  `json:"asymmetric,omitempty"`
+	ExpertsPerFile int   `json:"experts_per_file"`
+	DenseShard     int64 `json:"dense_shard_bytes"`
 }
 
 // CalibInfo identifies the calibration store.
@@ -263,7 +267,15 @@ type MatrixStats struct {
 	// row-major order; verify --source recomputes it exactly.
 	Error    float64 `json:"error"`
 	Fallback string  `json:"fallback,omitempty"`
+	// Fit is FitAsymmetric when GPTQ quantized the matrix's fit to the
+	// source model's outputs (an asymmetric sequential build) instead of
+	// the matrix itself; ProxyLoss and RTNProxyLoss are then measured
+	// against that fit. Empty otherwise.
+	Fit string `json:"fit,omitempty"`
 }
+
+// FitAsymmetric is MatrixStats.Fit of a matrix fitted asymmetrically.
+const FitAsymmetric = "asymmetric"
 
 // Encode returns the canonical bytes of m: indented JSON with a trailing
 // newline, with the integrity field filled in (m.Integrity is set). Lists

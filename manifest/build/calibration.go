@@ -223,6 +223,60 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 	return h.Matrix(), h.Tokens(), "", nil
 }
 
+// asymRows returns, in an asymmetric sequential build, the calibration
+// inputs of a dense GPTQ matrix (n rows of cols values) and the source
+// model's inputs at the same tokens: a site's rows for a projection that
+// reads one, the SwiGLU of the stored gate and up projections (and of the
+// source's, on the source rows) for a down projection. t is nil when the
+// build is not asymmetric or the matrix has no such inputs; the matrix is
+// then fitted symmetrically.
+func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols int) (x, t []float32, n int, err error) {
+	ms, ok := s.store.(*memSites)
+	if !ok || layer < 0 {
+		return nil, nil, 0, nil
+	}
+	r := model.Role(s.roles[tensor])
+	if r == model.RoleSharedDown || r == model.RoleMLPDown {
+		gt, ut := s.downInputs(r, layer)
+		if gt == nil || ut == nil || len(gt.shape) != 2 || int(gt.shape[0]) != cols {
+			return nil, nil, 0, nil
+		}
+		xi, ti, hidden, err := ms.calibTargetsOf(layer, calib.SiteMoE, s.calibTokens)
+		if err != nil || ti == nil || int(gt.shape[1]) != hidden {
+			return nil, nil, 0, nil
+		}
+		var g, u, gs, us []float32
+		if g, err = s.stored(ctx, gt); err == nil {
+			u, err = s.stored(ctx, ut)
+		}
+		if err == nil {
+			gs, err = sourceFloats(gt)
+		}
+		if err == nil {
+			us, err = sourceFloats(ut)
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if x, err = calib.SwiGLURows(ctx, xi, hidden, g, u, cols); err != nil {
+			return nil, nil, 0, err
+		}
+		if t, err = calib.SwiGLURows(ctx, ti, hidden, gs, us, cols); err != nil {
+			return nil, nil, 0, err
+		}
+		return x, t, len(xi) / hidden, nil
+	}
+	site := s.family.Site(r)
+	if site == "" {
+		return nil, nil, 0, nil
+	}
+	x, t, c, err := ms.calibTargetsOf(layer, site, s.calibTokens)
+	if err != nil || t == nil || c != cols {
+		return nil, nil, 0, nil
+	}
+	return x, t, len(x) / c, nil
+}
+
 type hessEntry struct {
 	once   sync.Once
 	h      []float64

@@ -359,6 +359,9 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		if m.Fallback != "" {
 			reasons = append(reasons, m.Name+": "+m.Fallback)
 		}
+		if m.Asymmetric {
+			ms.Fit = manifest.FitAsymmetric
+		}
 	}
 	ms.Fallback = strings.Join(reasons, "; ")
 	te.Method = ms.Method

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/calib"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -693,9 +694,13 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if st.axis == "output" {
 		axis = gptq.OutputAxis
 	}
-	res, err := gptq.Quantize(w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis), b.gopt)
+	res, asym, err := b.quantizeDense(ctx, st, w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis))
 	if errors.Is(err, gptq.ErrOptions) {
 		return nil, te, nil, err // an invalid option is never a fallback
+	}
+	var be buildError
+	if errors.As(err, &be) {
+		return nil, te, nil, be.error
 	}
 	if err != nil {
 		return rtn("gptq: " + err.Error())
@@ -707,9 +712,53 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	ms.Damp = res.Damp
 	ms.ProxyLoss = res.ProxyLoss
 	ms.RTNProxyLoss = res.RTNProxyLoss
+	if asym {
+		ms.Fit = manifest.FitAsymmetric
+	}
 	ms.Error = manifest.SquaredError(w, back)
 	return packed, te, ms, nil
 }
+
+// quantizeDense runs GPTQ on a dense matrix with Hessian h: on w itself,
+// or, in an asymmetric build with the matrix's source inputs at hand, on
+// its fit to the source model's outputs (calib.AsymmetricTarget) with the
+// same factorization.
+//
+// asym reports whether the fit was asymmetric: the build asks for it and
+// the matrix has at least calib.AsymmetricMinRowsPerColumn calibration
+// rows per input column.
+func (b *builder) quantizeDense(ctx context.Context, st *storedTensor, w []float32, rows, cols int, h []float64, g gptq.Grid) (res *gptq.Result, asym bool, err error) {
+	sh, ok := b.hess.(*storeHessians)
+	if !b.opt.Asymmetric || !ok {
+		res, err = gptq.Quantize(w, rows, cols, h, g, b.gopt)
+		return res, false, err
+	}
+	x, t, n, err := sh.asymRows(ctx, st.name, st.layer, cols)
+	if err != nil {
+		return nil, false, buildError{err}
+	}
+	if t == nil || n < calib.AsymmetricMinRowsPerColumn*cols {
+		res, err = gptq.Quantize(w, rows, cols, h, g, b.gopt)
+		return res, false, err
+	}
+	f, err := gptq.NewFactor(h, cols, b.gopt)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Release()
+	fit, err := calib.AsymmetricTarget(w, rows, cols, x, t, n, f)
+	if err != nil {
+		return nil, false, buildError{err}
+	}
+	res, err = f.Quantize(fit, rows, g, b.gopt)
+	return res, err == nil, err
+}
+
+// buildError marks an error of quantizeDense that must stop the build
+// (reading inputs, shapes) rather than send the matrix to rounding.
+type buildError struct{ error }
+
+func (e buildError) Unwrap() error { return e.error }
 
 // planInfo records a plan in the manifest.
 func planInfo(p *plan.Plan) manifest.PlanInfo {

@@ -244,6 +244,25 @@ func (s *sequential) layers() []int {
 // calibSeqs is the number of sequences whose rows feed the Hessians.
 func (s *sequential) calibSeqs() int { return len(s.ids) - s.held }
 
+// refIDs are the sequences the source model's stream runs on: every one in
+// an asymmetric build (it gives the fits' targets), else the held-out ones
+// (it measures the drift).
+func (s *sequential) refIDs() [][]int32 {
+	if s.b.opt.Asymmetric {
+		return s.ids
+	}
+	return s.ids[s.calibSeqs():]
+}
+
+// refLens is lens(l) for the sequences of refIDs.
+func (s *sequential) refLens(l int) []int {
+	lens := s.lens(l)
+	if s.b.opt.Asymmetric {
+		return lens
+	}
+	return lens[s.calibSeqs():]
+}
+
 // lens returns the row count of every sequence entering layer l: the
 // tokens for a trunk layer, one fewer for the MTP layer (its last token
 // has no next token to predict).
@@ -340,7 +359,7 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 		if x, err = s.embed(s.m, s.ids); err != nil {
 			return nil, err
 		}
-		if xref, err = s.embed(s.ref, s.ids[s.calibSeqs():]); err != nil {
+		if xref, err = s.embed(s.ref, s.refIDs()); err != nil {
 			return nil, err
 		}
 	}
@@ -355,7 +374,7 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			if x, err = s.mtpInput(s.m, s.ids, x); err != nil {
 				return nil, err
 			}
-			if xref, err = s.mtpInput(s.ref, s.ids[s.calibSeqs():], xref); err != nil {
+			if xref, err = s.mtpInput(s.ref, s.refIDs(), xref); err != nil {
 				return nil, err
 			}
 		}
@@ -449,6 +468,16 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 	sites := &memSites{layer: l, calibRows: calibRows}
 	b.hess = &storeHessians{store: sites, calibTokens: int64(calibRows), roles: b.roles(), tensors: b.tensors, family: b.opt.Family, stored: b.storedValues, cache: map[string]*hessEntry{}}
 	st := s.stages(l)
+	// An asymmetric build runs the source layer on the source stream
+	// (every sequence) beside the quantized one, stage by stage.
+	asym := b.opt.Asymmetric
+	var rl *forward.Layer
+	if asym || s.held > 0 {
+		var err error
+		if rl, err = forward.LoadLayer(s.src, s.cfg, l); err != nil {
+			return nil, err
+		}
+	}
 	quantize := func(ts []*storedTensor) error {
 		return par.For(ctx, len(ts), b.opt.Workers, func(i int) error {
 			t := ts[i]
@@ -488,6 +517,13 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 			return nil, err
 		}
 		sites.set(stage.name, rows, cols)
+		if asym {
+			trows, _, err := s.collectFrom(ctx, rl, xref, lens, stage.site)
+			if err != nil {
+				return nil, err
+			}
+			sites.setTarget(stage.name, trows)
+		}
 		if err := quantize(stage.ts); err != nil {
 			return nil, err
 		}
@@ -501,6 +537,11 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 	if err := s.inPlace(x, lens, func(b *forward.Batch) error { return fl.ForwardMixer(b, nil) }); err != nil {
 		return nil, err
 	}
+	if asym {
+		if err := s.inPlace(xref, lens, func(b *forward.Batch) error { return rl.ForwardMixer(b, nil) }); err != nil {
+			return nil, err
+		}
+	}
 	// The MLP block, from its input on that stream.
 	var expertStats *manifest.LayerStats
 	experts := b.gptqLayers[l]
@@ -510,6 +551,13 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 			return nil, err
 		}
 		sites.set(calib.SiteMoE, rows, H)
+		var trows []float32
+		if asym {
+			if trows, err = s.mlpInput(rl, xref, lens); err != nil {
+				return nil, err
+			}
+			sites.setTarget(calib.SiteMoE, trows)
+		}
 		if err := quantize(st.mlpIn); err != nil {
 			return nil, err
 		}
@@ -523,7 +571,7 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 			if err != nil {
 				return nil, err
 			}
-			if expertStats, err = s.experts(ctx, l, fl, rows, calibRows, jobs, keep, commit); err != nil {
+			if expertStats, err = s.experts(ctx, l, fl, rows, trows, calibRows, jobs, keep, commit); err != nil {
 				return nil, err
 			}
 		}
@@ -543,16 +591,21 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 	if calibRows > 0 {
 		ls.ResidualMeanSquare = ms / float64(calibRows*H)
 	}
-	if s.held > 0 {
-		rl, err := forward.LoadLayer(s.src, s.cfg, l)
-		if err != nil {
+	switch {
+	case asym:
+		if err := s.inPlace(xref, lens, func(b *forward.Batch) error { return rl.ForwardMLP(b, nil) }); err != nil {
 			return nil, err
 		}
+	case s.held > 0:
 		if err := s.advance(rl, xref, lens[s.calibSeqs():]); err != nil {
 			return nil, err
 		}
+	}
+	if s.held > 0 {
+		// The held-out sequences are the last of both streams.
+		href := xref[len(xref)-(len(x)-calibRows*H):]
 		var d, r float64
-		for i, v := range xref {
+		for i, v := range href {
 			e := float64(x[calibRows*H+i]) - float64(v)
 			d += e * e
 			r += float64(v) * float64(v)
@@ -597,6 +650,11 @@ func (s *sequential) collect(ctx context.Context, l int, x []float32, lens []int
 	if err != nil {
 		return nil, 0, err
 	}
+	return s.collectFrom(ctx, fl, x, lens, site)
+}
+
+// collectFrom is collect with the layer given.
+func (s *sequential) collectFrom(ctx context.Context, fl *forward.Layer, x []float32, lens []int, site forward.Site) ([]float32, int, error) {
 	H := s.cfg.Hidden
 	var out []float32
 	cols := 0
@@ -693,7 +751,7 @@ func (s *sequential) advance(fl *forward.Layer, x []float32, lens []int) error {
 // the held-out error) and writes the layer's expert files. Every expert's
 // stored bytes are handed to the forward pass, whose files may also have
 // been kept from an earlier run.
-func (s *sequential) experts(ctx context.Context, l int, fl *forward.Layer, rows []float32, calibRows int, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
+func (s *sequential) experts(ctx context.Context, l int, fl *forward.Layer, rows, trows []float32, calibRows int, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
 	if fl.MoE == nil {
 		return nil, fmt.Errorf("the plan quantizes routed experts of a layer the config makes dense")
 	}
@@ -708,6 +766,11 @@ func (s *sequential) experts(ctx context.Context, l int, fl *forward.Layer, rows
 	}
 	H := s.cfg.Hidden
 	cal := calib.Activations{X: rows[: calibRows*H : calibRows*H], Tokens: calibRows}
+	if trows != nil {
+		// The source model's MoE inputs at the same tokens: an
+		// asymmetric fit.
+		cal.Target = trows[: calibRows*H : calibRows*H]
+	}
 	held := calib.Activations{X: rows[calibRows*H:], Tokens: len(rows)/H - calibRows}
 	return s.b.quantizeExperts(ctx, l, s.b.pendingFiles(jobs, keep), commit, &ml, ex, cal, held, s.w.set)
 }
@@ -806,6 +869,35 @@ type memSites struct {
 	mu        sync.Mutex
 	rows      map[string][]float32
 	cols      map[string]int
+	// targets holds, in an asymmetric build, the source model's rows of a
+	// site at the same tokens (its own stream through its own layers).
+	targets map[string][]float32
+}
+
+// setTarget records the source model's rows of a site.
+func (m *memSites) setTarget(site string, rows []float32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.targets == nil {
+		m.targets = map[string][]float32{}
+	}
+	m.targets[site] = rows
+}
+
+// calibTargetsOf returns the calibration rows of a site and the source
+// model's rows at the same tokens; t is nil when no targets were recorded.
+func (m *memSites) calibTargetsOf(layer int, site string, tokens int64) (x, t []float32, cols int, err error) {
+	x, cols, err = m.calibRowsOf(layer, site, tokens)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	m.mu.Lock()
+	all := m.targets[site]
+	m.mu.Unlock()
+	if all == nil {
+		return x, nil, cols, nil
+	}
+	return x, all[:len(x)], cols, nil
 }
 
 func (m *memSites) set(site string, rows []float32, cols int) {
@@ -821,6 +913,7 @@ func (m *memSites) drop(site string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.rows, site)
+	delete(m.targets, site)
 }
 
 func (m *memSites) get(layer int, site string) ([]float32, int, bool) {

@@ -1,0 +1,173 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+// asymOpts calibrates on 24 sequences of 512 tokens, 4 held out: 10,240
+// calibration rows, enough rows per input column
+// (calib.AsymmetricMinRowsPerColumn) for the shared expert and most routed
+// experts of the trained model to be fitted asymmetrically.
+func asymOpts(t testing.TB, out string, workers int, asym bool) BuildOptions {
+	opt := seqOpts(t, out, workers)
+	opt.DataOptions.Calibration = dataset.SetOptions{Sequences: 24, SeqLen: 512}
+	opt.HeldOutSequences = 4
+	opt.Asymmetric = asym
+	return opt
+}
+
+// TestSequentialAsymmetric builds the trained model with asymmetric
+// calibration: it verifies, records the option (so its identity differs
+// from the symmetric build's), gives a lower held-out MoE block error than
+// the symmetric build over the layers, writes the same bytes for any
+// worker count, and an interrupted run resumes to the same bytes.
+func TestSequentialAsymmetric(t *testing.T) {
+	if purego {
+		t.Skip("three more GPTQ builds on 12,288 tokens; the portable kernels make them slow")
+	}
+	sym, err := GPTQ(context.Background(), asymOpts(t, filepath.Join(t.TempDir(), "sym"), 2, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	res, err := GPTQ(context.Background(), asymOpts(t, out, 1, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := mustVerify(t, out, VerifyOptions{}); !rep.OK {
+		t.Fatalf("the asymmetric checkpoint does not verify: %v", rep.Failures)
+	}
+	m := res.Manifest
+	if !m.TTQuant.Options.Asymmetric {
+		t.Error("the manifest does not record the asymmetric fit")
+	}
+	if res.Identity == sym.Identity {
+		t.Error("asymmetric and symmetric builds share an identity")
+	}
+	var ea, es float64
+	for i, ls := range m.TTQuant.Layers {
+		ss := sym.Manifest.TTQuant.Layers[i]
+		t.Logf("layer %d: held-out GPTQ/RTN %.3f asymmetric, %.3f symmetric; stream drift %.3g, %.3g",
+			ls.Layer, ls.HeldOutMSE/ls.HeldOutRTNMSE, ss.HeldOutMSE/ss.HeldOutRTNMSE, ls.HeldOutStreamRelMSE, ss.HeldOutStreamRelMSE)
+		if !(ls.HeldOutMSE > 0 && ls.HeldOutMSE < ls.HeldOutRTNMSE) {
+			t.Errorf("layer %d: held-out error %g, RTN %g", ls.Layer, ls.HeldOutMSE, ls.HeldOutRTNMSE)
+		}
+		ea += ls.HeldOutMSE / ls.HeldOutRTNMSE
+		es += ss.HeldOutMSE / ss.HeldOutRTNMSE
+	}
+	if !(ea < es) {
+		t.Errorf("summed held-out GPTQ/RTN ratio %.3f asymmetric, %.3f symmetric: the fit to the source outputs should win", ea, es)
+	}
+	last := len(m.TTQuant.Layers) - 2 // the last trunk layer
+	if a, s := m.TTQuant.Layers[last].HeldOutStreamRelMSE, sym.Manifest.TTQuant.Layers[last].HeldOutStreamRelMSE; !(a < s) {
+		t.Errorf("held-out stream drift after the last layer %.4g asymmetric, %.4g symmetric", a, s)
+	}
+	// The matrices fitted asymmetrically say so: the shared expert's
+	// (every layer has 10,240 rows for 128 columns) and some routed ones.
+	fits := map[string]int{}
+	for _, ms := range m.TTQuant.Matrices {
+		if ms.Fit == manifest.FitAsymmetric {
+			switch {
+			case strings.Contains(ms.Tensor, "shared_expert."):
+				fits["shared"]++
+			case strings.Contains(ms.Tensor, ".experts."):
+				fits["routed"]++
+			default:
+				fits["other"]++
+			}
+		}
+	}
+	if fits["shared"] != 15 || fits["routed"] == 0 || fits["other"] != 0 {
+		t.Errorf("asymmetric fits %v: want the 15 shared expert matrices, some routed ones, nothing else", fits)
+	}
+	for _, ms := range sym.Manifest.TTQuant.Matrices {
+		if ms.Fit != "" {
+			t.Fatalf("symmetric build: %s records fit %q", ms.Tensor, ms.Fit)
+		}
+	}
+
+	// Two workers, and a run stopped after layer 2 then resumed.
+	two := filepath.Join(t.TempDir(), "out")
+	opt := asymOpts(t, two, 2, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	opt.testHook = func(file, tensor string) {
+		if file == seqDir && tensor == "layer 2" {
+			once.Do(cancel)
+		}
+	}
+	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted build: %v", err)
+	}
+	// The unfinished asymmetric build is not resumed as a symmetric one.
+	if _, err := GPTQ(context.Background(), asymOpts(t, two, 2, false)); !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "asymmetric") {
+		t.Errorf("symmetric run over an unfinished asymmetric build: %v, want %v naming the option", err, ErrResumeMismatch)
+	}
+	if _, err := GPTQ(context.Background(), asymOpts(t, two, 2, true)); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	sameTree(t, "2 workers, interrupted and resumed, against 1", out, two)
+}
+
+// TestSequentialAsymmetricAllLayers fits attention and Gated DeltaNet
+// projections too (--layers all): their targets come from the source
+// layer's own sites.
+func TestSequentialAsymmetricAllLayers(t *testing.T) {
+	if purego {
+		t.Skip("one more full GPTQ build; the portable kernels make it slow")
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	opt := asymOpts(t, out, 2, true)
+	opt.DataOptions.Calibration.Sequences = 12 // 4,096 calibration rows: 256 columns at most are fitted
+	opt.Layers = "all"
+	res, err := GPTQ(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := mustVerify(t, out, VerifyOptions{}); !rep.OK {
+		t.Fatalf("does not verify: %v", rep.Failures)
+	}
+	for _, ls := range res.Manifest.TTQuant.Layers {
+		if !(ls.HeldOutStreamRelMSE > 0 && ls.HeldOutStreamRelMSE < 0.05) {
+			t.Errorf("layer %d: held-out stream drift %g", ls.Layer, ls.HeldOutStreamRelMSE)
+		}
+	}
+	fitted := 0
+	for _, ms := range res.Manifest.TTQuant.Matrices {
+		for _, k := range []string{".q_proj.", ".o_proj.", ".in_proj_qkv.", ".out_proj."} {
+			if !strings.Contains(ms.Tensor, k) {
+				continue
+			}
+			if ms.Method != manifest.MethodGPTQ || ms.Fallback != "" {
+				t.Errorf("%s: method %s (%s), want GPTQ", ms.Tensor, ms.Method, ms.Fallback)
+			}
+			if ms.Fit == manifest.FitAsymmetric {
+				fitted++
+			}
+		}
+	}
+	// Those reading the 128 hidden features (q_proj, in_proj_qkv) have
+	// rows enough; wider inputs are fitted symmetrically.
+	if fitted == 0 {
+		t.Error("no attention or Gated DeltaNet projection was fitted asymmetrically")
+	}
+}
+
+func TestAsymmetricNeedsText(t *testing.T) {
+	opt := seqOpts(t, filepath.Join(t.TempDir(), "out"), 1)
+	opt.Data = nil
+	opt.Calib = "store"
+	opt.Asymmetric = true
+	if err := opt.Validate(); err == nil || !strings.Contains(err.Error(), "asymmetric") {
+		t.Errorf("asymmetric with a store: %v, want a refusal", err)
+	}
+}
