@@ -79,7 +79,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 
 func printDemo(e *env, r *demo.Result) error {
 	w := e.stdout
-	fmt.Fprintf(w, "model %s: sequential GPTQ (routed and shared experts) against round to nearest\n\n", r.Model)
+	fmt.Fprintf(w, "model %s: sequential GPTQ with the asymmetric fit (routed and shared experts) against round to nearest\n\n", r.Model)
 	fmt.Fprintln(w, "held-out MoE block error per layer (mean squared error / mean square of the output), on the")
 	fmt.Fprintln(w, "inputs the quantized layers before it produce; drift: the quantized stream against the BF16 one")
 	fmt.Fprintf(w, "%5s  %8s  %8s  %10s  %10s  %8s  %10s  %7s\n", "layer", "calib", "held-out", "GPTQ", "RTN", "GPTQ/RTN", "drift", "starved")

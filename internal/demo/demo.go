@@ -1,6 +1,6 @@
 // Package demo runs the main job end to end on the built-in model
 // (internal/model/builtin: the trained tiny Qwen3.6-MoE and its text):
-// sequential GPTQ from the calibration text with the qwen36-35b-a3b
+// sequential GPTQ (asymmetric fit) from the calibration text with the qwen36-35b-a3b
 // preset (routed and shared experts BFP4_b with GPTQ, the rest BFP8_b),
 // the same plan rounded to nearest for comparison, both checkpoints
 // verified against the source, and the quality table of both against the
@@ -165,10 +165,10 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	res := &Result{Model: builtin.Name}
 
-	opt.log("sequential GPTQ: %d × %d tokens of %s, %d sequences held out", opt.Sequences, opt.SeqLen, builtin.CalibText, opt.HeldOut)
+	opt.log("sequential GPTQ, asymmetric fit: %d × %d tokens of %s, %d sequences held out", opt.Sequences, opt.SeqLen, builtin.CalibText, opt.HeldOut)
 	gdir := filepath.Join(root, "gptq")
 	g, err := build.GPTQ(ctx, build.BuildOptions{Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress,
-		Data: calibSpec, DataOptions: dopt, Layers: "experts", HeldOutSequences: opt.HeldOut})
+		Data: calibSpec, DataOptions: dopt, Layers: "experts", HeldOutSequences: opt.HeldOut, Asymmetric: true})
 	if err != nil {
 		return nil, fmt.Errorf("sequential GPTQ: %w", err)
 	}
