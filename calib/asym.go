@@ -36,8 +36,8 @@ func asymmetricFits(n, cols int) bool { return n >= AsymmetricMinRowsPerColumn*c
 // H therefore minimises the error against the original model's outputs
 // instead of the original weights' outputs on the drifted inputs: the
 // error the quantized layers before it left in x is partly undone here.
-// When t equals x the correction is exactly zero and w is returned as
-// given (a copy). The products run in float32 over chunks of rows, the
+// When t equals x the correction is exactly zero and the result is nil:
+// w is its own fit. The products run in float32 over chunks of rows, the
 // inverse in float64 (gptq.Factor.MulInverse).
 func AsymmetricTarget(w []float32, rows, cols int, x, t []float32, n int, f *gptq.Factor) ([]float32, error) {
 	switch {
@@ -71,7 +71,7 @@ func AsymmetricTarget(w []float32, rows, cols int, x, t []float32, n int, f *gpt
 		kernels.Sgemm(true, false, rows, cols, k, 1, e[:k*rows], rows, xs, cols, 1, m, cols)
 	}
 	if zero {
-		return out, nil
+		return nil, nil
 	}
 	m64 := make([]float64, len(m))
 	s := 2 / float64(n)

@@ -243,8 +243,8 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 	if q.Up, st[1], err = qz.gptq(1, w.Up, tu, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
-	st[0].Asymmetric = fitGU && st[0].Method == MethodGPTQ
-	st[1].Asymmetric = fitGU && st[1].Method == MethodGPTQ
+	st[0].Asymmetric = tg != nil && st[0].Method == MethodGPTQ
+	st[1].Asymmetric = tu != nil && st[1].Method == MethodGPTQ
 	hd, srcD, nD, err := downH(q)
 	if err != nil {
 		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)

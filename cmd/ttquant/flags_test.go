@@ -37,7 +37,6 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{append(gptqArgs, "--estimate", "-1s"), "--estimate"},
 		{append(gptqArgs, "--parent", "xyz"), "--parent"},
 		{append(gptqArgs, "--allow-short"), "--allow-short"},
-		{append(gptqArgs, "--asymmetric"), "--asymmetric"},
 		{[]string{"gptq", "--model", model, "--data", "calib=x.jsonl", "--calib", store, "--out", out}, "--data"},
 		{append(convertArgs, "--workers", "-3"), "--workers"},
 		{append(convertArgs, "--experts-per-file", "-1"), "--experts-per-file"},

@@ -39,7 +39,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	calibPath := fs.String("calib", "", "calibration store: every layer's inputs from the source model (instead of --data)")
 	d := addDataFlags(fs, 128, 0)
 	allowShort := addAllowShortFlag(fs)
-	asymmetric := fs.Bool("asymmetric", false, "with --data: fit every GPTQ matrix to the source model's outputs on the source model's inputs (runs the source model alongside; docs/calibration.md)")
+	asymmetric := fs.Bool("asymmetric", false, "fit every GPTQ matrix to the source model's outputs on the source model's inputs (with --data the source model runs alongside; with --calib only down projections change; docs/calibration.md)")
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
 	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts, dense, all, or a regular expression over stored tensor names")
 	gf := addGPTQFlags(fs)
@@ -64,8 +64,6 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--data or --calib is required")
 	case *allowShort && d.data == "":
 		return usageErrorf("--allow-short applies to --data (calibration text) only")
-	case *asymmetric && d.data == "":
-		return usageErrorf("--asymmetric applies to --data (sequential GPTQ) only: a store holds no quantized model's inputs")
 	}
 	if d.data != "" {
 		spec, dopt, err := d.resolve(bf.workers)
@@ -79,8 +77,8 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 			dopt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "data:", msg) }
 		}
 		opt.Data, opt.DataOptions, opt.AllowShortData = spec, dopt, *allowShort
-		opt.Asymmetric = *asymmetric
 	}
+	opt.Asymmetric = *asymmetric
 	g, err := gf.options()
 	if err != nil {
 		return err

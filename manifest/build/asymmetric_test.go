@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ttquant/ttquant/calib/textcalib"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
 )
@@ -162,12 +163,62 @@ func TestSequentialAsymmetricAllLayers(t *testing.T) {
 	}
 }
 
-func TestAsymmetricNeedsText(t *testing.T) {
+func TestAsymmetricNeedsRows(t *testing.T) {
 	opt := seqOpts(t, filepath.Join(t.TempDir(), "out"), 1)
 	opt.Data = nil
-	opt.Calib = "store"
 	opt.Asymmetric = true
 	if err := opt.Validate(); err == nil || !strings.Contains(err.Error(), "asymmetric") {
-		t.Errorf("asymmetric with a store: %v, want a refusal", err)
+		t.Errorf("asymmetric without calibration rows: %v, want a refusal", err)
+	}
+}
+
+// TestStoreAsymmetric: with a calibration store the inputs are the source
+// model's, so the asymmetric fit leaves gate and up as they are and fits
+// every down projection (routed and shared) through the quantized gate
+// and up; the held-out block error drops in every layer.
+func TestStoreAsymmetric(t *testing.T) {
+	if purego {
+		t.Skip("two more GPTQ builds on 12,288 tokens; the portable kernels make them slow")
+	}
+	opt := asymOpts(t, "", 2, false)
+	store := filepath.Join(t.TempDir(), "store")
+	if _, err := textcalib.Build(context.Background(), textcalib.Options{Model: opt.Source, Out: store, Data: opt.Data, DataOptions: opt.DataOptions}); err != nil {
+		t.Fatal(err)
+	}
+	build := func(asym bool) *BuildResult {
+		o := asymOpts(t, filepath.Join(t.TempDir(), "out"), 2, asym)
+		o.Data, o.Calib = nil, store
+		res, err := GPTQ(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep := mustVerify(t, o.Out, VerifyOptions{}); !rep.OK {
+			t.Fatalf("asymmetric %v: does not verify: %v", asym, rep.Failures)
+		}
+		return res
+	}
+	sym, asym := build(false), build(true)
+	fitted := 0
+	for _, ms := range asym.Manifest.TTQuant.Matrices {
+		if ms.Fit != manifest.FitAsymmetric {
+			continue
+		}
+		fitted++
+		if !strings.Contains(ms.Tensor, "down_proj") {
+			t.Errorf("%s fitted asymmetrically: only down projections should change with a store", ms.Tensor)
+		}
+	}
+	if fitted == 0 {
+		t.Error("no down projection fitted asymmetrically")
+	}
+	for i, ls := range asym.Manifest.TTQuant.Layers {
+		ss := sym.Manifest.TTQuant.Layers[i]
+		if ls.HeldOutTokens == 0 {
+			continue
+		}
+		t.Logf("layer %d: held-out GPTQ/RTN %.3f asymmetric, %.3f symmetric", ls.Layer, ls.HeldOutMSE/ls.HeldOutRTNMSE, ss.HeldOutMSE/ss.HeldOutRTNMSE)
+		if !(ls.HeldOutMSE < ss.HeldOutMSE) {
+			t.Errorf("layer %d: held-out error %g asymmetric, %g symmetric", ls.Layer, ls.HeldOutMSE, ss.HeldOutMSE)
+		}
 	}
 }

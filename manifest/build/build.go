@@ -66,14 +66,15 @@ type BuildOptions struct {
 	// calibration tokens than DataOptions ask for; without it such text is
 	// refused (dataset.ErrShortText) before anything is written.
 	AllowShortData bool
-	// Asymmetric (sequential builds only) fits every GPTQ'd matrix to the
-	// source model's outputs rather than to the source weights' outputs on
-	// the inputs the quantized layers before it produce: the source model
-	// runs alongside on every calibration sequence, and each matrix is
-	// moved to the least-squares fit of its source output on its real
-	// input before GPTQ (calib.AsymmetricTarget). A down projection is
-	// also fitted through the quantized gate and up projections before it.
-	// Costs a second forward pass and a second residual stream in memory.
+	// Asymmetric fits every GPTQ'd matrix to the source model's outputs on
+	// the source model's inputs rather than to the source weights' outputs
+	// on the inputs it is given: each matrix is moved to the least-squares
+	// fit of that output on its real input before GPTQ
+	// (calib.AsymmetricTarget). In a sequential build the source model
+	// runs alongside on every calibration sequence (a second forward pass
+	// and residual stream) and every matrix is fitted; in a store build the
+	// inputs are the source model's, so only down projections change: they
+	// are fitted through the quantized gate and up projections before them.
 	Asymmetric bool
 	// AllowSyntheticCalibration accepts a calibration store whose
 	// provenance says it holds synthetic activations (calib.SynthesizeStore).
@@ -288,8 +289,8 @@ func (opt BuildOptions) Validate() error {
 		return fmt.Errorf("build: held-out sequences %d: want 0 or more", opt.HeldOutSequences)
 	case opt.Data != nil && opt.Calib != "":
 		return errors.New("build: calibration text (sequential GPTQ) and a calibration store are exclusive")
-	case opt.Asymmetric && opt.Data == nil:
-		return errors.New("build: asymmetric calibration needs calibration text (a sequential build): the source model's outputs are computed alongside")
+	case opt.Asymmetric && opt.Data == nil && opt.Calib == "":
+		return errors.New("build: the asymmetric fit needs calibration rows: calibration text (a sequential build) or a calibration store")
 	case opt.Data != nil && opt.Hessians != nil:
 		return errors.New("build: calibration text (sequential GPTQ) and a Hessian source are exclusive")
 	case opt.Parent != "" && !hexRe.MatchString(opt.Parent):

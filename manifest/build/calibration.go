@@ -117,6 +117,16 @@ func (b *builder) openCalibration(ctx context.Context) error {
 		roles[t.name] = t.role
 	}
 	b.hess = &storeHessians{store: st, calibTokens: b.calibTokens(), cache: map[string]*hessEntry{}, roles: roles, tensors: b.tensors, family: b.opt.Family, stored: b.storedValues}
+	if b.opt.Asymmetric {
+		b.hess.(*storeHessians).rows = func(layer int, site string) ([]float32, int, error) {
+			si, ok := st.Site(layer, site)
+			if !ok {
+				return nil, 0, nil
+			}
+			cal, _, err := st.LoadActivations(layer, site, b.opt.HeldOutSequences)
+			return cal.X, si.Cols, err
+		}
+	}
 	return nil
 }
 
@@ -148,6 +158,9 @@ type storeHessians struct {
 	// stored returns a tensor's values exactly as the checkpoint stores
 	// them (quantized when the plan quantizes it).
 	stored func(context.Context, *storedTensor) ([]float32, error)
+	// rows, in an asymmetric store build, returns a site's calibration
+	// rows (nil when the store has none).
+	rows func(layer int, site string) ([]float32, int, error)
 }
 
 // storedValues returns st's values as the checkpoint holds them: the
@@ -230,9 +243,13 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 // source's, on the source rows) for a down projection. t is nil when the
 // build is not asymmetric or the matrix has no such inputs; the matrix is
 // then fitted symmetrically.
+//
+// A store build's rows are the source model's inputs: a projection that
+// reads a site is its own fit (t nil), and a down projection is fitted to
+// the source gate and up's SwiGLU on the same rows.
 func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols int) (x, t []float32, n int, err error) {
-	ms, ok := s.store.(*memSites)
-	if !ok || layer < 0 {
+	ms, inMem := s.store.(*memSites)
+	if (!inMem && s.rows == nil) || layer < 0 {
 		return nil, nil, 0, nil
 	}
 	r := model.Role(s.roles[tensor])
@@ -241,8 +258,19 @@ func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols
 		if gt == nil || ut == nil || len(gt.shape) != 2 || int(gt.shape[0]) != cols {
 			return nil, nil, 0, nil
 		}
-		xi, ti, hidden, err := ms.calibTargetsOf(layer, calib.SiteMoE, s.calibTokens)
-		if err != nil || ti == nil || int(gt.shape[1]) != hidden {
+		var xi, ti []float32
+		var hidden int
+		if inMem {
+			if xi, ti, hidden, err = ms.calibTargetsOf(layer, calib.SiteMoE, s.calibTokens); err != nil {
+				return nil, nil, 0, nil
+			}
+		} else {
+			if xi, hidden, err = s.rows(layer, calib.SiteMoE); err != nil {
+				return nil, nil, 0, err
+			}
+			ti = xi
+		}
+		if ti == nil || int(gt.shape[1]) != hidden {
 			return nil, nil, 0, nil
 		}
 		var g, u, gs, us []float32
@@ -267,7 +295,7 @@ func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols
 		return x, t, len(xi) / hidden, nil
 	}
 	site := s.family.Site(r)
-	if site == "" {
+	if site == "" || !inMem {
 		return nil, nil, 0, nil
 	}
 	x, t, c, err := ms.calibTargetsOf(layer, site, s.calibTokens)

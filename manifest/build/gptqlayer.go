@@ -178,6 +178,11 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if si, _ := b.store.Site(layer, calib.SiteMoE); si.Cols != ml.Config.Hidden {
 		return nil, fmt.Errorf("calibration site %q has %d features, the model %d", calib.SiteMoE, si.Cols, ml.Config.Hidden)
 	}
+	if b.opt.Asymmetric {
+		// The store's rows are the source model's inputs: gate and up are
+		// their own fits, down is fitted to the source intermediate.
+		cal.Target = cal.X
+	}
 	return b.quantizeExperts(ctx, layer, pending, commit, ml, ex, cal, held, nil)
 }
 

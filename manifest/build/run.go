@@ -750,8 +750,11 @@ func (b *builder) quantizeDense(ctx context.Context, st *storedTensor, w []float
 	if err != nil {
 		return nil, false, buildError{err}
 	}
+	if fit == nil {
+		fit = w // its own fit: the inputs are the source model's
+	}
 	res, err = f.Quantize(fit, rows, g, b.gopt)
-	return res, err == nil, err
+	return res, err == nil && &fit[0] != &w[0], err
 }
 
 // buildError marks an error of quantizeDense that must stop the build
