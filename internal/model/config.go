@@ -124,9 +124,10 @@ const maxConfigValue = 1 << 20
 // a file) and extracts the MoE geometry. Nested text_config sections
 // (Qwen3.5/3.6) and flat configs (Qwen3-MoE, Qwen3-Next) are both accepted.
 //
-// norm_topk_prob: when the field is absent, Qwen3.5/3.6 MoE and Qwen3-Next
-// renormalise (their released configs omit it or set it true) while plain
-// Qwen3-MoE does not, matching the defaults of those architectures.
+// norm_topk_prob: Qwen3.5/3.6 MoE always renormalises the top-k router
+// weights (the architecture has no switch; a norm_topk_prob field is
+// ignored); Qwen3-Next and plain Qwen3-MoE follow the field, which
+// defaults to renormalising for Qwen3-Next and not for Qwen3-MoE.
 func ReadConfig(path string) (*Config, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "config.json")
@@ -182,13 +183,16 @@ func ReadConfig(path string) (*Config, error) {
 		}
 		cfg.MoE.SharedInter = *tc.SharedIntermediate
 	}
-	if tc.NormTopKProb != nil {
+	switch {
+	case tc.ModelType == "qwen3_5_moe" || tc.ModelType == "qwen3_5_moe_text":
+		// The Qwen3.5/3.6 router has no switch: it always renormalises, and
+		// a norm_topk_prob in such a config is ignored by the model (as the
+		// forward pass ignores it).
+		cfg.MoE.NormTopK = true
+	case tc.NormTopKProb != nil:
 		cfg.MoE.NormTopK = *tc.NormTopKProb
-	} else {
-		switch tc.ModelType {
-		case "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next":
-			cfg.MoE.NormTopK = true
-		}
+	case tc.ModelType == "qwen3_next":
+		cfg.MoE.NormTopK = true
 	}
 	get := func(v *int) int {
 		if v == nil || *v < 0 || *v > maxConfigValue {

@@ -68,3 +68,39 @@ func TestReadModelConfigErrors(t *testing.T) {
 		t.Error("missing config accepted")
 	}
 }
+
+// TestNormTopK: Qwen3.5/3.6 always renormalises the router weights, even
+// with a norm_topk_prob: false in its config (the architecture has no
+// switch, and the forward pass ignores the field too); Qwen3-Next and
+// Qwen3-MoE follow the field, with their own defaults.
+func TestNormTopK(t *testing.T) {
+	geo := `"hidden_size": 64, "num_hidden_layers": 2, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32`
+	for _, c := range []struct {
+		typ, field string
+		want       bool
+	}{
+		{"qwen3_5_moe_text", "", true},
+		{"qwen3_5_moe_text", `, "norm_topk_prob": false`, true},
+		{"qwen3_5_moe", `, "norm_topk_prob": false`, true},
+		{"qwen3_next", "", true},
+		{"qwen3_next", `, "norm_topk_prob": false`, false},
+		{"qwen3_moe", "", false},
+		{"qwen3_moe", `, "norm_topk_prob": true`, true},
+	} {
+		cfg, err := ReadConfig(writeConfig(t, `{"model_type": "`+c.typ+`", `+geo+c.field+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MoE.NormTopK != c.want {
+			t.Errorf("%s%s: renormalise %v, want %v", c.typ, c.field, cfg.MoE.NormTopK, c.want)
+		}
+	}
+	// Nested: the text_config's model type decides.
+	cfg, err := ReadConfig(writeConfig(t, `{"model_type": "qwen3_5_moe", "text_config": {"model_type": "qwen3_5_moe_text", `+geo+`, "norm_topk_prob": false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.MoE.NormTopK {
+		t.Error("nested Qwen3.5 config with norm_topk_prob false: not renormalising")
+	}
+}
