@@ -128,35 +128,26 @@ func TestAsymmetricLayer(t *testing.T) {
 	asymAct := x
 	asymAct.Target = orig.X
 	_, asym := collect(t, l, asymAct, Activations{}, opt)
-	ref, err := l.Forward(heldOrig.X, heldOrig.Tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errOf := func(res []*ExpertResult) float64 {
+	// errAgainst is the held-out block error of the quantized experts on
+	// the drifted inputs against the original block on inputs in.
+	errAgainst := func(res []*ExpertResult, in []float32) float64 {
+		ref, err := l.Forward(in, heldOrig.Tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
 		out, err := quantizedLayer(l, res).Forward(hx, heldOrig.Tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return meanSqDiff(out, ref)
 	}
-	es, ea := errOf(sym), errOf(asym)
+	es, ea := errAgainst(sym, heldOrig.X), errAgainst(asym, heldOrig.X)
 	t.Logf("held-out error against the original block on the original inputs: symmetric %.4g, asymmetric %.4g (%.3f×)", es, ea, ea/es)
 	if !(ea < 0.9*es) {
 		t.Errorf("asymmetric fit %.4g not below 0.9 × the symmetric %.4g", ea, es)
 	}
 	// Without drift, on the same inputs: down's compensation alone.
-	refX, err := l.Forward(hx, heldOrig.Tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errX := func(res []*ExpertResult) float64 {
-		out, err := quantizedLayer(l, res).Forward(hx, heldOrig.Tokens)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return meanSqDiff(out, refX)
-	}
-	s0, s1 := errX(sym), errX(self)
+	s0, s1 := errAgainst(sym, hx), errAgainst(self, hx)
 	t.Logf("held-out error on the same inputs: symmetric %.4g, down compensating gate/up %.4g (%.3f×)", s0, s1, s1/s0)
 	if !(s1 < s0) {
 		t.Errorf("down fitted to the original intermediate: error %.4g not below the symmetric %.4g", s1, s0)
