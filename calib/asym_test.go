@@ -57,14 +57,14 @@ func TestAsymmetricTargetLinear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, err := AsymmetricTarget(w, rows, cols, x, append([]float32(nil), x...), n, f)
+	same, err := AsymmetricTarget(w, rows, cols, n, f, RowsOf(x, append([]float32(nil), x...), cols))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if same != nil {
 		t.Fatal("target equal to the inputs gave a fit other than the weights themselves")
 	}
-	got, err := AsymmetricTarget(w, rows, cols, x, tg, n, f)
+	got, err := AsymmetricTarget(w, rows, cols, n, f, RowsOf(x, tg, cols))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,8 @@ func TestAsymmetricTargetLinear(t *testing.T) {
 	if rel := math.Sqrt(e / r); rel > 1e-4 {
 		t.Fatalf("fit differs from w·Bᵀ by %.3g (relative)", rel)
 	}
-	if _, err := AsymmetricTarget(w, rows, cols, x, tg[:cols], n, f); err == nil {
+	short := func(r0, r1 int) ([]float32, []float32, error) { return x[r0*cols : r1*cols], tg[:cols], nil }
+	if _, err := AsymmetricTarget(w, rows, cols, n, f, short); err == nil {
 		t.Error("short targets accepted")
 	}
 }
@@ -156,5 +157,25 @@ func TestAsymmetricLayer(t *testing.T) {
 	bad.Target = orig.X[:len(orig.X)-1]
 	if _, err := QuantizeMoELayer(t.Context(), l, bad, Activations{}, opt, nil); err == nil {
 		t.Error("targets of the wrong size accepted")
+	}
+}
+
+// TestAsymmetricTargetNoFactorization: without a usable factorization
+// there is no H′⁻¹ and so no fit; the weights are their own.
+func TestAsymmetricTargetNoFactorization(t *testing.T) {
+	h := []float64{1, 100, 100, 1} // far from semidefinite: no damping helps
+	f, err := gptq.NewFactor(h, 2, gptq.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.NoFeedback() {
+		t.Fatal("the factor of a hopeless Hessian has feedback")
+	}
+	w := []float32{0.3, -0.7}
+	x := []float32{1, 2, 3, 4}
+	tg := []float32{1.5, 2, 3, 4.5}
+	got, err := AsymmetricTarget(w, 1, 2, 2, f, RowsOf(x, tg, 2))
+	if err != nil || got != nil {
+		t.Errorf("fit %v, %v: want none", got, err)
 	}
 }

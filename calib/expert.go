@@ -228,12 +228,12 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 		}
 	}
 	var tg, tu, td []float32
-	fitGU := tgt != nil && fGU != nil && asymmetricFits(tgt.n, h)
-	if fitGU {
-		if tg, err = AsymmetricTarget(w.Gate, inter, h, tgt.x, tgt.t, tgt.n, fGU); err != nil {
+	if tgt != nil && !tgt.same && fGU != nil && asymmetricFits(tgt.n, h) {
+		rows := RowsOf(tgt.x, tgt.t, h)
+		if tg, err = AsymmetricTarget(w.Gate, inter, h, tgt.n, fGU, rows); err != nil {
 			return nil, st, fmt.Errorf("calib: %s gate_proj: %w", qz.what, err)
 		}
-		if tu, err = AsymmetricTarget(w.Up, inter, h, tgt.x, tgt.t, tgt.n, fGU); err != nil {
+		if tu, err = AsymmetricTarget(w.Up, inter, h, tgt.n, fGU, rows); err != nil {
 			return nil, st, fmt.Errorf("calib: %s up_proj: %w", qz.what, err)
 		}
 	}
@@ -255,10 +255,8 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 		if f, ferr := gptq.NewFactor(hd, inter, opt); ferr == nil {
 			fD = f
 			defer f.Release()
-			var sq, sr expertScratch
-			aq := sq.intermediate(q, tgt.x, tgt.n, h, inter)
-			ar := sr.intermediate(w, tgt.t, tgt.n, h, inter)
-			if td, err = AsymmetricTarget(w.Down, h, inter, aq, ar, tgt.n, fD); err != nil {
+			rows := SwiGLURowsOf(tgt.x, tgt.t, h, q.Gate, q.Up, w.Gate, w.Up, inter)
+			if td, err = AsymmetricTarget(w.Down, h, inter, tgt.n, fD, rows); err != nil {
 				return nil, st, fmt.Errorf("calib: %s down_proj: %w", qz.what, err)
 			}
 		}
@@ -272,11 +270,16 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 
 // asymRows are the rows of an asymmetric fit: x, the inputs the Hessian
 // is built from, and t, the original model's inputs at the same tokens
-// (n rows each).
+// (n rows each). same says t is x (a store's rows are the original
+// model's inputs): gate and up are then their own fits.
 type asymRows struct {
 	x, t []float32
 	n    int
+	same bool
 }
+
+// aliases reports whether two non-empty slices start at the same element.
+func aliases(a, b []float32) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
 // allRTN rounds the three matrices to nearest.
 func (qz quantizer) allRTN(w *ExpertWeights, inter int, fallback string) (*ExpertWeights, [3]MatrixStats, error) {
@@ -351,7 +354,11 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		xe := ws.x
 		var tgt *asymRows
 		if d.calib.Target != nil {
-			tgt = &asymRows{x: xe, t: gatherRows(nil, d.calib.Target, h, toks), n: n}
+			if aliases(d.calib.Target, d.calib.X) {
+				tgt = &asymRows{x: xe, t: xe, n: n, same: true}
+			} else {
+				tgt = &asymRows{x: xe, t: gatherRows(nil, d.calib.Target, h, toks), n: n}
+			}
 		}
 		hs := gptq.NewHessian(h)
 		if err := hs.Add(xe, n); err != nil {
@@ -436,7 +443,7 @@ func (d *driver) allRows() *asymRows {
 	if d.calib.Target == nil {
 		return nil
 	}
-	return &asymRows{x: d.calib.X, t: d.calib.Target, n: d.calib.Tokens}
+	return &asymRows{x: d.calib.X, t: d.calib.Target, n: d.calib.Tokens, same: aliases(d.calib.Target, d.calib.X)}
 }
 
 // sharedJob quantizes the shared expert as a dense MLP over all calibration

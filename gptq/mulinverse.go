@@ -6,6 +6,11 @@ import (
 	"github.com/ttquant/ttquant/internal/kernels"
 )
 
+// NoFeedback reports that no damping level gave a usable factorization:
+// the factor then holds diag(H′)^(−1/2) and GPTQ quantizes without error
+// feedback (Result.NoFeedback).
+func (f *Factor) NoFeedback() bool { return f.noFeedback }
+
 // MulInverse replaces m, a rows×Cols() row-major matrix over the Hessian's
 // columns in their original order, by m·H′⁻¹, where H′ is the matrix the
 // factor inverted: the Hessian with every dead column's diagonal set to 1
