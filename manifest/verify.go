@@ -484,6 +484,12 @@ func checkSchema(m *Manifest) []Failure {
 		if !seen[ms.Tensor] {
 			bad(ManifestName, ms.Tensor, "schema: statistics for a tensor that is not stored")
 		}
+		switch {
+		case ms.Fit != "" && ms.Fit != FitAsymmetric:
+			bad(ManifestName, ms.Tensor, "schema: fit %q (want %q or none)", ms.Fit, FitAsymmetric)
+		case ms.Fit == FitAsymmetric && (ms.Method != MethodGPTQ || !m.TTQuant.Options.Asymmetric):
+			bad(ManifestName, ms.Tensor, "schema: fitted asymmetrically, but method %s and options.asymmetric %v (want gptq and true)", ms.Method, m.TTQuant.Options.Asymmetric)
+		}
 	}
 	// A tensor from a non-finite source is stored only when the build was
 	// told to, and then it is listed.

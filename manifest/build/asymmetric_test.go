@@ -3,6 +3,8 @@ package build
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -167,9 +169,23 @@ func TestAsymmetricNeedsRows(t *testing.T) {
 	opt := seqOpts(t, filepath.Join(t.TempDir(), "out"), 1)
 	opt.Data = nil
 	opt.Asymmetric = true
-	if err := opt.Validate(); err == nil || !strings.Contains(err.Error(), "asymmetric") {
-		t.Errorf("asymmetric without calibration rows: %v, want a refusal", err)
+	if err := opt.Validate(); err == nil || !strings.Contains(err.Error(), "--asymmetric") {
+		t.Errorf("asymmetric without calibration rows: %v, want a refusal naming the flag", err)
 	}
+	opt.DryRun = true
+	if err := opt.Validate(); err != nil {
+		t.Errorf("a dry run plans without rows: %v", err)
+	}
+	opt.DryRun, opt.Hessians = false, zeroHessians{}
+	if err := opt.Validate(); err == nil || !strings.Contains(err.Error(), "Hessian source") {
+		t.Errorf("asymmetric with a Hessian source: %v, want a refusal", err)
+	}
+}
+
+type zeroHessians struct{}
+
+func (zeroHessians) Hessian(context.Context, string, int, int, int) ([]float64, int64, string, error) {
+	return nil, 0, "none", nil
 }
 
 // TestStoreAsymmetric: with a calibration store the inputs are the source
@@ -185,8 +201,12 @@ func TestStoreAsymmetric(t *testing.T) {
 	if _, err := textcalib.Build(context.Background(), textcalib.Options{Model: opt.Source, Out: store, Data: opt.Data, DataOptions: opt.DataOptions}); err != nil {
 		t.Fatal(err)
 	}
+	asymDir := filepath.Join(t.TempDir(), "asym")
 	build := func(asym bool) *BuildResult {
 		o := asymOpts(t, filepath.Join(t.TempDir(), "out"), 2, asym)
+		if asym {
+			o.Out = asymDir
+		}
 		o.Data, o.Calib = nil, store
 		res, err := GPTQ(context.Background(), o)
 		if err != nil {
@@ -210,6 +230,37 @@ func TestStoreAsymmetric(t *testing.T) {
 	}
 	if fitted == 0 {
 		t.Error("no down projection fitted asymmetrically")
+	}
+	// verify holds the fit marks to the schema.
+	for _, c := range []struct {
+		name string
+		edit func(m *manifest.Manifest)
+	}{
+		{"a fit without the option", func(m *manifest.Manifest) { m.TTQuant.Options.Asymmetric = false }},
+		{"an unknown fit", func(m *manifest.Manifest) {
+			for i := range m.TTQuant.Matrices {
+				if m.TTQuant.Matrices[i].Fit != "" {
+					m.TTQuant.Matrices[i].Fit = "symmetric"
+					break
+				}
+			}
+		}},
+	} {
+		dir := t.TempDir()
+		copyTree(t, asymDir, dir)
+		data, err := os.ReadFile(filepath.Join(dir, manifest.ManifestName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := manifest.DecodeManifest(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.edit(m)
+		rewriteManifest(t, dir, m)
+		if rep := mustVerify(t, dir, VerifyOptions{}); rep.OK || !strings.Contains(fmt.Sprint(rep.Failures), "schema: ") {
+			t.Errorf("%s: verify %v, want a schema failure", c.name, rep.Failures)
+		}
 	}
 	for i, ls := range asym.Manifest.TTQuant.Layers {
 		ss := sym.Manifest.TTQuant.Layers[i]

@@ -289,8 +289,10 @@ func (opt BuildOptions) Validate() error {
 		return fmt.Errorf("build: held-out sequences %d: want 0 or more", opt.HeldOutSequences)
 	case opt.Data != nil && opt.Calib != "":
 		return errors.New("build: calibration text (sequential GPTQ) and a calibration store are exclusive")
-	case opt.Asymmetric && opt.Data == nil && opt.Calib == "":
-		return errors.New("build: the asymmetric fit needs calibration rows: calibration text (a sequential build) or a calibration store")
+	case opt.Asymmetric && opt.Hessians != nil:
+		return errors.New("build: --asymmetric (BuildOptions.Asymmetric) needs calibration rows; a Hessian source has none")
+	case opt.Asymmetric && opt.Data == nil && opt.Calib == "" && !opt.DryRun:
+		return errors.New("build: --asymmetric (BuildOptions.Asymmetric) needs calibration rows: calibration text (--data) or a calibration store (--calib)")
 	case opt.Data != nil && opt.Hessians != nil:
 		return errors.New("build: calibration text (sequential GPTQ) and a Hessian source are exclusive")
 	case opt.Parent != "" && !hexRe.MatchString(opt.Parent):

@@ -236,73 +236,69 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 	return h.Matrix(), h.Tokens(), "", nil
 }
 
-// asymRows returns, in an asymmetric sequential build, the calibration
-// inputs of a dense GPTQ matrix (n rows of cols values) and the source
-// model's inputs at the same tokens: a site's rows for a projection that
-// reads one, the SwiGLU of the stored gate and up projections (and of the
-// source's, on the source rows) for a down projection. t is nil when the
-// build is not asymmetric or the matrix has no such inputs; the matrix is
-// then fitted symmetrically.
+// asymRows returns, in an asymmetric build, the rows of a dense GPTQ
+// matrix's fit (calib.AsymmetricTarget) and their number: its calibration
+// inputs and the source model's inputs at the same tokens, a site's rows
+// for a projection that reads one, the SwiGLU of the stored gate and up
+// projections (and of the source's, on the source rows) for a down
+// projection, formed a chunk at a time. src is nil when the matrix is
+// fitted symmetrically: the build is not asymmetric, the matrix has no
+// such inputs, or fewer than calib.AsymmetricMinRowsPerColumn rows per
+// input column (checked before any row is read).
 //
 // A store build's rows are the source model's inputs: a projection that
-// reads a site is its own fit (t nil), and a down projection is fitted to
-// the source gate and up's SwiGLU on the same rows.
-func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols int) (x, t []float32, n int, err error) {
+// reads a site is its own fit (src nil), and a down projection is fitted
+// to the source gate and up's SwiGLU on the same rows.
+func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols int) (src calib.AsymmetricRows, n int, err error) {
 	ms, inMem := s.store.(*memSites)
-	if (!inMem && s.rows == nil) || layer < 0 {
-		return nil, nil, 0, nil
+	if (!inMem && s.rows == nil) || layer < 0 || s.calibTokens < int64(calib.AsymmetricMinRowsPerColumn)*int64(cols) {
+		return nil, 0, nil
 	}
 	r := model.Role(s.roles[tensor])
-	if r == model.RoleSharedDown || r == model.RoleMLPDown {
-		gt, ut := s.downInputs(r, layer)
-		if gt == nil || ut == nil || len(gt.shape) != 2 || int(gt.shape[0]) != cols {
-			return nil, nil, 0, nil
+	if r != model.RoleSharedDown && r != model.RoleMLPDown {
+		site := s.family.Site(r)
+		if site == "" || !inMem {
+			return nil, 0, nil
 		}
-		var xi, ti []float32
-		var hidden int
-		if inMem {
-			if xi, ti, hidden, err = ms.calibTargetsOf(layer, calib.SiteMoE, s.calibTokens); err != nil {
-				return nil, nil, 0, nil
-			}
-		} else {
-			if xi, hidden, err = s.rows(layer, calib.SiteMoE); err != nil {
-				return nil, nil, 0, err
-			}
-			ti = xi
+		x, t, c, err := ms.calibTargetsOf(layer, site, s.calibTokens)
+		if err != nil || t == nil || c != cols {
+			return nil, 0, err
 		}
-		if ti == nil || int(gt.shape[1]) != hidden {
-			return nil, nil, 0, nil
-		}
-		var g, u, gs, us []float32
-		if g, err = s.stored(ctx, gt); err == nil {
-			u, err = s.stored(ctx, ut)
-		}
-		if err == nil {
-			gs, err = sourceFloats(gt)
-		}
-		if err == nil {
-			us, err = sourceFloats(ut)
-		}
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		if x, err = calib.SwiGLURows(ctx, xi, hidden, g, u, cols); err != nil {
-			return nil, nil, 0, err
-		}
-		if t, err = calib.SwiGLURows(ctx, ti, hidden, gs, us, cols); err != nil {
-			return nil, nil, 0, err
-		}
-		return x, t, len(xi) / hidden, nil
+		return calib.RowsOf(x, t, c), len(x) / c, nil
 	}
-	site := s.family.Site(r)
-	if site == "" || !inMem {
-		return nil, nil, 0, nil
+	gt, ut := s.downInputs(r, layer)
+	if gt == nil || ut == nil || len(gt.shape) != 2 || int(gt.shape[0]) != cols {
+		return nil, 0, nil
 	}
-	x, t, c, err := ms.calibTargetsOf(layer, site, s.calibTokens)
-	if err != nil || t == nil || c != cols {
-		return nil, nil, 0, nil
+	var xi, ti []float32
+	var hidden int
+	if inMem {
+		if xi, ti, hidden, err = ms.calibTargetsOf(layer, calib.SiteMoE, s.calibTokens); err != nil {
+			return nil, 0, err
+		}
+	} else {
+		if xi, hidden, err = s.rows(layer, calib.SiteMoE); err != nil {
+			return nil, 0, err
+		}
+		ti = xi
 	}
-	return x, t, len(x) / c, nil
+	if ti == nil || hidden == 0 || int(gt.shape[1]) != hidden {
+		return nil, 0, nil
+	}
+	var g, u, gs, us []float32
+	if g, err = s.stored(ctx, gt); err == nil {
+		u, err = s.stored(ctx, ut)
+	}
+	if err == nil {
+		gs, err = sourceFloats(gt)
+	}
+	if err == nil {
+		us, err = sourceFloats(ut)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return calib.SwiGLURowsOf(xi, ti, hidden, g, u, gs, us, cols), len(xi) / hidden, nil
 }
 
 type hessEntry struct {

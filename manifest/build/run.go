@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/calib"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
@@ -733,11 +733,11 @@ func (b *builder) quantizeDense(ctx context.Context, st *storedTensor, w []float
 		res, err = gptq.Quantize(w, rows, cols, h, g, b.gopt)
 		return res, false, err
 	}
-	x, t, n, err := sh.asymRows(ctx, st.name, st.layer, cols)
+	src, n, err := sh.asymRows(ctx, st.name, st.layer, cols)
 	if err != nil {
 		return nil, false, buildError{err}
 	}
-	if t == nil || n < calib.AsymmetricMinRowsPerColumn*cols {
+	if src == nil {
 		res, err = gptq.Quantize(w, rows, cols, h, g, b.gopt)
 		return res, false, err
 	}
@@ -746,15 +746,16 @@ func (b *builder) quantizeDense(ctx context.Context, st *storedTensor, w []float
 		return nil, false, err
 	}
 	defer f.Release()
-	fit, err := calib.AsymmetricTarget(w, rows, cols, x, t, n, f)
+	fit, err := calib.AsymmetricTarget(w, rows, cols, n, f, src)
 	if err != nil {
 		return nil, false, buildError{err}
 	}
-	if fit == nil {
-		fit = w // its own fit: the inputs are the source model's
+	fitted := fit != nil
+	if !fitted {
+		fit = w // its own fit
 	}
 	res, err = f.Quantize(fit, rows, g, b.gopt)
-	return res, err == nil && &fit[0] != &w[0], err
+	return res, fitted && err == nil, err
 }
 
 // buildError marks an error of quantizeDense that must stop the build

@@ -254,15 +254,6 @@ func (s *sequential) refIDs() [][]int32 {
 	return s.ids[s.calibSeqs():]
 }
 
-// refLens is lens(l) for the sequences of refIDs.
-func (s *sequential) refLens(l int) []int {
-	lens := s.lens(l)
-	if s.b.opt.Asymmetric {
-		return lens
-	}
-	return lens[s.calibSeqs():]
-}
-
 // lens returns the row count of every sequence entering layer l: the
 // tokens for a trunk layer, one fewer for the MTP layer (its last token
 // has no next token to predict).
@@ -458,8 +449,9 @@ func (s *sequential) stages(l int) seqStages {
 
 // layer runs the sequential step of layer l: x is the stream entering it
 // (every calibration row, the held-out sequences last) and is replaced by
-// the stream leaving it; xref is the source model's stream on the
-// held-out sequences, advanced the same way.
+// the stream leaving it; xref is the source model's stream (on every
+// sequence in an asymmetric build, else on the held-out ones), advanced
+// the same way.
 func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
 	b := s.b
 	H := s.cfg.Hidden
@@ -830,9 +822,16 @@ func (s *sequential) loadStreams(l int, r *seqRecord) (x, xref []float32, err er
 	if xref, err = readFloats(s.streamPath(l, true), r.Ref); err != nil {
 		return nil, nil, err
 	}
-	want := sum(s.lens(l)) * s.cfg.Hidden
+	lens := s.lens(l)
+	want := sum(lens) * s.cfg.Hidden
 	if len(x) != want {
 		return nil, nil, fmt.Errorf("stream of layer %d holds %d values, want %d", l, len(x), want)
+	}
+	if !s.b.opt.Asymmetric {
+		want = sum(lens[s.calibSeqs():]) * s.cfg.Hidden
+	}
+	if len(xref) != want {
+		return nil, nil, fmt.Errorf("source stream of layer %d holds %d values, want %d", l, len(xref), want)
 	}
 	return x, xref, nil
 }
@@ -896,6 +895,9 @@ func (m *memSites) calibTargetsOf(layer int, site string, tokens int64) (x, t []
 	m.mu.Unlock()
 	if all == nil {
 		return x, nil, cols, nil
+	}
+	if len(all) < len(x) {
+		return nil, nil, 0, fmt.Errorf("the source model's %q rows of layer %d hold %d values, the calibration rows %d", site, layer, len(all), len(x))
 	}
 	return x, all[:len(x)], cols, nil
 }
