@@ -161,3 +161,30 @@ func TestConvertNonFinite(t *testing.T) {
 		t.Errorf("--json nonfinite_tensors = %v (%v)", rep.NonFinite, err)
 	}
 }
+
+// TestGPTQAsymmetricFlag: --asymmetric reaches the manifest's options (so
+// the identity) and the checkpoint verifies; without calibration rows it is
+// a usage error.
+func TestGPTQAsymmetricFlag(t *testing.T) {
+	model := tinyModel(t)
+	store := synthStore(t, model)
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, errs := runCLI(t, "gptq", "--model", model, "--calib", store, "--out", out, "--quiet", "--allow-synthetic-calibration", "--asymmetric")
+	if code != exitOK {
+		t.Fatalf("gptq --asymmetric: status %d\n%s", code, errs)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "native_manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"asymmetric": true`) {
+		t.Error("the manifest does not record the asymmetric fit")
+	}
+	if code, _, errs := runCLI(t, "verify", out); code != exitOK {
+		t.Errorf("verify: status %d\n%s", code, errs)
+	}
+	code, _, errs = runCLI(t, "gptq", "--model", model, "--out", filepath.Join(t.TempDir(), "o"), "--asymmetric")
+	if code != exitUsage {
+		t.Errorf("gptq --asymmetric without rows: status %d, stderr %q", code, errs)
+	}
+}
