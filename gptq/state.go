@@ -156,11 +156,13 @@ type bfpOutputState[T float] struct {
 // onto it. Chunks start at multiples of 16 rows (chunkRows), so groups
 // never straddle them.
 func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
-	src, stride := w, 1
-	if st.s.opt.StaticGroups {
-		cols := st.s.cols
-		src, stride = st.s.w0[ch.r0*cols+st.s.perm[k]:], cols
+	if !st.s.opt.StaticGroups {
+		// Each 16-row group's exponent from its own current values.
+		bfpRoundGroups(st.rd, w, q)
+		return
 	}
+	cols := st.s.cols
+	src, stride := st.s.w0[ch.r0*cols+st.s.perm[k]:], cols
 	var buf [bfp.GroupSize]float32
 	for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
 		r1 := min(r0+bfp.GroupSize, len(w))

@@ -265,3 +265,42 @@ func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) {
 		axpyTri64AVX2(unsafe.SliceData(cs), unsafe.SliceData(any(a).([]float64)), lda, unsafe.SliceData(any(acc).([]float64)), m)
 	}
 }
+
+//go:noescape
+func bfpRound32AVX2(x, q *float32, exps *uint8, n int, p *[5]uint32) bool
+
+//go:noescape
+func bfpRoundGroups32AVX2(x, q *float32, n int, p *[5]uint32) bool
+
+// bfpRound32 is bfpRound32Go, eight values at a time in assembly.
+func bfpRound32(x, q []float32, exps []uint8, w uint32) bool {
+	q = q[:len(x)]
+	exps = exps[:len(x)]
+	n8 := len(x) &^ 7
+	ok := true
+	if useAsm && n8 > 0 {
+		p := bfpParams(w)
+		ok = bfpRound32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), unsafe.SliceData(exps), n8, &p)
+	} else {
+		n8 = 0
+	}
+	return bfpRound32Go(x[n8:], q[n8:], exps[n8:], w) && ok
+}
+
+// bfpRoundGroups32 is bfpRoundGroups32Go, a group of 16 at a time in
+// assembly.
+func bfpRoundGroups32(x, q []float32, w uint32) bool {
+	if !useAsm || len(x) == 0 {
+		return bfpRoundGroups32Go(x, q, w)
+	}
+	q = q[:len(x)]
+	p := bfpParams(w)
+	return bfpRoundGroups32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), len(x), &p)
+}
+
+// bfpParams is the parameter block of the assembly: w, s = 24−w,
+// half = 2^(s−1)−1, maxq = 2^w−1, w−1.
+func bfpParams(w uint32) [5]uint32 {
+	s := 24 - w
+	return [5]uint32{w, s, 1<<(s-1) - 1, 1<<w - 1, w - 1}
+}

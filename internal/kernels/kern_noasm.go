@@ -36,3 +36,6 @@ func dotRows[T float32 | float64](x []T, ldx int, y []T, n8, rows int, s []T) {
 }
 
 func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) { axpyTriGo(c, a, lda, acc, m) }
+
+func bfpRound32(x, q []float32, exps []uint8, w uint32) bool { return bfpRound32Go(x, q, exps, w) }
+func bfpRoundGroups32(x, q []float32, w uint32) bool         { return bfpRoundGroups32Go(x, q, w) }

@@ -1,0 +1,118 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// bfpTestValues returns n float32 values that exercise every branch of the
+// BFP element rule for exponents near e: zeros of both signs, subnormals,
+// values whose exponent exceeds e (saturation), values far below it (shift
+// of 24 or more), and mantissas on and next to every rounding boundary.
+func bfpTestValues(r *rand.Rand, n int, e uint32) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		sign := uint32(r.IntN(2)) << 31
+		var b uint32
+		switch r.IntN(8) {
+		case 0:
+			b = 0
+		case 1:
+			b = uint32(r.IntN(1 << 23)) // subnormal
+		case 2:
+			ex := min(e+uint32(r.IntN(3)), 254)
+			b = ex<<23 | uint32(r.IntN(1<<23))
+		case 3:
+			// A mantissa ending exactly half-way between kept bits, or one
+			// off, for every truncation shift.
+			sh := uint32(r.IntN(24))
+			m := uint32(r.IntN(1<<23)) &^ (1<<sh - 1)
+			if sh > 0 {
+				m |= 1 << (sh - 1)
+			}
+			m += uint32(r.IntN(3)) - 1
+			ex := max(int(e)-r.IntN(26), 1)
+			b = uint32(ex)<<23 | m&0x7fffff
+		default:
+			ex := max(int(e)-r.IntN(30), 1)
+			b = uint32(ex)<<23 | uint32(r.IntN(1<<23))
+		}
+		x[i] = math.Float32frombits(b | sign)
+	}
+	return x
+}
+
+// TestBFPRoundTwins checks the vector BFP rounding against its pure-Go
+// twin bit for bit, for every magnitude width, exponents across the whole
+// range (the ones outside the vector rule must be reported), every length
+// class of the vector loop and its tail.
+func TestBFPRoundTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for w := uint(1); w <= BFPMaxMagBits; w++ {
+		for _, n := range []int{1, 7, 8, 9, 16, 31, 64, 133} {
+			for _, eBase := range []uint32{0, uint32(w) - 1, uint32(w), uint32(w) + 1, 100, 127, 200, 253, 254, 255} {
+				x := bfpTestValues(r, n, eBase)
+				exps := make([]uint8, n)
+				fast := true
+				for i := range exps {
+					e := int(eBase) + r.IntN(3) - 1
+					if eBase >= 200 && r.IntN(2) == 0 {
+						e = int(eBase)
+					}
+					exps[i] = uint8(min(max(e, 0), 255))
+					fast = fast && BFPFastExp(exps[i], w)
+				}
+				got := make([]float32, n)
+				want := make([]float32, n)
+				okG := BFPRound32(x, got, exps, w)
+				okW := bfpRound32Go(x, want, exps, uint32(w))
+				if okG != fast || okW != fast {
+					t.Fatalf("w=%d n=%d: reported %v (Go twin %v), want %v", w, n, okG, okW, fast)
+				}
+				for i := range x {
+					if !BFPFastExp(exps[i], w) {
+						continue
+					}
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("w=%d: x=%#08x e=%d: got %#08x, Go twin %#08x", w, math.Float32bits(x[i]), exps[i],
+							math.Float32bits(got[i]), math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+		for _, groups := range []int{1, 2, 5} {
+			for _, eBase := range []uint32{1, uint32(w), uint32(w) + 3, 127, 254} {
+				n := 16 * groups
+				x := bfpTestValues(r, n, eBase)
+				if r.IntN(3) == 0 {
+					clear(x[:16]) // a group of zeros: exponent 0
+				}
+				fast := true
+				for g := 0; g < n; g += 16 {
+					var e uint32
+					for _, v := range x[g : g+16] {
+						e = max(e, math.Float32bits(v)>>23&0xff)
+					}
+					fast = fast && BFPFastExp(uint8(e), w)
+				}
+				got := make([]float32, n)
+				want := make([]float32, n)
+				okG := BFPRoundGroups32(x, got, w)
+				okW := bfpRoundGroups32Go(x, want, uint32(w))
+				if okG != fast || okW != fast {
+					t.Fatalf("w=%d groups=%d: reported %v (Go twin %v), want %v", w, groups, okG, okW, fast)
+				}
+				if !fast {
+					continue
+				}
+				for i := range x {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("w=%d group %d: x=%#08x: got %#08x, Go twin %#08x", w, i/16, math.Float32bits(x[i]),
+							math.Float32bits(got[i]), math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
