@@ -740,12 +740,22 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	const tb = 16
 	nkt := (cols + tb - 1) / tb
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		// 16×16 blocks through a buffer, so that each cache line of Wt
+		// is written whole (see the output transposition below).
+		var buf [tb * tb]T
 		for kt := p * nkt / procs; kt < (p+1)*nkt/procs; kt++ {
 			k0, k1 := kt*tb, min(kt*tb+tb, cols)
-			for r := 0; r < rows; r++ {
-				src := s.w0[r*cols : (r+1)*cols]
-				for k := k0; k < k1; k++ {
-					s.wt[k*rows+r] = src[s.perm[k]]
+			perm := s.perm[k0:k1]
+			for r0 := 0; r0 < rows; r0 += tb {
+				r1 := min(r0+tb, rows)
+				for r := r0; r < r1; r++ {
+					src := s.w0[r*cols : (r+1)*cols]
+					for kk, c := range perm {
+						buf[kk*tb+r-r0] = src[c]
+					}
+				}
+				for kk := range perm {
+					copy(s.wt[(k0+kk)*rows+r0:(k0+kk)*rows+r1], buf[kk*tb:kk*tb+r1-r0])
 				}
 			}
 		}
@@ -796,18 +806,43 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		tileExtra = make([]float64, nrt)
 	}
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		// The tile's rows go through 16×16 blocks in registers-sized
+		// buffers: every cache line of Q and W₀ is then touched once per
+		// block rather than once per column (rows cols·4 bytes apart
+		// share cache sets, so 16 row streams at once keep evicting each
+		// other).
+		var qb, wb [tb * tb]T
 		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
 			r0, r1 := rt*tb, min(rt*tb+tb, rows)
+			nr := r1 - r0
 			var ex float64
-			for k, c := range s.perm {
-				col := qt[k*rows+r0 : k*rows+r1]
-				for r, v := range col {
-					res.Q[(r0+r)*cols+c] = float32(v)
+			for k0 := 0; k0 < cols; k0 += tb {
+				k1 := min(k0+tb, cols)
+				perm := s.perm[k0:k1]
+				for kk := range perm {
+					copy(qb[kk*tb:kk*tb+nr], qt[(k0+kk)*rows+r0:(k0+kk)*rows+r1])
 				}
-				if incremental {
+				for r := 0; r < nr; r++ {
+					qrow := res.Q[(r0+r)*cols : (r0+r+1)*cols]
+					for kk, c := range perm {
+						qrow[c] = float32(qb[kk*tb+r])
+					}
+				}
+				if !incremental {
+					continue
+				}
+				for r := 0; r < nr; r++ {
+					wrow := s.w0[(r0+r)*cols : (r0+r+1)*cols]
+					for kk, c := range perm {
+						wb[kk*tb+r] = wrow[c]
+					}
+				}
+				// Per column, the rows in order: the sums of the
+				// column-at-a-time loop.
+				for kk, c := range perm {
 					var sq float64
-					for r, v := range col {
-						d := float64(s.w0[(r0+r)*cols+c]) - float64(v)
+					for r := 0; r < nr; r++ {
+						d := float64(wb[kk*tb+r]) - float64(qb[kk*tb+r])
 						sq += d * d
 					}
 					ex += f.extra[c] * sq
