@@ -729,25 +729,25 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		}
 	}
 
-	// Working weights, column-major, transposed in 16-wide tiles (16
-	// streams on each side stay in cache), the tiles shared among the
-	// cores (plain copies, so the split cannot change the result).
+	// Working weights, column-major, transposed in tiles of 16 rows
+	// (16 sequential read streams), the tiles shared among the cores
+	// (plain copies, so the split cannot change the result).
 	procs := runtime.GOMAXPROCS(0)
 	// The working copies come from a pool and go back at the end: every
 	// element is written before it is read.
 	s.wt = getBuf[T](rows * cols)
 	defer putBuf(s.wt)
 	const tb = 16
-	nkt := (cols + tb - 1) / tb
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
 		// 16×16 blocks through a buffer, so that each cache line of Wt
 		// is written whole (see the output transposition below).
 		var buf [tb * tb]T
-		for kt := p * nkt / procs; kt < (p+1)*nkt/procs; kt++ {
-			k0, k1 := kt*tb, min(kt*tb+tb, cols)
-			perm := s.perm[k0:k1]
-			for r0 := 0; r0 < rows; r0 += tb {
-				r1 := min(r0+tb, rows)
+		nrt := (rows + tb - 1) / tb
+		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
+			r0, r1 := rt*tb, min(rt*tb+tb, rows)
+			for k0 := 0; k0 < cols; k0 += tb {
+				k1 := min(k0+tb, cols)
+				perm := s.perm[k0:k1]
 				for r := r0; r < r1; r++ {
 					src := s.w0[r*cols : (r+1)*cols]
 					for kk, c := range perm {

@@ -116,3 +116,34 @@ func TestBFPRoundTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestAxpySubRowsTwins checks AxpySubRows32 against Axpy32 with the
+// negated coefficient row by row and against its pure-Go twin, bit for
+// bit, for every length class of the 32- and 8-wide loops and the tail.
+func TestAxpySubRowsTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, m := range []int{1, 2, 5} {
+		for n := 1; n < 80; n++ {
+			ldy := n + r.IntN(9)
+			a := to32(randMat64(r, m))
+			x := to32(randMat64(r, n))
+			for i := range x {
+				x[i] *= float32(math.Ldexp(1, r.IntN(40)-20))
+			}
+			y := to32(randMat64(r, (m-1)*ldy+n))
+			got := append([]float32(nil), y...)
+			AxpySubRows32(a, x, got, ldy)
+			want := append([]float32(nil), y...)
+			for j, c := range a {
+				Axpy32(-c, x, want[j*ldy:j*ldy+n])
+			}
+			twin := append([]float32(nil), y...)
+			axpySubRows32Go(a, x, twin, ldy)
+			for i := range got {
+				if !bitsEqual32(got[i], want[i]) || !bitsEqual32(twin[i], want[i]) {
+					t.Fatalf("m=%d n=%d ldy=%d: y[%d] = %g (Go twin %g), row-wise Axpy32 %g", m, n, ldy, i, got[i], twin[i], want[i])
+				}
+			}
+		}
+	}
+}

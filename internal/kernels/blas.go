@@ -198,3 +198,29 @@ func Axpy32(c float32, x, y []float32) {
 	}
 	axpy32(c, x, y)
 }
+
+// AxpySubRows32 computes y[j·ldy+i] −= float32(a[j]·x[i]) for j < len(a)
+// and i < len(x): one call for the rank-1 update that Axpy32(−a[j], x,
+// row j of y) makes row by row, with the same bits (every product rounded
+// to float32 before the subtraction, never fused). Row j of y must not
+// overlap x.
+func AxpySubRows32(a, x, y []float32, ldy int) {
+	m, n := len(a), len(x)
+	if m == 0 || n == 0 {
+		return
+	}
+	if ldy < n || len(y) < (m-1)*ldy+n {
+		panic(fmt.Sprintf("kernels: AxpySubRows32: y has %d elements, want %d rows of %d with stride %d", len(y), m, n, ldy))
+	}
+	axpySubRows32(a, x, y, ldy)
+}
+
+// axpySubRows32Go is the pure-Go form of AxpySubRows32.
+func axpySubRows32Go(a, x, y []float32, ldy int) {
+	for j, c := range a {
+		row := y[j*ldy : j*ldy+len(x)]
+		for i, v := range x {
+			row[i] -= float32(c * v)
+		}
+	}
+}

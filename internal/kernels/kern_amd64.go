@@ -304,3 +304,20 @@ func bfpParams(w uint32) [5]uint32 {
 	s := 24 - w
 	return [5]uint32{w, s, 1<<(s-1) - 1, 1<<w - 1, w - 1}
 }
+
+//go:noescape
+func axpySubRows32AVX2(a *float32, m int, x *float32, n8 int, y *float32, ldy int)
+
+// axpySubRows32 is axpySubRows32Go with the first len(x)&^7 columns in
+// assembly.
+func axpySubRows32(a, x, y []float32, ldy int) {
+	n8 := len(x) &^ 7
+	if !useAsm || n8 == 0 {
+		axpySubRows32Go(a, x, y, ldy)
+		return
+	}
+	axpySubRows32AVX2(unsafe.SliceData(a), len(a), unsafe.SliceData(x), n8, unsafe.SliceData(y), ldy)
+	if n8 < len(x) {
+		axpySubRows32Go(a, x[n8:], y[n8:], ldy)
+	}
+}
