@@ -592,7 +592,6 @@ type solver[T float] struct {
 
 	// current block [i1, i2)
 	i1, i2 int
-	w1     []T // block columns with in-block updates, column-major
 	e      []T // scaled errors of the block's columns, column-major
 }
 
@@ -605,6 +604,12 @@ type rowChunk[T float] struct {
 	s1, s2 int // current sub-block [i1+s1, i1+s2)
 	done   int // columns of the block already quantized (block-local)
 	cur    []T // scratch column of r1−r0 values
+	// w1 holds the chunk's rows of the block's columns with the
+	// in-block updates, column-major with leading dimension r1−r0: the
+	// chunk's own contiguous copy, so that the column loop's updates stay
+	// in the core's cache (columns of a matrix-wide buffer lie rows·4
+	// bytes apart and compete for the same cache sets).
+	w1 []T
 }
 
 // chunkRows is the number of rows per chunk of the in-block loop: whole
@@ -631,7 +636,8 @@ func (s *solver[T]) current(j int, dst []T, ch *rowChunk[T]) {
 	rows, r0, r1 := s.rows, ch.r0, ch.r1
 	from := 0 // first block-local column whose update j has not received
 	if jl := j - s.i1; jl >= 0 && j < s.i2 {
-		copy(dst, s.w1[jl*rows+r0:jl*rows+r1])
+		n := r1 - r0
+		copy(dst, ch.w1[jl*n:(jl+1)*n])
 		if jl < ch.s2 {
 			return
 		}
@@ -657,8 +663,9 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 	rl := rowLoss[r0:r1]
 	ch.done = 0
 	// This chunk's rows of the block: current weights in, errors cleared.
+	w1 := ch.w1
 	for i := 0; i < nb; i++ {
-		copy(s.w1[i*rows+r0:i*rows+r1], s.wt[(i1+i)*rows+r0:(i1+i)*rows+r1])
+		copy(w1[i*n:(i+1)*n], s.wt[(i1+i)*rows+r0:(i1+i)*rows+r1])
 		clear(s.e[i*rows+r0 : i*rows+r1])
 	}
 	for j1 := 0; j1 < nb; j1 += sb {
@@ -666,7 +673,7 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 		ch.s1, ch.s2 = j1, j2
 		for i := j1; i < j2; i++ {
 			k := i1 + i
-			col := s.w1[i*rows+r0 : i*rows+r1]
+			col := w1[i*n : (i+1)*n]
 			q := qt[k*rows+r0 : k*rows+r1]
 			cq.column(k, col, q, ch)
 			d := s.u[k*cols+k]
@@ -680,13 +687,13 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 			ch.done = i + 1
 			// W1[:, i+1:j2] -= e ⊗ U[k, i1+i+1 : i1+j2]
 			if m := j2 - i - 1; m > 0 {
-				rank1Sub(m, n, s.u[k*cols+k+1:k*cols+k+1+m], ei, s.w1[(i+1)*rows+r0:], rows)
+				rank1Sub(m, n, s.u[k*cols+k+1:k*cols+k+1+m], ei, w1[(i+1)*n:], n)
 			}
 		}
 		if j2 < nb {
 			// The sub-block's update of the rest of the block, as one
 			// product: W1[:, j2:] -= E[:, j1:j2]·U[j1:j2, j2:nb].
-			gemmSubTN(nb-j2, n, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows+r0:], rows, s.w1[j2*rows+r0:], rows)
+			gemmSubTN(nb-j2, n, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows+r0:], rows, w1[j2*n:], n)
 		}
 	}
 }
@@ -769,16 +776,20 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	if opt.SubBlock > 0 {
 		sb = min(opt.SubBlock, bs)
 	}
-	s.w1 = getBuf[T](bs * rows) // each block fills its columns first
-	defer putBuf(s.w1)
 	s.e = getBuf[T](bs * rows)
 	defer putBuf(s.e)
 	cr := chunkRows(rows, g, procs)
 	var chunks []rowChunk[T]
 	for r0 := 0; r0 < rows; r0 += cr {
 		r1 := min(r0+cr, rows)
-		chunks = append(chunks, rowChunk[T]{r0: r0, r1: r1, cur: make([]T, r1-r0)})
+		// Each block fills the chunk's w1 before reading it.
+		chunks = append(chunks, rowChunk[T]{r0: r0, r1: r1, cur: make([]T, r1-r0), w1: getBuf[T](bs * (r1 - r0))})
 	}
+	defer func() {
+		for _, ch := range chunks {
+			putBuf(ch.w1)
+		}
+	}()
 	workers := min(len(chunks), procs)
 	for i1 := 0; i1 < cols; i1 += bs {
 		i2 := min(i1+bs, cols)
