@@ -32,6 +32,22 @@ func gemmSubTN[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc 
 	}
 }
 
+// gemmSubTNSide is gemmSubTN running side on the calling goroutine while
+// the other workers start on the product (kernels.SgemmAcc); side runs
+// even when the product is empty. The bits of c are gemmSubTN's.
+func gemmSubTNSide[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int, side func()) {
+	if m == 0 || n == 0 || k == 0 {
+		side()
+		return
+	}
+	switch a := any(a).(type) {
+	case []float32:
+		kernels.SgemmAcc(true, false, m, n, k, -1, a, lda, any(b).([]float32), ldb, any(c).([]float32), ldc, side)
+	case []float64:
+		kernels.DgemmAcc(true, false, m, n, k, -1, a, lda, any(b).([]float64), ldb, any(c).([]float64), ldc, side)
+	}
+}
+
 // rank1Sub computes c[j][r] -= u[j]·e[r] for the m×n row-major c (row
 // stride ldc), rounding every product to T before the subtraction, like
 // axpySub on each row. In float32 it is axpySub32 on every row, in one

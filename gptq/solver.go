@@ -156,6 +156,11 @@ func checkWeights(w []float32, rows, cols int, name string) error {
 	if len(w) != rows*cols {
 		return fmt.Errorf("%w: weight%s has %d values, want %d×%d = %d", ErrShape, label(name), len(w), rows, cols, rows*cols)
 	}
+	// A vector scan on all cores; the first bad value in row-major order
+	// is then located by a serial pass.
+	if kernels.AllFinite32(w) {
+		return nil
+	}
 	for i, v := range w {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return fmt.Errorf("%w: weight%s [%d,%d] of %d×%d is %v", ErrNotFinite, label(name), i/cols, i%cols, rows, cols, v)
@@ -776,8 +781,13 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	if opt.SubBlock > 0 {
 		sb = min(opt.SubBlock, bs)
 	}
-	s.e = getBuf[T](bs * rows)
-	defer putBuf(s.e)
+	// Two error buffers: with lookahead (below) a block's errors are
+	// still being read by the lazy update while the next block writes
+	// its own.
+	eBufs := [2][]T{getBuf[T](bs * rows), getBuf[T](bs * rows)}
+	defer putBuf(eBufs[0])
+	defer putBuf(eBufs[1])
+	s.e = eBufs[0]
 	cr := chunkRows(rows, g, procs)
 	var chunks []rowChunk[T]
 	for r0 := 0; r0 < rows; r0 += cr {
@@ -791,22 +801,51 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		}
 	}()
 	workers := min(len(chunks), procs)
-	for i1 := 0; i1 < cols; i1 += bs {
-		i2 := min(i1+bs, cols)
-		nb := i2 - i1
-		s.i1, s.i2 = i1, i2
+	columnLoop := func() {
 		kernels.ParallelFor(len(chunks), workers, func(c, _ int) { s.block(&chunks[c], cq, qt, rowLoss, sb) })
-		if i2 < cols {
-			// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here in
-			// column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.
-			gemmSubTN(cols-i2, rows, nb, s.u[i1*cols+i2:], cols, s.e, rows, s.wt[i2*rows:], rows)
+	}
+	if cq.blockLocal(bs) {
+		// Lookahead: once block [i1, i2) is done, the lazy update of
+		// the next block's columns runs first, then the next block's
+		// column loop runs alongside the update of the columns after
+		// it, which that loop does not read. Every element still gets
+		// the same product chains in the same block order (a product's
+		// rows are independent), so the result is that of the loop
+		// below, with one synchronisation point per block instead of
+		// two and the column loop's uneven end filled with product
+		// work.
+		s.i1, s.i2 = 0, min(bs, cols)
+		columnLoop()
+		for i1 := 0; i1+bs < cols; i1 += bs {
+			i2 := i1 + bs
+			i3 := min(i2+bs, cols)
+			e := s.e
+			gemmSubTN(i3-i2, rows, bs, s.u[i1*cols+i2:], cols, e, rows, s.wt[i2*rows:], rows)
+			s.i1, s.i2 = i2, i3
+			if &s.e[0] == &eBufs[0][0] {
+				s.e = eBufs[1]
+			} else {
+				s.e = eBufs[0]
+			}
+			gemmSubTNSide(cols-i3, rows, bs, s.u[i1*cols+i3:], cols, e, rows, s.wt[i3*rows:], rows, columnLoop)
+		}
+	} else {
+		for i1 := 0; i1 < cols; i1 += bs {
+			i2 := min(i1+bs, cols)
+			nb := i2 - i1
+			s.i1, s.i2 = i1, i2
+			columnLoop()
+			if i2 < cols {
+				// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here
+				// in column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.
+				gemmSubTN(cols-i2, rows, nb, s.u[i1*cols+i2:], cols, s.e, rows, s.wt[i2*rows:], rows)
+			}
 		}
 	}
 
 	// Outputs in original column order.
 	res.Q = make([]float32, rows*cols)
 	nrt := (rows + tb - 1) / tb
-	bad := make([]bool, procs)
 	// With the proxy loss, each row tile also sums Σ_c extra_c·Δ₀[r][c]²
 	// (Δ₀ = W₀ − Q in the solver's arithmetic), the part of the reported
 	// error that comes from the damping; per tile, then over the tiles in
@@ -862,15 +901,9 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 			if incremental {
 				tileExtra[rt] = ex
 			}
-			for _, v := range res.Q[r0*cols : r1*cols] {
-				// One comparison catches NaN and ±Inf.
-				if a := math.Abs(float64(v)); !(a <= math.MaxFloat32) {
-					bad[p] = true
-				}
-			}
 		}
 	})
-	if slices.Contains(bad, true) {
+	if !kernels.AllFinite32(res.Q) {
 		for i, v := range res.Q {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)

@@ -12,6 +12,11 @@ import (
 // concurrently; calls for one chunk come in column order.
 type colQuantizer[T float] interface {
 	column(k int, w, q []T, ch *rowChunk[T])
+	// blockLocal reports whether quantizing the columns of a block of
+	// bs columns (blocks starting at multiples of bs) reads no weights of
+	// a later block: then a block's column loop needs the lazy updates of
+	// the earlier blocks only for its own columns.
+	blockLocal(bs int) bool
 }
 
 // bind returns g's quantizer for the solver s.
@@ -94,6 +99,10 @@ func newIntState[T float](g *IntGrid, s *solver[T]) *intState[T] {
 	return st
 }
 
+// blockLocal is false: a group's grid is taken from the weights of its
+// columns, which may lie in later blocks.
+func (st *intState[T]) blockLocal(int) bool { return false }
+
 // column quantizes a whole column: chunkRows gives integer grids a single
 // chunk, since the grid state below is shared by all rows.
 func (st *intState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
@@ -150,6 +159,9 @@ type bfpOutputState[T float] struct {
 	rd *bfpRounder
 	s  *solver[T]
 }
+
+// blockLocal is true: a column's exponents come from the column alone.
+func (st *bfpOutputState[T]) blockLocal(int) bool { return true }
 
 // column fixes the exponent of each 16-row group of the column from its
 // current values (from the original column with StaticGroups), then rounds
@@ -210,6 +222,13 @@ func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 		}
 	}
 	return st
+}
+
+// blockLocal holds when the exponents are fixed before the loop
+// (StaticGroups) or every 16-column group lies inside one block: columns in
+// their original order and bs a multiple of the group size.
+func (st *bfpInputState[T]) blockLocal(bs int) bool {
+	return st.s.opt.StaticGroups || (!st.s.opt.ActOrder && bs%bfp.GroupSize == 0)
 }
 
 func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {

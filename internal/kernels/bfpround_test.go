@@ -147,3 +147,35 @@ func TestAxpySubRowsTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestAllFinite32 puts a NaN or an infinity at every position class of the
+// vector loop, its tail and the parallel chunks, and checks that it is
+// found, and that finite extremes are not reported.
+func TestAllFinite32(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 40, 1<<16 + 13, 3 << 16} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		if n > 0 {
+			x[n/2] = math.MaxFloat32
+			x[n-1] = -math.MaxFloat32
+		}
+		if !AllFinite32(x) || !allFinite32Go(x) {
+			t.Fatalf("n=%d: finite values reported as not finite", n)
+		}
+		for _, pos := range []int{0, n / 3, n - 1} {
+			if pos < 0 || pos >= n {
+				continue
+			}
+			for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+				old := x[pos]
+				x[pos] = bad
+				if AllFinite32(x) || allFinite32Go(x) {
+					t.Fatalf("n=%d: %v at %d not found", n, bad, pos)
+				}
+				x[pos] = old
+			}
+		}
+	}
+}

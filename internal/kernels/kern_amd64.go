@@ -321,3 +321,15 @@ func axpySubRows32(a, x, y []float32, ldy int) {
 		axpySubRows32Go(a, x[n8:], y[n8:], ldy)
 	}
 }
+
+//go:noescape
+func allFinite32AVX2(x *float32, n8 int) bool
+
+// allFinite32 is allFinite32Go, eight values at a time in assembly.
+func allFinite32(x []float32) bool {
+	n8 := len(x) &^ 7
+	if !useAsm || n8 == 0 {
+		return allFinite32Go(x)
+	}
+	return allFinite32AVX2(unsafe.SliceData(x), n8) && allFinite32Go(x[n8:])
+}

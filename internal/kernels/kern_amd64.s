@@ -767,3 +767,26 @@ asrnext:
 	JNZ  asrrow
 	VZEROUPPER
 	RET
+
+// func allFinite32AVX2(x *float32, n8 int) bool
+// Reports whether none of the first n8 values (n8 a positive multiple of
+// 8) has an all-ones exponent field.
+TEXT ·allFinite32AVX2(SB), NOSPLIT, $0-17
+	MOVQ x+0(FP), SI
+	MOVQ n8+8(FP), CX
+	MOVL $0x7f800000, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+	VPXOR Y0, Y0, Y0
+	SHRQ $3, CX
+afloop:
+	VPAND (SI), Y2, Y1
+	VPCMPEQD Y2, Y1, Y1
+	VPOR Y1, Y0, Y0
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  afloop
+	VPTEST Y0, Y0
+	SETEQ ret+16(FP)
+	VZEROUPPER
+	RET

@@ -41,3 +41,5 @@ func bfpRound32(x, q []float32, exps []uint8, w uint32) bool { return bfpRound32
 func bfpRoundGroups32(x, q []float32, w uint32) bool         { return bfpRoundGroups32Go(x, q, w) }
 
 func axpySubRows32(a, x, y []float32, ldy int) { axpySubRows32Go(a, x, y, ldy) }
+
+func allFinite32(x []float32) bool { return allFinite32Go(x) }
