@@ -684,10 +684,15 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 			d := s.u[k*cols+k]
 			d2 := d * d
 			ei := s.e[i*rows+r0 : i*rows+r1]
-			for r, wv := range col {
-				diff := wv - q[r]
-				rl[r] += float64(diff*diff/d2) / 2
-				ei[r] = diff / d
+			if c32, ok := any(col).([]float32); ok {
+				// The loop below, eight rows at a time.
+				kernels.QuantErr32(c32, any(q).([]float32), any(ei).([]float32), rl, float32(d), float32(d2))
+			} else {
+				for r, wv := range col {
+					diff := wv - q[r]
+					rl[r] += float64(diff*diff/d2) / 2
+					ei[r] = diff / d
+				}
 			}
 			ch.done = i + 1
 			// W1[:, i+1:j2] -= e ⊗ U[k, i1+i+1 : i1+j2]

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // colQuantizer is a grid bound to one solver run: it quantizes the rows
@@ -249,6 +250,10 @@ func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 				s.current(j, ch.cur, ch)
 				col = ch.cur
 
+			}
+			if c32, ok := any(col).([]float32); ok {
+				kernels.MaxExponents32(c32, exp)
+				continue
 			}
 			for r, v := range col {
 				e := uint8(math.Float32bits(float32(v)) >> 23 & 0xff)

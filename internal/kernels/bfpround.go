@@ -112,3 +112,39 @@ func bfpRoundGroups32Go(x, q []float32, w uint32) bool {
 	}
 	return ok
 }
+
+// MaxExponents32 sets exp[i] to the larger of exp[i] and the exponent
+// field of x[i], for i < len(x): the shared exponent of a group built up
+// one column at a time.
+func MaxExponents32(x []float32, exp []uint8) {
+	if len(exp) < len(x) {
+		panic(fmt.Sprintf("kernels: MaxExponents32: %d exponents for %d values", len(exp), len(x)))
+	}
+	maxExponents32(x, exp[:len(x)])
+}
+
+func maxExponents32Go(x []float32, exp []uint8) {
+	exp = exp[:len(x)]
+	for i, v := range x {
+		exp[i] = max(exp[i], uint8(math.Float32bits(v)>>23&0xff))
+	}
+}
+
+// QuantErr32 is GPTQ's per-column error step in float32: for i < len(x),
+// with δ = x[i] − q[i], it sets e[i] = δ/d and adds float64(δ·δ/d2)/2 to
+// acc[i] (every float32 operation rounded, none fused).
+func QuantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
+	if len(q) < len(x) || len(e) < len(x) || len(acc) < len(x) {
+		panic(fmt.Sprintf("kernels: QuantErr32: %d values, q %d, e %d, acc %d", len(x), len(q), len(e), len(acc)))
+	}
+	quantErr32(x, q[:len(x)], e[:len(x)], acc[:len(x)], d, d2)
+}
+
+func quantErr32Go(x, q, e []float32, acc []float64, d, d2 float32) {
+	q, e, acc = q[:len(x)], e[:len(x)], acc[:len(x)]
+	for i, v := range x {
+		diff := v - q[i]
+		acc[i] += float64(diff*diff/d2) / 2
+		e[i] = diff / d
+	}
+}

@@ -142,3 +142,89 @@ bfpgloop:
 	SETEQ ret+32(FP)
 	VZEROUPPER
 	RET
+
+// Dword order after VPACKUSDW/VPACKUSWB of four YMM registers.
+DATA maxexpPerm<>+0(SB)/4, $0
+DATA maxexpPerm<>+4(SB)/4, $4
+DATA maxexpPerm<>+8(SB)/4, $1
+DATA maxexpPerm<>+12(SB)/4, $5
+DATA maxexpPerm<>+16(SB)/4, $2
+DATA maxexpPerm<>+20(SB)/4, $6
+DATA maxexpPerm<>+24(SB)/4, $3
+DATA maxexpPerm<>+28(SB)/4, $7
+GLOBL maxexpPerm<>(SB), RODATA|NOPTR, $32
+
+// func maxExponents32AVX2(x *float32, exp *uint8, n32 int)
+// exp[i] = max(exp[i], x[i]>>23 & 0xff) for i < n32 (a positive multiple
+// of 32).
+TEXT ·maxExponents32AVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), SI
+	MOVQ    exp+8(FP), DI
+	MOVQ    n32+16(FP), CX
+	VMOVDQU maxexpPerm<>(SB), Y7
+	SHRQ    $5, CX
+mxloop:
+	VMOVDQU   (SI), Y0
+	VMOVDQU   32(SI), Y1
+	VMOVDQU   64(SI), Y2
+	VMOVDQU   96(SI), Y3
+	VPSLLD    $1, Y0, Y0
+	VPSLLD    $1, Y1, Y1
+	VPSLLD    $1, Y2, Y2
+	VPSLLD    $1, Y3, Y3
+	VPSRLD    $24, Y0, Y0
+	VPSRLD    $24, Y1, Y1
+	VPSRLD    $24, Y2, Y2
+	VPSRLD    $24, Y3, Y3
+	VPACKUSDW Y1, Y0, Y0
+	VPACKUSDW Y3, Y2, Y2
+	VPACKUSWB Y2, Y0, Y0
+	VPERMD    Y0, Y7, Y0
+	VPMAXUB   (DI), Y0, Y0
+	VMOVDQU   Y0, (DI)
+	ADDQ      $128, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       mxloop
+	VZEROUPPER
+	RET
+
+// func quantErr32AVX2(x, q, e *float32, acc *float64, n8 int, d, d2 float32)
+// For i < n8 (a positive multiple of 8), δ = x[i]-q[i]: e[i] = δ/d,
+// acc[i] += float64(δ*δ/d2) * 0.5 (the same as /2).
+TEXT ·quantErr32AVX2(SB), NOSPLIT, $0-48
+	MOVQ         x+0(FP), SI
+	MOVQ         q+8(FP), DI
+	MOVQ         e+16(FP), DX
+	MOVQ         acc+24(FP), BX
+	MOVQ         n8+32(FP), CX
+	VBROADCASTSS d+40(FP), Y14
+	VBROADCASTSS d2+44(FP), Y15
+	MOVQ         $0x3fe0000000000000, AX
+	MOVQ         AX, X13
+	VBROADCASTSD X13, Y13
+	SHRQ         $3, CX
+qeloop:
+	VMOVUPS      (SI), Y0
+	VSUBPS       (DI), Y0, Y0
+	VDIVPS       Y14, Y0, Y1
+	VMOVUPS      Y1, (DX)
+	VMULPS       Y0, Y0, Y2
+	VDIVPS       Y15, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $1, Y2, X4
+	VCVTPS2PD    X4, Y4
+	VMULPD       Y13, Y3, Y3
+	VMULPD       Y13, Y4, Y4
+	VADDPD       (BX), Y3, Y3
+	VADDPD       32(BX), Y4, Y4
+	VMOVUPD      Y3, (BX)
+	VMOVUPD      Y4, 32(BX)
+	ADDQ         $32, SI
+	ADDQ         $32, DI
+	ADDQ         $32, DX
+	ADDQ         $64, BX
+	DECQ         CX
+	JNZ          qeloop
+	VZEROUPPER
+	RET

@@ -179,3 +179,55 @@ func TestAllFinite32(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxExponentsAndQuantErrTwins checks MaxExponents32 and QuantErr32
+// against their pure-Go twins bit for bit, on every length class of the
+// vector loops and their tails, with zeros, subnormals, infinities and
+// values whose squares underflow or overflow.
+func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-45, float32(math.Inf(1)), 3e38, -2e-20}
+	for n := 0; n < 100; n++ {
+		x := make([]float32, n)
+		q := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(60)-30))
+			q[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(60)-30))
+			if r.IntN(6) == 0 {
+				x[i] = special[r.IntN(len(special))]
+			}
+		}
+		exp := make([]uint8, n)
+		for i := range exp {
+			exp[i] = uint8(r.IntN(256))
+		}
+		got := append([]uint8(nil), exp...)
+		MaxExponents32(x, got)
+		want := append([]uint8(nil), exp...)
+		maxExponents32Go(x, want)
+		for i := range got {
+			if w := max(exp[i], uint8(math.Float32bits(x[i])>>23&0xff)); got[i] != w || want[i] != w {
+				t.Fatalf("n=%d: exponent[%d] = %d (Go twin %d), want %d", n, i, got[i], want[i], w)
+			}
+		}
+		d := float32(r.Float64()*2 + 0.01)
+		for _, dd := range []float32{d, 1e-20, 3e19} {
+			acc := make([]float64, n)
+			for i := range acc {
+				acc[i] = r.Float64()
+			}
+			eG, eW := make([]float32, n), make([]float32, n)
+			aG, aW := append([]float64(nil), acc...), append([]float64(nil), acc...)
+			QuantErr32(x, q, eG, aG, dd, dd*dd)
+			quantErr32Go(x, q, eW, aW, dd, dd*dd)
+			for i := range x {
+				diff := x[i] - q[i]
+				we := diff / dd
+				wa := acc[i] + float64(diff*diff/(dd*dd))/2
+				if !bitsEqual32(eG[i], we) || !bitsEqual32(eW[i], we) || !bitsEqual64(aG[i], wa) || !bitsEqual64(aW[i], wa) {
+					t.Fatalf("n=%d d=%g: [%d] e %g / %g, acc %g / %g; want %g, %g", n, dd, i, eG[i], eW[i], aG[i], aW[i], we, wa)
+				}
+			}
+		}
+	}
+}

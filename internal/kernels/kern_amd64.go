@@ -333,3 +333,31 @@ func allFinite32(x []float32) bool {
 	}
 	return allFinite32AVX2(unsafe.SliceData(x), n8) && allFinite32Go(x[n8:])
 }
+
+//go:noescape
+func maxExponents32AVX2(x *float32, exp *uint8, n32 int)
+
+//go:noescape
+func quantErr32AVX2(x, q, e *float32, acc *float64, n8 int, d, d2 float32)
+
+// maxExponents32 is maxExponents32Go, 32 values at a time in assembly.
+func maxExponents32(x []float32, exp []uint8) {
+	n32 := len(x) &^ 31
+	if useAsm && n32 > 0 {
+		maxExponents32AVX2(unsafe.SliceData(x), unsafe.SliceData(exp), n32)
+	} else {
+		n32 = 0
+	}
+	maxExponents32Go(x[n32:], exp[n32:])
+}
+
+// quantErr32 is quantErr32Go, eight values at a time in assembly.
+func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
+	n8 := len(x) &^ 7
+	if useAsm && n8 > 0 {
+		quantErr32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), unsafe.SliceData(e), unsafe.SliceData(acc), n8, d, d2)
+	} else {
+		n8 = 0
+	}
+	quantErr32Go(x[n8:], q[n8:], e[n8:], acc[n8:], d, d2)
+}

@@ -43,3 +43,9 @@ func bfpRoundGroups32(x, q []float32, w uint32) bool         { return bfpRoundGr
 func axpySubRows32(a, x, y []float32, ldy int) { axpySubRows32Go(a, x, y, ldy) }
 
 func allFinite32(x []float32) bool { return allFinite32Go(x) }
+
+func maxExponents32(x []float32, exp []uint8) { maxExponents32Go(x, exp) }
+
+func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
+	quantErr32Go(x, q, e, acc, d, d2)
+}
