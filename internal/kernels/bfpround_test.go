@@ -231,3 +231,38 @@ func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmAccSide: SgemmAcc and DgemmAcc give Sgemm's and Dgemm's bits
+// (beta 1) and run the side job exactly once, on any number of workers,
+// also when the product is small enough to run on one goroutine or empty.
+func TestGemmAccSide(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	defer SetWorkers(SetWorkers(1))
+	for _, w := range []int{1, 3} {
+		SetWorkers(w)
+		for _, sz := range [][3]int{{0, 5, 7}, {5, 7, 3}, {70, 130, 300}} {
+			m, n, k := sz[0], sz[1], sz[2]
+			a, b := randMat64(r, k*m), randMat64(r, k*n)
+			c := randMat64(r, m*n)
+			want := append([]float64(nil), c...)
+			lda := max(m, 1)
+			Dgemm(true, false, m, n, k, -1, a, lda, b, n, 1, want, n)
+			got := append([]float64(nil), c...)
+			calls := 0
+			DgemmAcc(true, false, m, n, k, -1, a, lda, b, n, got, n, func() { calls++ })
+			a32, b32, c32 := to32(a), to32(b), to32(c)
+			want32 := append([]float32(nil), c32...)
+			Sgemm(true, false, m, n, k, -1, a32, lda, b32, n, 1, want32, n)
+			got32 := append([]float32(nil), c32...)
+			SgemmAcc(true, false, m, n, k, -1, a32, lda, b32, n, got32, n, func() { calls++ })
+			if calls != 2 {
+				t.Fatalf("%d workers %v: side ran %d times for two products", w, sz, calls)
+			}
+			for i := range got {
+				if !bitsEqual64(got[i], want[i]) || !bitsEqual32(got32[i], want32[i]) {
+					t.Fatalf("%d workers %v: [%d] = %g / %g, want %g / %g", w, sz, i, got[i], got32[i], want[i], want32[i])
+				}
+			}
+		}
+	}
+}
