@@ -818,22 +818,36 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		// rows are independent), so the result is that of the loop
 		// below, with one synchronisation point per block instead of
 		// two and the column loop's uneven end filled with product
-		// work. On one worker there is nothing to overlap, and the split
-		// product costs 1–6% more, so the plain loop runs.
+		// work. On one worker there is nothing to overlap and the plain
+		// loop runs (TestChunkingIndependent compares the two paths).
 		s.i1, s.i2 = 0, min(bs, cols)
 		columnLoop()
+		pb := new(kernels.PackedB32)
 		for i1 := 0; i1+bs < cols; i1 += bs {
 			i2 := i1 + bs
 			i3 := min(i2+bs, cols)
 			e := s.e
-			gemmSubTN(i3-i2, rows, bs, s.u[i1*cols+i2:], cols, e, rows, s.wt[i2*rows:], rows)
-			s.i1, s.i2 = i2, i3
-			if &s.e[0] == &eBufs[0][0] {
-				s.e = eBufs[1]
-			} else {
-				s.e = eBufs[0]
+			next := func() {
+				s.i1, s.i2 = i2, i3
+				if &s.e[0] == &eBufs[0][0] {
+					s.e = eBufs[1]
+				} else {
+					s.e = eBufs[0]
+				}
+				columnLoop()
 			}
-			gemmSubTNSide(cols-i3, rows, bs, s.u[i1*cols+i3:], cols, e, rows, s.wt[i3*rows:], rows, columnLoop)
+			if u32, ok := any(s.u).([]float32); ok {
+				// Both products share op(B) = E: packed once, as the
+				// single product of the plain loop packs it (packing it
+				// twice cost 4 ms per 2048×768 solve).
+				pb.Repack(false, bs, rows, any(e).([]float32), rows)
+				wt32 := any(s.wt).([]float32)
+				kernels.SgemmPacked(true, i3-i2, -1, u32[i1*cols+i2:], cols, pb, 1, wt32[i2*rows:], rows)
+				kernels.SgemmPackedAcc(true, cols-i3, -1, u32[i1*cols+i3:], cols, pb, wt32[i3*rows:], rows, next)
+				continue
+			}
+			gemmSubTN(i3-i2, rows, bs, s.u[i1*cols+i2:], cols, e, rows, s.wt[i2*rows:], rows)
+			gemmSubTNSide(cols-i3, rows, bs, s.u[i1*cols+i3:], cols, e, rows, s.wt[i3*rows:], rows, next)
 		}
 	} else {
 		for i1 := 0; i1 < cols; i1 += bs {

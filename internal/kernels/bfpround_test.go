@@ -232,9 +232,10 @@ func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
 	}
 }
 
-// TestGemmAccSide: SgemmAcc and DgemmAcc give Sgemm's and Dgemm's bits
-// (beta 1) and run the side job exactly once, on any number of workers,
-// also when the product is small enough to run on one goroutine or empty.
+// TestGemmAccSide: SgemmAcc, DgemmAcc and SgemmPackedAcc (on a repacked
+// B) give Sgemm's and Dgemm's bits (beta 1) and run the side job exactly
+// once, on any number of workers, also when the product is small enough
+// to run on one goroutine or empty.
 func TestGemmAccSide(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	defer SetWorkers(SetWorkers(1))
@@ -255,12 +256,17 @@ func TestGemmAccSide(t *testing.T) {
 			Sgemm(true, false, m, n, k, -1, a32, lda, b32, n, 1, want32, n)
 			got32 := append([]float32(nil), c32...)
 			SgemmAcc(true, false, m, n, k, -1, a32, lda, b32, n, got32, n, func() { calls++ })
-			if calls != 2 {
-				t.Fatalf("%d workers %v: side ran %d times for two products", w, sz, calls)
+			// The same through a packed B, repacked over an older one.
+			pb := PackB32(false, k+3, n+5, to32(randMat64(r, (k+3)*(n+5))), n+5)
+			pb.Repack(false, k, n, b32, n)
+			gotP := append([]float32(nil), c32...)
+			SgemmPackedAcc(true, m, -1, a32, lda, pb, gotP, n, func() { calls++ })
+			if calls != 3 {
+				t.Fatalf("%d workers %v: side ran %d times for three products", w, sz, calls)
 			}
 			for i := range got {
-				if !bitsEqual64(got[i], want[i]) || !bitsEqual32(got32[i], want32[i]) {
-					t.Fatalf("%d workers %v: [%d] = %g / %g, want %g / %g", w, sz, i, got[i], got32[i], want[i], want32[i])
+				if !bitsEqual64(got[i], want[i]) || !bitsEqual32(got32[i], want32[i]) || !bitsEqual32(gotP[i], want32[i]) {
+					t.Fatalf("%d workers %v: [%d] = %g / %g / %g, want %g / %g", w, sz, i, got[i], got32[i], gotP[i], want[i], want32[i])
 				}
 			}
 		}
