@@ -182,10 +182,8 @@ func (qz quantizer) gptq(i int, w, target []float32, rows, cols int, h []float64
 	if err != nil {
 		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())
 	}
-	for _, v := range res.Q {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
-		}
+	if !kernels.AllFinite32(res.Q) {
+		return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
 	}
 	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodGPTQ, Hessian: src, HessianTokens: n,
 		Damp: res.Damp, PercDamp: res.PercDamp, ProxyLoss: res.ProxyLoss, RTNProxyLoss: res.RTNProxyLoss}

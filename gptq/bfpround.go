@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // bfpRounder rounds values onto a BFP grid of a given shared exponent with
@@ -46,6 +47,19 @@ func (rd *bfpRounder) fast(e uint8) bool { return uint32(e) >= rd.w && e != 255 
 func bfpRoundVec[T float](rd *bfpRounder, x, q []T, exps []uint8) {
 	q = q[:len(x)]
 	exps = exps[:len(x)]
+	if x32, ok := any(x).([]float32); ok {
+		// The same rule on whole vectors (internal/kernels); the
+		// exponents it does not cover come back to bfpNearest.
+		q32 := any(q).([]float32)
+		if !kernels.BFPRound32(x32, q32, exps, uint(rd.w)) {
+			for i, e := range exps {
+				if !rd.fast(e) {
+					q32[i] = bfpNearest(rd.f, x32[i], e)
+				}
+			}
+		}
+		return
+	}
 	s, half, maxq, w := rd.s, rd.half, rd.maxq, rd.w
 	for i, v := range x {
 		e := exps[i]
@@ -83,5 +97,34 @@ func bfpRoundConst[T float](rd *bfpRounder, x, q []T, e uint8) {
 		a := (b | 0x800000) & 0xffffff >> ((E - ex) | (ex-1)>>31<<5)
 		m := min((a+half+(a>>s&1))>>s, maxq) | maxq*((E-ex)>>31)
 		q[i] = T(math.Float32frombits(math.Float32bits(float32(m)*scale) | (b>>31&((m+maxq)>>w))<<31))
+	}
+}
+
+// bfpRoundGroups rounds x in consecutive groups of bfp.GroupSize values
+// (the last one possibly shorter), each onto its own shared exponent
+// (bfp.SharedExponent of the group): RTN along the groups of x.
+func bfpRoundGroups[T float](rd *bfpRounder, x, q []T) {
+	q = q[:len(x)]
+	n := 0
+	if x32, ok := any(x).([]float32); ok {
+		q32 := any(q).([]float32)
+		n = len(x32) &^ (bfp.GroupSize - 1)
+		if !kernels.BFPRoundGroups32(x32[:n], q32[:n], uint(rd.w)) {
+			// Groups whose exponent the vector rule does not cover.
+			for g := 0; g < n; g += bfp.GroupSize {
+				if e := bfp.SharedExponent(x32[g : g+bfp.GroupSize]); !rd.fast(e) {
+					bfpRoundConst(rd, x32[g:g+bfp.GroupSize], q32[g:g+bfp.GroupSize], e)
+				}
+			}
+		}
+	}
+	var buf [bfp.GroupSize]float32
+	for g := n; g < len(x); g += bfp.GroupSize {
+		xs := x[g:min(g+bfp.GroupSize, len(x))]
+		b := buf[:len(xs)]
+		for i, v := range xs {
+			b[i] = float32(v)
+		}
+		bfpRoundConst(rd, xs, q[g:g+len(xs)], bfp.SharedExponent(b))
 	}
 }

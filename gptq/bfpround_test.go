@@ -26,8 +26,8 @@ func roundingMantissas(rng *rand.Rand) []uint32 {
 	return ms
 }
 
-// TestBFPRounderMatchesNearest checks the solver's column rounding against
-// bfpNearest (bfp.Format.Nearest with the subnormal flush) bit for bit, for
+// TestBFPRounderMatchesNearest checks the solver's column rounding (and
+// the grouped rounding of RTN) against bfpNearest (bfp.Format.Nearest with the subnormal flush) bit for bit, for
 // every format, every shared exponent, every exponent field of x, both
 // signs and the mantissas around every rounding boundary.
 func TestBFPRounderMatchesNearest(t *testing.T) {
@@ -46,6 +46,22 @@ func TestBFPRounderMatchesNearest(t *testing.T) {
 		q := make([]float32, len(x))
 		exps := make([]uint8, len(x))
 		bad := 0
+		// Groups of 16 on their own shared exponents (RTN), a short group
+		// at the end: the groups of subnormals, zeros and Inf/NaN take the
+		// scalar path.
+		xg := x[:len(x)-5]
+		bfpRoundGroups(rd, xg, q)
+		for g := 0; g < len(xg); g += bfp.GroupSize {
+			grp := xg[g:min(g+bfp.GroupSize, len(xg))]
+			e := bfp.SharedExponent(grp)
+			for i, v := range grp {
+				if want := bfpNearest(f, v, e); math.Float32bits(q[g+i]) != math.Float32bits(want) {
+					if bad++; bad < 10 {
+						t.Errorf("%v group e=%d x=%#08x: grouped rounding gives %#08x, Nearest %#08x", f, e, math.Float32bits(v), math.Float32bits(q[g+i]), math.Float32bits(want))
+					}
+				}
+			}
+		}
 		for e := 0; e < 256; e++ {
 			bfpRoundConst(rd, x, q, uint8(e))
 			for i, v := range x {

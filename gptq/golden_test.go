@@ -72,6 +72,78 @@ func TestGoldenQ(t *testing.T) {
 	}
 }
 
+var updateGoldenReport = flag.Bool("update-golden-report", false, "rewrite testdata/golden_report.txt")
+
+// goldenReport hashes what TestGoldenQ leaves out: the proxy losses of
+// GPTQ and RTN, the per-row errors and RTN's own output, on the problems
+// of goldenQ (whose row and column counts are not multiples of 16, so
+// partial groups and row tiles are covered) plus the default options
+// without the proxy losses.
+func goldenReport(t *testing.T) string {
+	p := newSynthProblem("golden", 300, 260, 400, 23)
+	cases := []struct {
+		g   Grid
+		opt Options
+	}{
+		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01}},
+		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01, NoProxyLoss: true}},
+		{NewBFPGrid(bfp.BFP8, OutputAxis), Options{BlockSize: 64, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
+		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 100, PercDamp: 0.02, StaticGroups: true, KeepDead: true}},
+		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01, Float64: true, ActOrder: true}},
+		{NewIntGrid(IntConfig{Bits: 4, GroupSize: 32}), Options{BlockSize: 128, PercDamp: 0.01, ActOrder: true}},
+		{NewIntGrid(IntConfig{Bits: 3, Sym: true}), Options{BlockSize: 128, PercDamp: 0.01, Float64: true}},
+	}
+	h := sha256.New()
+	var b [8]byte
+	f64 := func(v float64) {
+		binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
+		h.Write(b[:])
+	}
+	for _, c := range cases {
+		res, err := Quantize(p.W, p.Rows, p.Cols, p.H, c.g, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f64(res.ProxyLoss)
+		f64(res.RTNProxyLoss)
+		for _, v := range res.RowError {
+			f64(v)
+		}
+		q, err := RTN(p.W, p.Rows, p.Cols, c.g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range q {
+			binary.LittleEndian.PutUint32(b[:4], math.Float32bits(v))
+			h.Write(b[:4])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestGoldenReport pins the reported losses and RTN's output.
+// testdata/golden_report.txt was written by this test (go test -run
+// TestGoldenReport -update-golden-report ./gptq) on the solver before its
+// output transposition and BFP rounding were vectorized, so it proves
+// those changes left every reported bit as it was.
+func TestGoldenReport(t *testing.T) {
+	got := goldenReport(t)
+	const path = "testdata/golden_report.txt"
+	if *updateGoldenReport {
+		if err := os.WriteFile(path, []byte(got+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.TrimSpace(string(want)); got != w {
+		t.Fatalf("digest of the reported losses and RTN outputs %s, want %s", got, w)
+	}
+}
+
 // TestProxyLossIncrementalReference: the derived proxy loss against the
 // explicit trace on the reference problems p1–p4 (p4: 40 tokens, a
 // rank-deficient H, where the damping's share of the error is largest),

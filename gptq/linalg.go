@@ -32,21 +32,36 @@ func gemmSubTN[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc 
 	}
 }
 
+// gemmSubTNSide is gemmSubTN running side on the calling goroutine while
+// the other workers start on the product (kernels.SgemmAcc); side runs
+// even when the product is empty. The bits of c are gemmSubTN's.
+func gemmSubTNSide[T float](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int, side func()) {
+	if m == 0 || n == 0 || k == 0 {
+		side()
+		return
+	}
+	switch a := any(a).(type) {
+	case []float32:
+		kernels.SgemmAcc(true, false, m, n, k, -1, a, lda, any(b).([]float32), ldb, any(c).([]float32), ldc, side)
+	case []float64:
+		kernels.DgemmAcc(true, false, m, n, k, -1, a, lda, any(b).([]float64), ldb, any(c).([]float64), ldc, side)
+	}
+}
+
 // rank1Sub computes c[j][r] -= u[j]·e[r] for the m×n row-major c (row
 // stride ldc), rounding every product to T before the subtraction, like
-// axpySub on each row. In float32 it is axpySub32 row by row (assembly
-// where available, bit-identical to the Go loop). In float64 it is a
+// axpySub on each row. In float32 it is axpySub32 on every row, in one
+// kernels call (assembly where available, bit-identical to the Go loop). In float64 it is a
 // product with a single inner index: one rounded multiplication in the
 // kernels' fused chain (fma(u, e, +0)) added to C with one addition, which
 // equals the scalar loop bit for bit (up to the sign of a zero result).
 func rank1Sub[T float](m, n int, u, e, c []T, ldc int) {
 	if u32, ok := any(u).([]float32); ok {
-		// One vector pass per row of c: cheaper than a product call for
-		// the short rank-1 updates of the in-block loop.
-		e32, c32 := any(e).([]float32)[:n], any(c).([]float32)
-		for j, a := range u32[:m] {
-			axpySub32(a, e32, c32[j*ldc:j*ldc+n])
-		}
+		// One vector pass per row of c, all rows in one call: cheaper
+		// than a product call for the short rank-1 updates of the
+		// in-block loop, and than a call per row (rows of a chunk are
+		// a few hundred values).
+		kernels.AxpySubRows32(u32[:m], any(e).([]float32)[:n], any(c).([]float32), ldc)
 		return
 	}
 	gemmSubTN(m, n, 1, u, m, e, n, c, ldc)

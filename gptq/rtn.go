@@ -51,14 +51,7 @@ func rtnTo[T float](q []T, g Grid, w []T, rows, cols int) []T {
 		var buf, qb [bfp.GroupSize]float32
 		if g.Axis == InputAxis {
 			for r := 0; r < rows; r++ {
-				for c0 := 0; c0 < cols; c0 += bfp.GroupSize {
-					c1 := min(c0+bfp.GroupSize, cols)
-					b := buf[:c1-c0]
-					for c := c0; c < c1; c++ {
-						b[c-c0] = float32(w[r*cols+c])
-					}
-					bfpRoundConst(rd, w[r*cols+c0:r*cols+c1], q[r*cols+c0:r*cols+c1], bfp.SharedExponent(b))
-				}
+				bfpRoundGroups(rd, w[r*cols:(r+1)*cols], q[r*cols:(r+1)*cols])
 			}
 		} else {
 			for c := 0; c < cols; c++ {

@@ -156,6 +156,11 @@ func checkWeights(w []float32, rows, cols int, name string) error {
 	if len(w) != rows*cols {
 		return fmt.Errorf("%w: weight%s has %d values, want %d×%d = %d", ErrShape, label(name), len(w), rows, cols, rows*cols)
 	}
+	// A vector scan on all cores; the first bad value in row-major order
+	// is then located by a serial pass.
+	if kernels.AllFinite32(w) {
+		return nil
+	}
 	for i, v := range w {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return fmt.Errorf("%w: weight%s [%d,%d] of %d×%d is %v", ErrNotFinite, label(name), i/cols, i%cols, rows, cols, v)
@@ -592,7 +597,6 @@ type solver[T float] struct {
 
 	// current block [i1, i2)
 	i1, i2 int
-	w1     []T // block columns with in-block updates, column-major
 	e      []T // scaled errors of the block's columns, column-major
 }
 
@@ -605,6 +609,12 @@ type rowChunk[T float] struct {
 	s1, s2 int // current sub-block [i1+s1, i1+s2)
 	done   int // columns of the block already quantized (block-local)
 	cur    []T // scratch column of r1−r0 values
+	// w1 holds the chunk's rows of the block's columns with the
+	// in-block updates, column-major with leading dimension r1−r0: the
+	// chunk's own contiguous copy, so that the column loop's updates stay
+	// in the core's cache (columns of a matrix-wide buffer lie rows·4
+	// bytes apart and compete for the same cache sets).
+	w1 []T
 }
 
 // chunkRows is the number of rows per chunk of the in-block loop: whole
@@ -631,7 +641,8 @@ func (s *solver[T]) current(j int, dst []T, ch *rowChunk[T]) {
 	rows, r0, r1 := s.rows, ch.r0, ch.r1
 	from := 0 // first block-local column whose update j has not received
 	if jl := j - s.i1; jl >= 0 && j < s.i2 {
-		copy(dst, s.w1[jl*rows+r0:jl*rows+r1])
+		n := r1 - r0
+		copy(dst, ch.w1[jl*n:(jl+1)*n])
 		if jl < ch.s2 {
 			return
 		}
@@ -657,8 +668,9 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 	rl := rowLoss[r0:r1]
 	ch.done = 0
 	// This chunk's rows of the block: current weights in, errors cleared.
+	w1 := ch.w1
 	for i := 0; i < nb; i++ {
-		copy(s.w1[i*rows+r0:i*rows+r1], s.wt[(i1+i)*rows+r0:(i1+i)*rows+r1])
+		copy(w1[i*n:(i+1)*n], s.wt[(i1+i)*rows+r0:(i1+i)*rows+r1])
 		clear(s.e[i*rows+r0 : i*rows+r1])
 	}
 	for j1 := 0; j1 < nb; j1 += sb {
@@ -666,27 +678,32 @@ func (s *solver[T]) block(ch *rowChunk[T], cq colQuantizer[T], qt []T, rowLoss [
 		ch.s1, ch.s2 = j1, j2
 		for i := j1; i < j2; i++ {
 			k := i1 + i
-			col := s.w1[i*rows+r0 : i*rows+r1]
+			col := w1[i*n : (i+1)*n]
 			q := qt[k*rows+r0 : k*rows+r1]
 			cq.column(k, col, q, ch)
 			d := s.u[k*cols+k]
 			d2 := d * d
 			ei := s.e[i*rows+r0 : i*rows+r1]
-			for r, wv := range col {
-				diff := wv - q[r]
-				rl[r] += float64(diff*diff/d2) / 2
-				ei[r] = diff / d
+			if c32, ok := any(col).([]float32); ok {
+				// The loop below, eight rows at a time.
+				kernels.QuantErr32(c32, any(q).([]float32), any(ei).([]float32), rl, float32(d), float32(d2))
+			} else {
+				for r, wv := range col {
+					diff := wv - q[r]
+					rl[r] += float64(diff*diff/d2) / 2
+					ei[r] = diff / d
+				}
 			}
 			ch.done = i + 1
 			// W1[:, i+1:j2] -= e ⊗ U[k, i1+i+1 : i1+j2]
 			if m := j2 - i - 1; m > 0 {
-				rank1Sub(m, n, s.u[k*cols+k+1:k*cols+k+1+m], ei, s.w1[(i+1)*rows+r0:], rows)
+				rank1Sub(m, n, s.u[k*cols+k+1:k*cols+k+1+m], ei, w1[(i+1)*n:], n)
 			}
 		}
 		if j2 < nb {
 			// The sub-block's update of the rest of the block, as one
 			// product: W1[:, j2:] -= E[:, j1:j2]·U[j1:j2, j2:nb].
-			gemmSubTN(nb-j2, n, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows+r0:], rows, s.w1[j2*rows+r0:], rows)
+			gemmSubTN(nb-j2, n, j2-j1, s.u[(i1+j1)*cols+i1+j2:], cols, s.e[j1*rows+r0:], rows, w1[j2*n:], n)
 		}
 	}
 }
@@ -729,23 +746,33 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		}
 	}
 
-	// Working weights, column-major, transposed in 16-wide tiles (16
-	// streams on each side stay in cache), the tiles shared among the
-	// cores (plain copies, so the split cannot change the result).
+	// Working weights, column-major, transposed in tiles of 16 rows
+	// (16 sequential read streams), the tiles shared among the cores
+	// (plain copies, so the split cannot change the result).
 	procs := runtime.GOMAXPROCS(0)
 	// The working copies come from a pool and go back at the end: every
 	// element is written before it is read.
 	s.wt = getBuf[T](rows * cols)
 	defer putBuf(s.wt)
 	const tb = 16
-	nkt := (cols + tb - 1) / tb
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
-		for kt := p * nkt / procs; kt < (p+1)*nkt/procs; kt++ {
-			k0, k1 := kt*tb, min(kt*tb+tb, cols)
-			for r := 0; r < rows; r++ {
-				src := s.w0[r*cols : (r+1)*cols]
-				for k := k0; k < k1; k++ {
-					s.wt[k*rows+r] = src[s.perm[k]]
+		// 16×16 blocks through a buffer, so that each cache line of Wt
+		// is written whole (see the output transposition below).
+		var buf [tb * tb]T
+		nrt := (rows + tb - 1) / tb
+		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
+			r0, r1 := rt*tb, min(rt*tb+tb, rows)
+			for k0 := 0; k0 < cols; k0 += tb {
+				k1 := min(k0+tb, cols)
+				perm := s.perm[k0:k1]
+				for r := r0; r < r1; r++ {
+					src := s.w0[r*cols : (r+1)*cols]
+					for kk, c := range perm {
+						buf[kk*tb+r-r0] = src[c]
+					}
+				}
+				for kk := range perm {
+					copy(s.wt[(k0+kk)*rows+r0:(k0+kk)*rows+r1], buf[kk*tb:kk*tb+r1-r0])
 				}
 			}
 		}
@@ -759,33 +786,86 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	if opt.SubBlock > 0 {
 		sb = min(opt.SubBlock, bs)
 	}
-	s.w1 = getBuf[T](bs * rows) // each block fills its columns first
-	defer putBuf(s.w1)
-	s.e = getBuf[T](bs * rows)
-	defer putBuf(s.e)
+	// Two error buffers: with lookahead (below) a block's errors are
+	// still being read by the lazy update while the next block writes
+	// its own.
+	eBufs := [2][]T{getBuf[T](bs * rows), getBuf[T](bs * rows)}
+	defer putBuf(eBufs[0])
+	defer putBuf(eBufs[1])
+	s.e = eBufs[0]
 	cr := chunkRows(rows, g, procs)
 	var chunks []rowChunk[T]
 	for r0 := 0; r0 < rows; r0 += cr {
 		r1 := min(r0+cr, rows)
-		chunks = append(chunks, rowChunk[T]{r0: r0, r1: r1, cur: make([]T, r1-r0)})
+		// Each block fills the chunk's w1 before reading it.
+		chunks = append(chunks, rowChunk[T]{r0: r0, r1: r1, cur: make([]T, r1-r0), w1: getBuf[T](bs * (r1 - r0))})
 	}
+	defer func() {
+		for _, ch := range chunks {
+			putBuf(ch.w1)
+		}
+	}()
 	workers := min(len(chunks), procs)
-	for i1 := 0; i1 < cols; i1 += bs {
-		i2 := min(i1+bs, cols)
-		nb := i2 - i1
-		s.i1, s.i2 = i1, i2
+	columnLoop := func() {
 		kernels.ParallelFor(len(chunks), workers, func(c, _ int) { s.block(&chunks[c], cq, qt, rowLoss, sb) })
-		if i2 < cols {
-			// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here in
-			// column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.
-			gemmSubTN(cols-i2, rows, nb, s.u[i1*cols+i2:], cols, s.e, rows, s.wt[i2*rows:], rows)
+	}
+	if workers > 1 && cq.blockLocal(bs) {
+		// Lookahead: once block [i1, i2) is done, the lazy update of
+		// the next block's columns runs first, then the next block's
+		// column loop runs alongside the update of the columns after
+		// it, which that loop does not read. Every element still gets
+		// the same product chains in the same block order (a product's
+		// rows are independent), so the result is that of the loop
+		// below, with one synchronisation point per block instead of
+		// two and the column loop's uneven end filled with product
+		// work. On one worker there is nothing to overlap and the plain
+		// loop runs (TestChunkingIndependent compares the two paths).
+		s.i1, s.i2 = 0, min(bs, cols)
+		columnLoop()
+		pb := new(kernels.PackedB32)
+		for i1 := 0; i1+bs < cols; i1 += bs {
+			i2 := i1 + bs
+			i3 := min(i2+bs, cols)
+			e := s.e
+			next := func() {
+				s.i1, s.i2 = i2, i3
+				if &s.e[0] == &eBufs[0][0] {
+					s.e = eBufs[1]
+				} else {
+					s.e = eBufs[0]
+				}
+				columnLoop()
+			}
+			if u32, ok := any(s.u).([]float32); ok {
+				// Both products share op(B) = E: packed once, as the
+				// single product of the plain loop packs it (packing it
+				// twice cost 4 ms per 2048×768 solve).
+				pb.Repack(false, bs, rows, any(e).([]float32), rows)
+				wt32 := any(s.wt).([]float32)
+				kernels.SgemmPacked(true, i3-i2, -1, u32[i1*cols+i2:], cols, pb, 1, wt32[i2*rows:], rows)
+				kernels.SgemmPackedAcc(true, cols-i3, -1, u32[i1*cols+i3:], cols, pb, wt32[i3*rows:], rows, next)
+				continue
+			}
+			gemmSubTN(i3-i2, rows, bs, s.u[i1*cols+i2:], cols, e, rows, s.wt[i2*rows:], rows)
+			gemmSubTNSide(cols-i3, rows, bs, s.u[i1*cols+i3:], cols, e, rows, s.wt[i3*rows:], rows, next)
+		}
+	} else {
+		for i1 := 0; i1 < cols; i1 += bs {
+			i2 := min(i1+bs, cols)
+			nb := i2 - i1
+			s.i1, s.i2 = i1, i2
+			columnLoop()
+			if i2 < cols {
+				// Lazy batch update: W[:, i2:] -= E·U[i1:i2, i2:], here
+				// in column-major form Wt[i2:] -= U[i1:i2, i2:]ᵀ·Eᵀ.
+				gemmSubTN(cols-i2, rows, nb, s.u[i1*cols+i2:], cols, s.e, rows, s.wt[i2*rows:], rows)
+			}
 		}
 	}
 
 	// Outputs in original column order.
 	res.Q = make([]float32, rows*cols)
 	nrt := (rows + tb - 1) / tb
-	bad := make([]bool, procs)
 	// With the proxy loss, each row tile also sums Σ_c extra_c·Δ₀[r][c]²
 	// (Δ₀ = W₀ − Q in the solver's arithmetic), the part of the reported
 	// error that comes from the damping; per tile, then over the tiles in
@@ -796,18 +876,43 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		tileExtra = make([]float64, nrt)
 	}
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		// The tile's rows go through 16×16 blocks in registers-sized
+		// buffers: every cache line of Q and W₀ is then touched once per
+		// block rather than once per column (rows cols·4 bytes apart
+		// share cache sets, so 16 row streams at once keep evicting each
+		// other).
+		var qb, wb [tb * tb]T
 		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
 			r0, r1 := rt*tb, min(rt*tb+tb, rows)
+			nr := r1 - r0
 			var ex float64
-			for k, c := range s.perm {
-				col := qt[k*rows+r0 : k*rows+r1]
-				for r, v := range col {
-					res.Q[(r0+r)*cols+c] = float32(v)
+			for k0 := 0; k0 < cols; k0 += tb {
+				k1 := min(k0+tb, cols)
+				perm := s.perm[k0:k1]
+				for kk := range perm {
+					copy(qb[kk*tb:kk*tb+nr], qt[(k0+kk)*rows+r0:(k0+kk)*rows+r1])
 				}
-				if incremental {
+				for r := 0; r < nr; r++ {
+					qrow := res.Q[(r0+r)*cols : (r0+r+1)*cols]
+					for kk, c := range perm {
+						qrow[c] = float32(qb[kk*tb+r])
+					}
+				}
+				if !incremental {
+					continue
+				}
+				for r := 0; r < nr; r++ {
+					wrow := s.w0[(r0+r)*cols : (r0+r+1)*cols]
+					for kk, c := range perm {
+						wb[kk*tb+r] = wrow[c]
+					}
+				}
+				// Per column, the rows in order: the sums of the
+				// column-at-a-time loop.
+				for kk, c := range perm {
 					var sq float64
-					for r, v := range col {
-						d := float64(s.w0[(r0+r)*cols+c]) - float64(v)
+					for r := 0; r < nr; r++ {
+						d := float64(wb[kk*tb+r]) - float64(qb[kk*tb+r])
 						sq += d * d
 					}
 					ex += f.extra[c] * sq
@@ -816,15 +921,9 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 			if incremental {
 				tileExtra[rt] = ex
 			}
-			for _, v := range res.Q[r0*cols : r1*cols] {
-				// One comparison catches NaN and ±Inf.
-				if a := math.Abs(float64(v)); !(a <= math.MaxFloat32) {
-					bad[p] = true
-				}
-			}
 		}
 	})
-	if slices.Contains(bad, true) {
+	if !kernels.AllFinite32(res.Q) {
 		for i, v := range res.Q {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)

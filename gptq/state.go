@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // colQuantizer is a grid bound to one solver run: it quantizes the rows
@@ -12,6 +13,11 @@ import (
 // concurrently; calls for one chunk come in column order.
 type colQuantizer[T float] interface {
 	column(k int, w, q []T, ch *rowChunk[T])
+	// blockLocal reports whether quantizing the columns of a block of
+	// bs columns (blocks starting at multiples of bs) reads no weights of
+	// a later block: then a block's column loop needs the lazy updates of
+	// the earlier blocks only for its own columns.
+	blockLocal(bs int) bool
 }
 
 // bind returns g's quantizer for the solver s.
@@ -94,6 +100,10 @@ func newIntState[T float](g *IntGrid, s *solver[T]) *intState[T] {
 	return st
 }
 
+// blockLocal is false: a group's grid is taken from the weights of its
+// columns, which may lie in later blocks.
+func (st *intState[T]) blockLocal(int) bool { return false }
+
 // column quantizes a whole column: chunkRows gives integer grids a single
 // chunk, since the grid state below is shared by all rows.
 func (st *intState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
@@ -151,16 +161,21 @@ type bfpOutputState[T float] struct {
 	s  *solver[T]
 }
 
+// blockLocal is true: a column's exponents come from the column alone.
+func (st *bfpOutputState[T]) blockLocal(int) bool { return true }
+
 // column fixes the exponent of each 16-row group of the column from its
 // current values (from the original column with StaticGroups), then rounds
 // onto it. Chunks start at multiples of 16 rows (chunkRows), so groups
 // never straddle them.
 func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
-	src, stride := w, 1
-	if st.s.opt.StaticGroups {
-		cols := st.s.cols
-		src, stride = st.s.w0[ch.r0*cols+st.s.perm[k]:], cols
+	if !st.s.opt.StaticGroups {
+		// Each 16-row group's exponent from its own current values.
+		bfpRoundGroups(st.rd, w, q)
+		return
 	}
+	cols := st.s.cols
+	src, stride := st.s.w0[ch.r0*cols+st.s.perm[k]:], cols
 	var buf [bfp.GroupSize]float32
 	for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
 		r1 := min(r0+bfp.GroupSize, len(w))
@@ -210,6 +225,13 @@ func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 	return st
 }
 
+// blockLocal holds when the exponents are fixed before the loop
+// (StaticGroups) or every 16-column group lies inside one block: columns in
+// their original order and bs a multiple of the group size.
+func (st *bfpInputState[T]) blockLocal(bs int) bool {
+	return st.s.opt.StaticGroups || (!st.s.opt.ActOrder && bs%bfp.GroupSize == 0)
+}
+
 func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 	s := st.s
 	c := s.perm[k]
@@ -228,6 +250,10 @@ func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 				s.current(j, ch.cur, ch)
 				col = ch.cur
 
+			}
+			if c32, ok := any(col).([]float32); ok {
+				kernels.MaxExponents32(c32, exp)
+				continue
 			}
 			for r, v := range col {
 				e := uint8(math.Float32bits(float32(v)) >> 23 & 0xff)

@@ -232,15 +232,24 @@ func (g *GramAccumulator) scaleInto(m []float64, f float64) {
 	// Block row ib writes the lower-triangle rows ib…ib+bs and their
 	// mirror, the upper-triangle columns ib…ib+bs: block rows never write
 	// the same element.
+	// Within a block, 8×8 tiles: the mirror writes of a tile then go to
+	// 8 cache lines, each filled whole, instead of one value to each of
+	// 64 rows n·8 bytes apart (which share cache sets and evict each
+	// other). Every element gets the same product f·lower[i][j].
+	const ts = 8
 	ParallelFor(blocks, Workers(), func(b, _ int) {
 		ib := b * bs
 		for jb := 0; jb <= ib; jb += bs {
-			for i := ib; i < min(ib+bs, n); i++ {
-				row := g.lower[i*n : i*n+i+1]
-				for j := jb; j < min(jb+bs, i+1); j++ {
-					v := f * row[j]
-					m[i*n+j] = v
-					m[j*n+i] = v
+			for i0 := ib; i0 < min(ib+bs, n); i0 += ts {
+				for j0 := jb; j0 < min(jb+bs, i0+ts); j0 += ts {
+					for i := i0; i < min(i0+ts, n); i++ {
+						row := g.lower[i*n : i*n+i+1]
+						for j := j0; j < min(j0+ts, i+1); j++ {
+							v := f * row[j]
+							m[i*n+j] = v
+							m[j*n+i] = v
+						}
+					}
 				}
 			}
 		}

@@ -1,6 +1,10 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+)
 
 // addTile adds the mv×nv corner of the scratch tile t (row stride nr) to
 // C at rows [i, i+mv), columns [j, j+nv), only on or below the diagonal
@@ -82,6 +86,36 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		return
 	}
 	sgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, 0, c, ldc, false, nil)
+}
+
+// SgemmAcc is Sgemm with beta 1, C += (alpha·op(A))·op(B), with a side
+// job: side, when not nil, runs once on the calling goroutine while the
+// other workers start on the product, and has returned when SgemmAcc
+// returns (with one worker it runs first, then the product). It lets a
+// caller overlap work that touches neither A, B nor C with the product;
+// it may start parallel regions of its own. The bits of C are those of
+// Sgemm.
+func SgemmAcc(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, side func()) {
+	checkGemm("SgemmAcc", transA, transB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c))
+	if alpha == 0 {
+		if side != nil {
+			side()
+		}
+		return
+	}
+	sgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, 0, c, ldc, false, side)
+}
+
+// DgemmAcc is SgemmAcc for float64.
+func DgemmAcc(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, side func()) {
+	checkGemm("DgemmAcc", transA, transB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c))
+	if alpha == 0 {
+		if side != nil {
+			side()
+		}
+		return
+	}
+	dgemmMasked(transA, transB, m, n, k, alpha, a, lda, maskNone, b, ldb, maskNone, 0, c, ldc, false, side)
 }
 
 // Dgemm is Sgemm for float64 (math.FMA chains, float64 additions).
@@ -197,4 +231,57 @@ func Axpy32(c float32, x, y []float32) {
 		panic(fmt.Sprintf("kernels: Axpy32: y has %d elements, x %d", len(y), len(x)))
 	}
 	axpy32(c, x, y)
+}
+
+// AxpySubRows32 computes y[j·ldy+i] −= float32(a[j]·x[i]) for j < len(a)
+// and i < len(x): one call for the rank-1 update that Axpy32(−a[j], x,
+// row j of y) makes row by row, with the same bits (every product rounded
+// to float32 before the subtraction, never fused). Row j of y must not
+// overlap x.
+func AxpySubRows32(a, x, y []float32, ldy int) {
+	m, n := len(a), len(x)
+	if m == 0 || n == 0 {
+		return
+	}
+	if ldy < n || len(y) < (m-1)*ldy+n {
+		panic(fmt.Sprintf("kernels: AxpySubRows32: y has %d elements, want %d rows of %d with stride %d", len(y), m, n, ldy))
+	}
+	axpySubRows32(a, x, y, ldy)
+}
+
+// axpySubRows32Go is the pure-Go form of AxpySubRows32.
+func axpySubRows32Go(a, x, y []float32, ldy int) {
+	for j, c := range a {
+		row := y[j*ldy : j*ldy+len(x)]
+		for i, v := range x {
+			row[i] -= float32(c * v)
+		}
+	}
+}
+
+// AllFinite32 reports whether no value of x is NaN or ±Inf, scanning
+// ranges of x on up to Workers() goroutines.
+func AllFinite32(x []float32) bool {
+	const chunk = 1 << 16
+	n := (len(x) + chunk - 1) / chunk
+	if n <= 1 {
+		return allFinite32(x)
+	}
+	var bad atomic.Bool
+	ParallelFor(n, Workers(), func(t, _ int) {
+		if !bad.Load() && !allFinite32(x[t*chunk:min((t+1)*chunk, len(x))]) {
+			bad.Store(true)
+		}
+	})
+	return !bad.Load()
+}
+
+// allFinite32Go is the pure-Go form of allFinite32: a value is finite
+// when its exponent field is not all ones.
+func allFinite32Go(x []float32) bool {
+	var worst uint32
+	for _, v := range x {
+		worst = max(worst, math.Float32bits(v)&0x7f800000)
+	}
+	return worst != 0x7f800000
 }

@@ -265,3 +265,99 @@ func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) {
 		axpyTri64AVX2(unsafe.SliceData(cs), unsafe.SliceData(any(a).([]float64)), lda, unsafe.SliceData(any(acc).([]float64)), m)
 	}
 }
+
+//go:noescape
+func bfpRound32AVX2(x, q *float32, exps *uint8, n int, p *[5]uint32) bool
+
+//go:noescape
+func bfpRoundGroups32AVX2(x, q *float32, n int, p *[5]uint32) bool
+
+// bfpRound32 is bfpRound32Go, eight values at a time in assembly.
+func bfpRound32(x, q []float32, exps []uint8, w uint32) bool {
+	q = q[:len(x)]
+	exps = exps[:len(x)]
+	n8 := len(x) &^ 7
+	ok := true
+	if useAsm && n8 > 0 {
+		p := bfpParams(w)
+		ok = bfpRound32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), unsafe.SliceData(exps), n8, &p)
+	} else {
+		n8 = 0
+	}
+	return bfpRound32Go(x[n8:], q[n8:], exps[n8:], w) && ok
+}
+
+// bfpRoundGroups32 is bfpRoundGroups32Go, a group of 16 at a time in
+// assembly.
+func bfpRoundGroups32(x, q []float32, w uint32) bool {
+	if !useAsm || len(x) == 0 {
+		return bfpRoundGroups32Go(x, q, w)
+	}
+	q = q[:len(x)]
+	p := bfpParams(w)
+	return bfpRoundGroups32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), len(x), &p)
+}
+
+// bfpParams is the parameter block of the assembly: w, s = 24−w,
+// half = 2^(s−1)−1, maxq = 2^w−1, w−1.
+func bfpParams(w uint32) [5]uint32 {
+	s := 24 - w
+	return [5]uint32{w, s, 1<<(s-1) - 1, 1<<w - 1, w - 1}
+}
+
+//go:noescape
+func axpySubRows32AVX2(a *float32, m int, x *float32, n8 int, y *float32, ldy int)
+
+// axpySubRows32 is axpySubRows32Go with the first len(x)&^7 columns in
+// assembly.
+func axpySubRows32(a, x, y []float32, ldy int) {
+	n8 := len(x) &^ 7
+	if !useAsm || n8 == 0 {
+		axpySubRows32Go(a, x, y, ldy)
+		return
+	}
+	axpySubRows32AVX2(unsafe.SliceData(a), len(a), unsafe.SliceData(x), n8, unsafe.SliceData(y), ldy)
+	if n8 < len(x) {
+		axpySubRows32Go(a, x[n8:], y[n8:], ldy)
+	}
+}
+
+//go:noescape
+func allFinite32AVX2(x *float32, n8 int) bool
+
+// allFinite32 is allFinite32Go, eight values at a time in assembly.
+func allFinite32(x []float32) bool {
+	n8 := len(x) &^ 7
+	if !useAsm || n8 == 0 {
+		return allFinite32Go(x)
+	}
+	return allFinite32AVX2(unsafe.SliceData(x), n8) && allFinite32Go(x[n8:])
+}
+
+//go:noescape
+func maxExponents32AVX2(x *float32, exp *uint8, n32 int)
+
+//go:noescape
+func quantErr32AVX2(x, q, e *float32, acc *float64, n8 int, d, d2 float32)
+
+// maxExponents32 is maxExponents32Go, 32 values at a time in assembly.
+func maxExponents32(x []float32, exp []uint8) {
+	n32 := len(x) &^ 31
+	if useAsm && n32 > 0 {
+		maxExponents32AVX2(unsafe.SliceData(x), unsafe.SliceData(exp), n32)
+	} else {
+		n32 = 0
+	}
+	maxExponents32Go(x[n32:], exp[n32:])
+}
+
+// quantErr32 is quantErr32Go, eight values at a time in assembly.
+func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
+	n8 := len(x) &^ 7
+	if useAsm && n8 > 0 {
+		quantErr32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), unsafe.SliceData(e), unsafe.SliceData(acc), n8, d, d2)
+	} else {
+		n8 = 0
+	}
+	quantErr32Go(x[n8:], q[n8:], e[n8:], acc[n8:], d, d2)
+}

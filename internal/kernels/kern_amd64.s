@@ -712,3 +712,81 @@ at64next:
 at64done:
 	VZEROUPPER
 	RET
+
+// func axpySubRows32AVX2(a *float32, m int, x *float32, n8 int, y *float32, ldy int)
+// y[j*ldy+i] -= a[j]*x[i] for j < m, i < n8 (n8 a positive multiple of 8):
+// the product rounded, then the difference.
+TEXT ·axpySubRows32AVX2(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ m+8(FP), BX
+	MOVQ x+16(FP), SI
+	MOVQ n8+24(FP), DX
+	MOVQ y+32(FP), DI
+	MOVQ ldy+40(FP), R8
+	SHLQ $2, R8
+	SHLQ $2, DX            // bytes per row
+asrrow:
+	VBROADCASTSS (AX), Y0
+	XORQ CX, CX
+	MOVQ DX, R9
+	SUBQ $128, R9          // last start of a 32-wide step
+	JL   asr8
+asr32:
+	VMULPS (SI)(CX*1), Y0, Y1
+	VMULPS 32(SI)(CX*1), Y0, Y2
+	VMULPS 64(SI)(CX*1), Y0, Y3
+	VMULPS 96(SI)(CX*1), Y0, Y4
+	VMOVUPS (DI)(CX*1), Y5
+	VMOVUPS 32(DI)(CX*1), Y6
+	VMOVUPS 64(DI)(CX*1), Y7
+	VMOVUPS 96(DI)(CX*1), Y8
+	VSUBPS Y1, Y5, Y5
+	VSUBPS Y2, Y6, Y6
+	VSUBPS Y3, Y7, Y7
+	VSUBPS Y4, Y8, Y8
+	VMOVUPS Y5, (DI)(CX*1)
+	VMOVUPS Y6, 32(DI)(CX*1)
+	VMOVUPS Y7, 64(DI)(CX*1)
+	VMOVUPS Y8, 96(DI)(CX*1)
+	ADDQ $128, CX
+	CMPQ CX, R9
+	JLE  asr32
+asr8:
+	CMPQ CX, DX
+	JGE  asrnext
+	VMULPS (SI)(CX*1), Y0, Y1
+	VMOVUPS (DI)(CX*1), Y5
+	VSUBPS Y1, Y5, Y5
+	VMOVUPS Y5, (DI)(CX*1)
+	ADDQ $32, CX
+	JMP  asr8
+asrnext:
+	ADDQ $4, AX
+	ADDQ R8, DI
+	DECQ BX
+	JNZ  asrrow
+	VZEROUPPER
+	RET
+
+// func allFinite32AVX2(x *float32, n8 int) bool
+// Reports whether none of the first n8 values (n8 a positive multiple of
+// 8) has an all-ones exponent field.
+TEXT ·allFinite32AVX2(SB), NOSPLIT, $0-17
+	MOVQ x+0(FP), SI
+	MOVQ n8+8(FP), CX
+	MOVL $0x7f800000, AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2
+	VPXOR Y0, Y0, Y0
+	SHRQ $3, CX
+afloop:
+	VPAND (SI), Y2, Y1
+	VPCMPEQD Y2, Y1, Y1
+	VPOR Y1, Y0, Y0
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  afloop
+	VPTEST Y0, Y0
+	SETEQ ret+16(FP)
+	VZEROUPPER
+	RET

@@ -36,3 +36,16 @@ func dotRows[T float32 | float64](x []T, ldx int, y []T, n8, rows int, s []T) {
 }
 
 func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) { axpyTriGo(c, a, lda, acc, m) }
+
+func bfpRound32(x, q []float32, exps []uint8, w uint32) bool { return bfpRound32Go(x, q, exps, w) }
+func bfpRoundGroups32(x, q []float32, w uint32) bool         { return bfpRoundGroups32Go(x, q, w) }
+
+func axpySubRows32(a, x, y []float32, ldy int) { axpySubRows32Go(a, x, y, ldy) }
+
+func allFinite32(x []float32) bool { return allFinite32Go(x) }
+
+func maxExponents32(x []float32, exp []uint8) { maxExponents32Go(x, exp) }
+
+func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
+	quantErr32Go(x, q, e, acc, d, d2)
+}

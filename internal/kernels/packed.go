@@ -23,7 +23,32 @@ func PackB32(transB bool, k, n int, b []float32, ldb int) *PackedB32 {
 	} else {
 		checkMatrix("PackB32", "B", k, n, ldb, len(b))
 	}
-	p := &PackedB32{k: k, n: n, data: make([]float32, packedSize(n, k, sNR))}
+	p := &PackedB32{}
+	p.pack(transB, k, n, b, ldb)
+	return p
+}
+
+// Repack packs a new op(B) (see PackB32) into p, reusing its storage when
+// it is large enough: for products whose B changes from call to call but
+// is used by several of them in turn.
+func (p *PackedB32) Repack(transB bool, k, n int, b []float32, ldb int) {
+	if k < 0 || n < 0 {
+		panic(fmt.Sprintf("kernels: Repack: negative dimension k=%d n=%d", k, n))
+	}
+	if transB {
+		checkMatrix("Repack", "B", n, k, ldb, len(b))
+	} else {
+		checkMatrix("Repack", "B", k, n, ldb, len(b))
+	}
+	p.pack(transB, k, n, b, ldb)
+}
+
+func (p *PackedB32) pack(transB bool, k, n int, b []float32, ldb int) {
+	size := packedSize(n, k, sNR)
+	if cap(p.data) < size {
+		p.data = make([]float32, size)
+	}
+	p.k, p.n, p.data = k, n, p.data[:size]
 	pl := gemmPlan[float32]{m: 1, n: n, k: k, b: operand[float32]{data: b, ld: ldb, trans: transB}, nr: sNR}
 	workers := Workers()
 	for jc := 0; jc < n; jc += blockN {
@@ -39,7 +64,6 @@ func PackB32(transB bool, k, n int, b []float32, ldb int) *PackedB32 {
 			})
 		}
 	}
-	return p
 }
 
 // Rows returns k, the number of rows of op(B).
@@ -67,6 +91,33 @@ func SgemmPacked(transA bool, m int, alpha float32, a []float32, lda int, pb *Pa
 		return
 	}
 	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha,
+		a:  operand[float32]{data: a, ld: lda, trans: transA},
+		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false)}
+	pl.runPacked(pb.data)
+}
+
+// SgemmPackedAcc is SgemmPacked with beta 1 and a side job, as SgemmAcc:
+// side, when not nil, runs once on the calling goroutine while the other
+// workers start on the product (first, with one worker). The bits of C
+// are those of Sgemm.
+func SgemmPackedAcc(transA bool, m int, alpha float32, a []float32, lda int, pb *PackedB32, c []float32, ldc int, side func()) {
+	k, n := pb.k, pb.n
+	if m < 0 {
+		panic(fmt.Sprintf("kernels: SgemmPackedAcc: negative dimension m=%d", m))
+	}
+	if transA {
+		checkMatrix("SgemmPackedAcc", "A", k, m, lda, len(a))
+	} else {
+		checkMatrix("SgemmPackedAcc", "A", m, k, lda, len(a))
+	}
+	checkMatrix("SgemmPackedAcc", "C", m, n, ldc, len(c))
+	if alpha == 0 {
+		if side != nil {
+			side()
+		}
+		return
+	}
+	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side,
 		a:  operand[float32]{data: a, ld: lda, trans: transA},
 		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false)}
 	pl.runPacked(pb.data)
