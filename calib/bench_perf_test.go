@@ -3,6 +3,8 @@ package calib
 import (
 	"context"
 	"fmt"
+
+	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
 	"testing"
 	"time"
@@ -20,9 +22,16 @@ import (
 //
 //	go test ./calib -run '^$' -bench 'MoEExperts35B/experts=16/workers=2' -benchtime 1x -cpuprofile cpu.out
 func BenchmarkMoEExperts35B(b *testing.B) {
-	for _, c := range []struct{ experts, workers int }{{16, 1}, {16, 2}, {32, 2}} {
+	for _, c := range []struct {
+		experts, workers int
+		noLoss           bool
+	}{{16, 1, false}, {16, 2, false}, {32, 2, false}, {16, 2, true}} {
 		experts := c.experts
-		b.Run(fmt.Sprintf("experts=%d/workers=%d", experts, c.workers), func(b *testing.B) {
+		name := fmt.Sprintf("experts=%d/workers=%d", experts, c.workers)
+		if c.noLoss {
+			name += "/no-proxy-loss"
+		}
+		b.Run(name, func(b *testing.B) {
 			cfg := model.MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, NormTopK: true}
 			tokens := 16384 * experts / 256
 			held := 512 * experts / 256
@@ -36,6 +45,11 @@ func BenchmarkMoEExperts35B(b *testing.B) {
 			cal := Activations{X: x[:tokens*cfg.Hidden], Tokens: tokens}
 			ho := Activations{X: x[tokens*cfg.Hidden:], Tokens: held}
 			opt := LayerOptions{Workers: c.workers, MinTokens: 82} // 0.5% of 16,384, as in the full layer
+			if c.noLoss {
+				g := gptq.DefaultOptions()
+				g.NoProxyLoss = true
+				opt.GPTQ = &g
+			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				start := time.Now()

@@ -179,7 +179,9 @@ type BuildParams struct {
 	ActOrder     bool    `json:"gptq_act_order,omitempty"`
 	StaticGroups bool    `json:"gptq_static_groups,omitempty"`
 	Float64      bool    `json:"gptq_float64,omitempty"`
-	HeldOut      int     `json:"held_out_sequences,omitempty"`
+	// NoProxyLoss: the matrices' proxy losses were not computed (0).
+	NoProxyLoss bool `json:"gptq_no_proxy_loss,omitempty"`
+	HeldOut     int  `json:"held_out_sequences,omitempty"`
 	// Asymmetric: every GPTQ'd matrix was fitted to the source model's
 	// outputs on the source model's inputs (sequential builds; see
 	// docs/calibration.md).

@@ -364,6 +364,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		b.params.ActOrder = b.gopt.ActOrder
 		b.params.StaticGroups = b.gopt.StaticGroups
 		b.params.Float64 = b.gopt.Float64
+		b.params.NoProxyLoss = b.gopt.NoProxyLoss
 		b.params.HeldOut = opt.HeldOutSequences
 		b.params.Asymmetric = opt.Asymmetric
 	}

@@ -1,11 +1,13 @@
 package build
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
 )
@@ -53,5 +55,49 @@ func TestGPTQMixedExpertFormats(t *testing.T) {
 	}
 	if gateUp == 0 || down == 0 {
 		t.Fatalf("layer 1: %d GPTQ gate_up and %d GPTQ down tensors", gateUp, down)
+	}
+}
+
+// TestNoProxyLoss: skipping the proxy losses stores the same tensors,
+// records the option and zero losses, and verifies.
+func TestNoProxyLoss(t *testing.T) {
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	if _, err := GPTQ(context.Background(), gptq1Opts(t, a, 2)); err != nil {
+		t.Fatal(err)
+	}
+	opt := gptq1Opts(t, b, 2)
+	g := gptq.DefaultOptions()
+	g.NoProxyLoss = true
+	opt.GPTQOptions = &g
+	res, err := GPTQ(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Manifest.TTQuant.Options.NoProxyLoss {
+		t.Error("the manifest does not record gptq_no_proxy_loss")
+	}
+	gptqd := 0
+	for _, ms := range res.Manifest.TTQuant.Matrices {
+		if ms.Method == manifest.MethodGPTQ {
+			gptqd++
+			if ms.ProxyLoss != 0 || ms.RTNProxyLoss != 0 {
+				t.Errorf("%s: proxy losses %g, %g: want 0", ms.Tensor, ms.ProxyLoss, ms.RTNProxyLoss)
+			}
+		}
+	}
+	if gptqd == 0 {
+		t.Fatal("no GPTQ matrix")
+	}
+	ta, tb := readTree(t, a), readTree(t, b)
+	for n, x := range ta {
+		if n == manifest.ManifestName {
+			continue
+		}
+		if !bytes.Equal(x, tb[n]) {
+			t.Errorf("%s differs without the proxy losses", n)
+		}
+	}
+	if rep := mustVerify(t, b, VerifyOptions{}); !rep.OK {
+		t.Errorf("does not verify: %v", rep.Failures)
 	}
 }
