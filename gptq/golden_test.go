@@ -55,9 +55,14 @@ func goldenQ(t *testing.T) string {
 // solver's kernels were reorganized for speed, so it proves those changes
 // left every output bit as it was; the purego build must reproduce it too.
 func TestGoldenQ(t *testing.T) {
-	got := goldenQ(t)
-	const path = "testdata/golden_q.txt"
-	if *updateGolden {
+	checkGolden(t, goldenQ(t), "testdata/golden_q.txt", *updateGolden, "the quantized outputs")
+}
+
+// checkGolden compares a digest with the golden file at path, or rewrites
+// the file when update is set.
+func checkGolden(t *testing.T, got, path string, update bool, what string) {
+	t.Helper()
+	if update {
 		if err := os.WriteFile(path, []byte(got+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +73,7 @@ func TestGoldenQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w := strings.TrimSpace(string(want)); got != w {
-		t.Fatalf("digest of the quantized outputs %s, want %s", got, w)
+		t.Fatalf("digest of %s %s, want %s", what, got, w)
 	}
 }
 
@@ -127,21 +132,7 @@ func goldenReport(t *testing.T) string {
 // output transposition and BFP rounding were vectorized, so it proves
 // those changes left every reported bit as it was.
 func TestGoldenReport(t *testing.T) {
-	got := goldenReport(t)
-	const path = "testdata/golden_report.txt"
-	if *updateGoldenReport {
-		if err := os.WriteFile(path, []byte(got+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := strings.TrimSpace(string(want)); got != w {
-		t.Fatalf("digest of the reported losses and RTN outputs %s, want %s", got, w)
-	}
+	checkGolden(t, goldenReport(t), "testdata/golden_report.txt", *updateGoldenReport, "the reported losses and RTN outputs")
 }
 
 // TestProxyLossIncrementalReference: the derived proxy loss against the
