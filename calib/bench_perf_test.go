@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/model"
 	"testing"
 	"time"
@@ -53,13 +54,13 @@ func BenchmarkMoEExperts35B(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
-				cpu0, ok0 := processCPU()
+				cpu0, ok0 := benchenv.CPUTime()
 				rep, err := QuantizeMoELayer(context.Background(), l, cal, ho, opt, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(time.Since(start).Seconds()/float64(experts), "s/expert")
-				if cpu1, ok := processCPU(); ok && ok0 {
+				if cpu1, ok := benchenv.CPUTime(); ok && ok0 {
 					// All goroutines' CPU time: the cost per expert, which
 					// wall time on a shared machine does not show.
 					b.ReportMetric((cpu1-cpu0).Seconds()/float64(experts), "cpu-s/expert")

@@ -19,11 +19,11 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/model"
 )
 
@@ -122,7 +122,7 @@ func BenchmarkShape35BGPTQ(b *testing.B) {
 				var got float64
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					c0, _ := processCPU()
+					c0, _ := benchenv.CPUTime()
 					run := NewLayerRun(context.Background(), l, cal, held, opt)
 					for range run.Results() {
 					}
@@ -130,7 +130,7 @@ func BenchmarkShape35BGPTQ(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					c1, _ := processCPU()
+					c1, _ := benchenv.CPUTime()
 					cpu += c1 - c0
 					got = 0
 					for _, e := range rep.Experts {
@@ -148,7 +148,7 @@ func BenchmarkShape35BGPTQ(b *testing.B) {
 				b.ReportMetric(got/wall, "rows/s")
 				b.ReportMetric(fl/wall/1e9, "GFLOP/s")
 				b.ReportMetric(fl/(cpu.Seconds()/N)/1e9, "GFLOP/cpu-s")
-				b.ReportMetric(loadAvg(), "load1")
+				b.ReportMetric(benchenv.LoadAvg(), "load1")
 			})
 		}
 	}
@@ -174,7 +174,7 @@ func BenchmarkShape35BGPTQPeak(b *testing.B) {
 		metrics.Read(sample)
 		return sample[0].Value.Uint64() - sample[1].Value.Uint64()
 	}
-	baseGo, baseRSS := read(), vmKiB("VmRSS")
+	baseGo, baseRSS := read(), benchenv.StatusKiB("VmRSS")
 	var peak atomic.Uint64
 	done := make(chan struct{})
 	go func() {
@@ -194,11 +194,11 @@ func BenchmarkShape35BGPTQPeak(b *testing.B) {
 	var cpu time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		c0, _ := processCPU()
+		c0, _ := benchenv.CPUTime()
 		if _, err := QuantizeMoELayer(context.Background(), l, cal, held, LayerOptions{Workers: 2}, nil); err != nil {
 			b.Fatal(err)
 		}
-		c1, _ := processCPU()
+		c1, _ := benchenv.CPUTime()
 		cpu += c1 - c0
 	}
 	b.StopTimer()
@@ -208,41 +208,9 @@ func BenchmarkShape35BGPTQPeak(b *testing.B) {
 	b.ReportMetric(float64(baseGo)/mib, "go-before-MiB")
 	b.ReportMetric(float64(peak.Load())/mib, "go-peak-MiB")
 	b.ReportMetric(baseRSS/1024, "rss-before-MiB")
-	b.ReportMetric(vmKiB("VmHWM")/1024, "rss-peak-MiB")
+	b.ReportMetric(benchenv.StatusKiB("VmHWM")/1024, "rss-peak-MiB")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s")
-	b.ReportMetric(loadAvg(), "load1")
-}
-
-// vmKiB returns a "Vm…" field of /proc/self/status in KiB (0 where there
-// is no such file).
-func vmKiB(field string) float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				v, _ := strconv.ParseFloat(f[0], 64)
-				return v
-			}
-		}
-	}
-	return 0
-}
-
-// loadAvg returns the one-minute load average (0 where unknown).
-func loadAvg() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
+	b.ReportMetric(benchenv.LoadAvg(), "load1")
 }
 
 // TestShape35BExperts checks the benchmarks' expert source: shapes, values

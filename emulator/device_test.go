@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/benchenv"
 )
 
 var deviceTiles = flag.Int("device-tiles", 0, "random tiles per fidelity for TestDeviceMatMulMatchesTileMatmul (0: a short run; the full conformance run uses 10000)")
@@ -409,13 +410,13 @@ func BenchmarkDeviceMatMul(b *testing.B) {
 	}
 	for _, fid := range []Fidelity{LoFi, HiFi2, HiFi3, HiFi4} {
 		b.Run(fid.String(), func(b *testing.B) {
-			c0 := cpuTime()
+			c0 := benchenv.CPU()
 			for range b.N {
 				if _, err := DeviceMatMulPrepared(context.Background(), a, w, DeviceConfig{Config: Config{Fidelity: fid}}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			report(b, cpuTime()-c0)
+			report(b, benchenv.CPU()-c0)
 		})
 	}
 	b.Run("reference-HiFi2", func(b *testing.B) {
@@ -428,13 +429,13 @@ func BenchmarkDeviceMatMul(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		c0 := cpuTime()
+		c0 := benchenv.CPU()
 		for range b.N {
 			if _, err := MatMul(context.Background(), xb, tokens, in, wd, out, Config{Fidelity: HiFi2}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		report(b, cpuTime()-c0)
+		report(b, benchenv.CPU()-c0)
 	})
 }
 

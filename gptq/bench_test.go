@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/kernels"
 )
 
@@ -123,14 +124,14 @@ func BenchmarkGPTQ(b *testing.B) {
 				opt := DefaultOptions()
 				opt.NoProxyLoss = !report
 				b.ResetTimer()
-				cpu0, cpuOK := processCPU()
+				cpu0, cpuOK := benchenv.CPUTime()
 				for i := 0; i < b.N; i++ {
 					if _, err := Quantize(w, rows, cols, h, g, opt); err != nil {
 						b.Fatal(err)
 					}
 				}
 				sec := b.Elapsed().Seconds() / float64(b.N)
-				if cpu1, ok := processCPU(); ok && cpuOK {
+				if cpu1, ok := benchenv.CPUTime(); ok && cpuOK {
 					// CPU time of all goroutines: on a machine shared with
 					// other work it shows the cost when wall time cannot.
 					b.ReportMetric((cpu1-cpu0).Seconds()/float64(b.N), "cpu-s/solve")

@@ -3,6 +3,8 @@ package eval
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/benchenv"
 )
 
 // BenchmarkScorer scores two candidates against a reference over the
@@ -29,13 +31,13 @@ func BenchmarkScorer(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	c0 := cpuTime()
+	c0 := benchenv.CPU()
 	for range b.N {
 		if err := s.Score(Batch{Ref: ref, Cands: cands, Targets: targets, Corpus: []string{"x"}}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	cpu := cpuTime() - c0
+	cpu := benchenv.CPU() - c0
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "positions/s")
 	if cpu > 0 {
 		b.ReportMetric(float64(n*b.N)/cpu.Seconds(), "positions/cpu-s")

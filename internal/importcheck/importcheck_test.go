@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"bfp":                    {"internal/cpu"},
 	"safetensors":            {},
 	"internal/testdata":      {},
+	"internal/benchenv":      {},
 	"internal/testdatacheck": {},
 	"internal/kernels":       {"internal/cpu"},
 	"internal/rng":           {},
@@ -77,7 +78,7 @@ var allowed = map[string][]string{
 
 // allowedInTests are extra module packages that test files may import.
 var allowedInTests = map[string][]string{
-	"*":                      {"internal/testdata", "internal/testmodel"},
+	"*":                      {"internal/testdata", "internal/testmodel", "internal/benchenv"},
 	"gptq":                   {"safetensors"},
 	"manifest":               {"manifest/plan", "manifest/build"},
 	"manifest/build":         {"emulator", "calib/textcalib"}, // textcalib: a text store for the store build's asymmetric test

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ttquant/ttquant/internal/benchenv"
 )
 
 var (
@@ -63,12 +65,12 @@ func BenchmarkPeak(b *testing.B) {
 		b.ReportMetric(p.F64, "f64-GFLOP/s")
 	}
 	// A fixed amount of float32 FMA work on one goroutine.
-	c0, ok0 := processCPU()
+	c0, ok0 := benchenv.CPUTime()
 	var fl float64
 	for fl < 20e9 {
 		fl += fmaLoop32(1 << 20)
 	}
-	if c1, ok := processCPU(); ok && ok0 && c1 > c0 {
+	if c1, ok := benchenv.CPUTime(); ok && ok0 && c1 > c0 {
 		b.ReportMetric(fl/(c1-c0).Seconds()/1e9, "f32-GFLOP/cpu-s")
 	}
 }
@@ -114,14 +116,14 @@ func BenchmarkInverseFactor32(b *testing.B) {
 						b.StopTimer()
 						copy(work, rev)
 						b.StartTimer()
-						c0, _ := processCPU()
+						c0, _ := benchenv.CPUTime()
 						var err error
 						if form == "rev" {
 							err = CholInvUpperRev32(n, work, n, u, n)
 						} else {
 							err = CholInvUpper32(n, h, n, u, n)
 						}
-						c1, _ := processCPU()
+						c1, _ := benchenv.CPUTime()
 						cpu += c1 - c0
 						if err != nil {
 							b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/manifest/build"
@@ -69,14 +70,14 @@ func BenchmarkForwardNumerics(b *testing.B) {
 				}
 			}
 			window() // loads and prepares the weights
-			c0 := cpuTime()
+			c0 := benchenv.CPU()
 			b.ResetTimer()
 			for range b.N {
 				window()
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
-			if c := cpuTime() - c0; c > 0 {
+			if c := benchenv.CPU() - c0; c > 0 {
 				b.ReportMetric(float64(T*b.N)/c.Seconds(), "tokens/cpu-s")
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
 )
@@ -93,10 +94,10 @@ var sgemmRates = sync.OnceValues(func() (wall, cpu float64) {
 	const n = 2048
 	a, b, c := synth(1, n*n, 1), synth(2, n*n, 1), make([]float32, n*n)
 	for i := 0; i < 3; i++ {
-		t, c0 := time.Now(), cpuSeconds()
+		t, c0 := time.Now(), benchenv.CPU().Seconds()
 		kernels.Sgemm(false, true, n, n, n, 1, a, n, b, n, 0, c, n)
 		wall = max(wall, 2*n*n*n/time.Since(t).Seconds()/1e9)
-		cpu = max(cpu, 2*n*n*n/(cpuSeconds()-c0)/1e9)
+		cpu = max(cpu, 2*n*n*n/(benchenv.CPU().Seconds()-c0)/1e9)
 	}
 	return wall, cpu
 })
@@ -104,8 +105,8 @@ var sgemmRates = sync.OnceValues(func() (wall, cpu float64) {
 // cpuTimer measures the CPU seconds a benchmark's loop uses.
 type cpuTimer struct{ start, total float64 }
 
-func (c *cpuTimer) begin() { c.start = cpuSeconds() }
-func (c *cpuTimer) end()   { c.total += cpuSeconds() - c.start }
+func (c *cpuTimer) begin() { c.start = benchenv.CPU().Seconds() }
+func (c *cpuTimer) end()   { c.total += benchenv.CPU().Seconds() - c.start }
 
 // report gives tokens/s and the linear work's GFLOP/s per wall second, and
 // per CPU second beside the SGEMM rate per CPU second: on a shared machine
@@ -202,18 +203,18 @@ func BenchmarkCalibration35B(b *testing.B) {
 	var cg, ca float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t, c0 := time.Now(), cpuSeconds()
+		t, c0 := time.Now(), benchenv.CPU().Seconds()
 		if err := gdn.Forward(&Batch{Lens: []int{benchSeq}, X: append([]float32(nil), x...)}, nil); err != nil {
 			b.Fatal(err)
 		}
 		tg += time.Since(t)
-		cg += cpuSeconds() - c0
-		t, c0 = time.Now(), cpuSeconds()
+		cg += benchenv.CPU().Seconds() - c0
+		t, c0 = time.Now(), benchenv.CPU().Seconds()
 		if err := att.Forward(&Batch{Lens: []int{benchSeq}, X: append([]float32(nil), x...)}, nil); err != nil {
 			b.Fatal(err)
 		}
 		ta += time.Since(t)
-		ca += cpuSeconds() - c0
+		ca += benchenv.CPU().Seconds() - c0
 	}
 	n := float64(b.N)
 	seqs := 262144.0 / benchSeq

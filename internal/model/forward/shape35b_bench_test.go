@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
@@ -234,19 +235,19 @@ func BenchmarkShape35BLayer(b *testing.B) {
 				b.StopTimer()
 				copy(x, x0)
 				b.StartTimer()
-				t0, c0 := time.Now(), cpuSeconds()
+				t0, c0 := time.Now(), benchenv.CPU().Seconds()
 				var tm time.Time
 				var cm float64
 				hook := func(a *Activations) error {
 					if a.Site == SiteMLPIn {
-						tm, cm = time.Now(), cpuSeconds()
+						tm, cm = time.Now(), benchenv.CPU().Seconds()
 					}
 					return nil
 				}
 				if err := l.Forward(&Batch{Lens: lens, X: x}, hook); err != nil {
 					b.Fatal(err)
 				}
-				t1, c1 := time.Now(), cpuSeconds()
+				t1, c1 := time.Now(), benchenv.CPU().Seconds()
 				wMix += tm.Sub(t0)
 				wMoE += t1.Sub(tm)
 				cMix += cm - c0
@@ -267,7 +268,7 @@ func BenchmarkShape35BLayer(b *testing.B) {
 			b.ReportMetric(tok/(wMoE.Seconds()/N), "moe-tokens/s")
 			b.ReportMetric(cMoE/N/tok*1e3, "moe-cpu-ms/token")
 			b.ReportMetric(fMoE*tok/(cMoE/N)/1e9, "moe-GFLOP/cpu-s")
-			b.ReportMetric(loadAvg(), "load1")
+			b.ReportMetric(benchenv.LoadAvg(), "load1")
 		})
 	}
 }
@@ -291,11 +292,11 @@ func BenchmarkShape35BLMHead(b *testing.B) {
 	var cpu float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		c0 := cpuSeconds()
+		c0 := benchenv.CPU().Seconds()
 		if err := m.Logits(hf, func(int, int, []float32) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
-		cpu += cpuSeconds() - c0
+		cpu += benchenv.CPU().Seconds() - c0
 	}
 	b.StopTimer()
 	N := float64(b.N)
@@ -306,7 +307,7 @@ func BenchmarkShape35BLMHead(b *testing.B) {
 	b.ReportMetric(cpu/N, "cpu-s")
 	b.ReportMetric(cpu/N/float64(rows)*1e3, "cpu-ms/token")
 	b.ReportMetric(fl/(cpu/N)/1e9, "GFLOP/cpu-s")
-	b.ReportMetric(loadAvg(), "load1")
+	b.ReportMetric(benchenv.LoadAvg(), "load1")
 }
 
 // BenchmarkShape35BLayerPeak measures the memory of one sequential-GPTQ
@@ -346,7 +347,7 @@ func BenchmarkShape35BLayerPeak(b *testing.B) {
 		metrics.Read(sample)
 		return sample[0].Value.Uint64() - sample[1].Value.Uint64()
 	}
-	baseGo, baseRSS := read(), vmKiB("VmRSS")
+	baseGo, baseRSS := read(), benchenv.StatusKiB("VmRSS")
 	var peak atomic.Uint64
 	done := make(chan struct{})
 	go func() {
@@ -383,43 +384,9 @@ func BenchmarkShape35BLayerPeak(b *testing.B) {
 	b.ReportMetric(float64(baseGo)/mib, "go-before-MiB")
 	b.ReportMetric(float64(peak.Load())/mib, "go-peak-MiB")
 	b.ReportMetric(float64(baseRSS)/1024, "rss-before-MiB")
-	b.ReportMetric(float64(vmKiB("VmHWM"))/1024, "rss-peak-MiB")
+	b.ReportMetric(float64(benchenv.StatusKiB("VmHWM"))/1024, "rss-peak-MiB")
 	b.ReportMetric(float64(n)/(b.Elapsed().Seconds()/float64(b.N)), "tokens/s")
-	b.ReportMetric(loadAvg(), "load1")
-}
-
-// vmKiB returns a "Vm…" field of /proc/self/status in KiB (0 where there
-// is no such file).
-func vmKiB(field string) float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				v, _ := strconv.ParseFloat(f[0], 64)
-				return v
-			}
-		}
-	}
-	return 0
-}
-
-// loadAvg returns the one-minute load average (0 where unknown), reported
-// beside every figure since the machine is shared.
-func loadAvg() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
+	b.ReportMetric(benchenv.LoadAvg(), "load1")
 }
 
 // TestShape35BSource checks the benchmarks' weight source on small reads:

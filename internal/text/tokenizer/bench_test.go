@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/benchenv"
 )
 
 // goSource returns about n bytes of Go standard-library source as one
@@ -31,13 +33,13 @@ func benchEncode(b *testing.B, tok *Tokenizer) {
 	}
 	b.SetBytes(int64(size))
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := benchenv.CPU()
 	for i := 0; i < b.N; i++ {
 		for _, s := range texts {
 			tok.Encode(s)
 		}
 	}
-	cpu := (cpuTime() - cpu0).Seconds()
+	cpu := (benchenv.CPU() - cpu0).Seconds()
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(size)*float64(b.N)/sec/1e6, "MB/s")
 	b.ReportMetric(float64(tokens)*float64(b.N)/sec, "tokens/s")
@@ -69,13 +71,13 @@ func BenchmarkEncodeGoSourceQwen36(b *testing.B) {
 
 func BenchmarkLoadQwen3(b *testing.B) {
 	dir := filepath.Join("..", "..", "..", "testdata", "tokenizer", "qwen3")
-	cpu0 := cpuTime()
+	cpu0 := benchenv.CPU()
 	for i := 0; i < b.N; i++ {
 		if _, err := Load(dir); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if cpu := cpuTime() - cpu0; cpu > 0 {
+	if cpu := benchenv.CPU() - cpu0; cpu > 0 {
 		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 	}
 }
