@@ -15,10 +15,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,18 +88,6 @@ func expertFlops(rows float64) float64 {
 	return rows*H*(H+1) + 2*rows*H*2*I + rows*I*(I+1) + 2*H*H*H/3 + 2*I*I*I/3 + 2*I*H*H + H*I*I
 }
 
-func envPositive(tb testing.TB, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
 // BenchmarkShape35BGPTQ quantizes TTQUANT_BENCH_EXPERTS (default 16)
 // routed experts of the 35B shape to BFP4 with GPTQ at 4,096 and 8,192
 // routed rows per expert on average (the shared expert left out; it is
@@ -110,7 +96,7 @@ func envPositive(tb testing.TB, name string, def int) int {
 // seconds and CPU-seconds per expert, routed rows per second and GFLOP/s
 // of the counted work (expertFlops).
 func BenchmarkShape35BGPTQ(b *testing.B) {
-	experts := envPositive(b, "TTQUANT_BENCH_EXPERTS", 16)
+	experts := benchenv.PositiveEnv(b, "TTQUANT_BENCH_EXPERTS", 16)
 	for _, rows := range []int{8192, 4096} {
 		for _, workers := range []int{2, 1} {
 			b.Run(fmt.Sprintf("rows=%d/experts=%d/workers=%d", rows, experts, workers), func(b *testing.B) {
@@ -164,7 +150,7 @@ func BenchmarkShape35BGPTQ(b *testing.B) {
 // expert in flight does not depend on the number of experts
 // (TestMemoryIndependentOfExperts).
 func BenchmarkShape35BGPTQPeak(b *testing.B) {
-	tokens := envPositive(b, "TTQUANT_BENCH_TOKENS", 16384)
+	tokens := benchenv.PositiveEnv(b, "TTQUANT_BENCH_TOKENS", 16384)
 	const experts = 16
 	cal, held := shape35BActivations(b, tokens, 256)
 	l := shape35BLayer(experts, true)

@@ -10,13 +10,11 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/benchenv"
 )
 
 // shape35BTensors are the tensors timed: a routed expert's gate/up and down
@@ -48,19 +46,6 @@ func bf16Source(rows, cols int) ([]byte, []float32) {
 		vals[i] = math.Float32frombits(uint32(h) << 16)
 	}
 	return raw, vals
-}
-
-func shape35BLoad() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
 }
 
 // BenchmarkShape35BPack times what a build does per stored BFP tensor
@@ -111,7 +96,7 @@ func BenchmarkShape35BPack(b *testing.B) {
 				b.ReportMetric(float64(len(raw))/cpu/1e9, "GB/cpu-s")
 			}
 			b.ReportMetric(float64(tc.rows*tc.cols)/sec/1e9, "Gparams/s")
-			b.ReportMetric(shape35BLoad(), "load1")
+			b.ReportMetric(benchenv.LoadAvg(), "load1")
 		})
 	}
 }
@@ -154,7 +139,7 @@ func BenchmarkShape35BVerify(b *testing.B) {
 				b.ReportMetric(float64(len(packed))/cpu/1e9, "GB/cpu-s")
 			}
 			b.ReportMetric(float64(tc.rows*tc.cols)/sec/1e9, "Gparams/s")
-			b.ReportMetric(shape35BLoad(), "load1")
+			b.ReportMetric(benchenv.LoadAvg(), "load1")
 		})
 	}
 }
@@ -175,7 +160,7 @@ func BenchmarkShape35BHash(b *testing.B) {
 	if cpu := shape35BCPU() - c0; cpu > 0 {
 		b.ReportMetric(float64(len(buf))*float64(b.N)/cpu/1e9, "GB/cpu-s")
 	}
-	b.ReportMetric(shape35BLoad(), "load1")
+	b.ReportMetric(benchenv.LoadAvg(), "load1")
 }
 
 // TestShape35BTensors keeps the benchmarks' inputs honest: the source is

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -52,4 +53,19 @@ func StatusKiB(field string) float64 {
 		}
 	}
 	return 0
+}
+
+// PositiveEnv reads a positive integer benchmark parameter from the
+// environment variable name (def when unset); anything else fails tb.
+func PositiveEnv(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }

@@ -19,10 +19,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,19 +181,6 @@ func shape35BFlops(c *Config, kind LayerKind, window int) (mixer, moe float64) {
 	return mixer, moe
 }
 
-// envInt reads a positive integer benchmark parameter from the environment.
-func envInt(tb testing.TB, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
 // BenchmarkShape35BLayer runs Layer.Forward of a 35B Gated DeltaNet layer
 // and of a 35B full-attention layer (each with its MoE block) over
 // TTQUANT_BENCH_SEQS (default 1) sequences of TTQUANT_BENCH_SEQLEN (default
@@ -207,8 +192,8 @@ func BenchmarkShape35BLayer(b *testing.B) {
 	tc := testmodel.Qwen36_35B()
 	cfg := shape35BConfig(b, tc)
 	src := newShape35BSource(b, tc)
-	seqs := envInt(b, "TTQUANT_BENCH_SEQS", 1)
-	seqLen := envInt(b, "TTQUANT_BENCH_SEQLEN", 2048)
+	seqs := benchenv.PositiveEnv(b, "TTQUANT_BENCH_SEQS", 1)
+	seqLen := benchenv.PositiveEnv(b, "TTQUANT_BENCH_SEQLEN", 2048)
 	for _, li := range []int{0, 3} { // layer 0: Gated DeltaNet, layer 3: full attention
 		kind := cfg.Kind(li)
 		name := "linear"
@@ -283,7 +268,7 @@ func BenchmarkShape35BLMHead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rows := envInt(b, "TTQUANT_BENCH_ROWS", 512)
+	rows := benchenv.PositiveEnv(b, "TTQUANT_BENCH_ROWS", 512)
 	hf := make([]float32, rows*cfg.Hidden)
 	bf16Fill(hf, 7, 1)
 	if err := m.Logits(hf[:cfg.Hidden], func(int, int, []float32) error { return nil }); err != nil {
@@ -323,7 +308,7 @@ func BenchmarkShape35BLayerPeak(b *testing.B) {
 	tc := testmodel.Qwen36_35B()
 	cfg := shape35BConfig(b, tc)
 	src := newShape35BSource(b, tc)
-	seqs := envInt(b, "TTQUANT_BENCH_SEQS", 8)
+	seqs := benchenv.PositiveEnv(b, "TTQUANT_BENCH_SEQS", 8)
 	const seqLen = 2048
 	l, err := LoadLayer(src, cfg, 0)
 	if err != nil {
