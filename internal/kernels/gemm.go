@@ -95,6 +95,7 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 		sl := dst[(s/mr)*mr*kc : (s/mr+1)*mr*kc]
 		i0 := ic + s
 		rows := min(mr, pl.m-i0)
+		scaled := false // the gathered values are already multiplied by alpha
 		if !a.trans && rows == 6 && mr == 6 {
 			// Six row streams interleaved, sequential writes.
 			o := i0*a.ld + pc
@@ -108,9 +109,19 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 			// checks.
 			r1, r2, r3, r4, r5 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)]
 			d := sl[:6*len(r0)]
-			for p := range r0 {
-				e := d[6*p : 6*p+6 : 6*p+6]
-				e[0], e[1], e[2], e[3], e[4], e[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			if al := pl.alpha; al != 1 {
+				// Scaled while gathering (the same one rounding as
+				// scaling afterwards).
+				for p := range r0 {
+					e := d[6*p : 6*p+6 : 6*p+6]
+					e[0], e[1], e[2], e[3], e[4], e[5] = r0[p]*al, r1[p]*al, r2[p]*al, r3[p]*al, r4[p]*al, r5[p]*al
+				}
+				scaled = true
+			} else {
+				for p := range r0 {
+					e := d[6*p : 6*p+6 : 6*p+6]
+					e[0], e[1], e[2], e[3], e[4], e[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+				}
 			}
 		} else if !a.trans {
 			for r := 0; r < rows; r++ {
@@ -132,26 +143,32 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 				copy(sl[p*mr:p*mr+rows], a.data[off:off+rows])
 			}
 		}
+		// Zeros (padding, masked entries) are scaled like the rest:
+		// 0·alpha, a negative zero when alpha is negative.
+		var zero T
+		if scaled {
+			zero *= pl.alpha
+		}
 		for r := rows; r < mr; r++ {
 			for p := 0; p < kc; p++ {
-				sl[p*mr+r] = 0
+				sl[p*mr+r] = zero
 			}
 		}
 		switch a.mask {
 		case maskLower: // zero where pc+p > i
 			for r := 0; r < rows; r++ {
 				for p := max(0, i0+r+1-pc); p < kc; p++ {
-					sl[p*mr+r] = 0
+					sl[p*mr+r] = zero
 				}
 			}
 		case maskUpper: // zero where pc+p < i
 			for r := 0; r < rows; r++ {
 				for p := 0; p < min(kc, i0+r-pc); p++ {
-					sl[p*mr+r] = 0
+					sl[p*mr+r] = zero
 				}
 			}
 		}
-		if pl.alpha != 1 {
+		if pl.alpha != 1 && !scaled {
 			for x := range sl {
 				sl[x] *= pl.alpha
 			}
