@@ -502,49 +502,75 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	}
 	dBuf := getBuf[T](n * nb)
 	defer putBuf(dBuf)
-	pBuf := getBuf[T](n * nb)
-	defer putBuf(pBuf)
-	qBuf := getBuf[T](n * nb)
-	defer putBuf(qBuf)
+	p0Buf := getBuf[T](n * nb)
+	defer putBuf(p0Buf)
+	p1Buf := getBuf[T](n * nb)
+	defer putBuf(p1Buf)
+	xBuf := getBuf[T](nb * n)
+	defer putBuf(xBuf)
 	rBuf := getBuf[T](nb * n)
 	defer putBuf(rBuf)
-	dinv, p, q, rs := *dBuf, *pBuf, *qBuf, *rBuf
+	dinv, xb, rs := *dBuf, *xBuf, *rBuf
+	pb := [2][]T{*p0Buf, *p1Buf}
 	a, lda := r, ldr
 	if _, err := cholDiag(n, a, lda, 0, nb, dinv); err != nil {
 		return err
 	}
-	clear(p[:(n-nb)*nb])
-	for j := 0; j < n; j += nb {
+	clear(pb[0][:(n-nb)*nb])
+	for j, step := 0, 0; j < n; j, step = j+nb, step+1 {
 		jb := min(nb, n-j)
 		rest := n - j - jb
-		if rest > 0 {
-			// Cholesky step j: L21 = A21·L11⁻ᵀ into p (cleared
-			// beforehand), then A22 −= L21·L21ᵀ (lower triangle) while
-			// the calling goroutine writes L21 back into A21.
-			t := dinv[j*nb : j*nb+jb*jb]
-			a21 := a[(j+jb)*lda+j:]
-			gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
-			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
-				func() {
-					for i := 0; i < rest; i++ {
-						copy(a21[i*lda:i*lda+jb], p[i*jb:i*jb+jb])
-					}
-				})
-		}
-		var derr error
-		var side func()
-		if rest > 0 {
-			next, jb2 := j+jb, min(nb, rest)
-			side = func() {
-				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
-				// p is free again (the trailing product is done):
-				// clear it for the next step's panel solve.
-				clear(p[:(rest-jb2)*jb2])
+		if rest == 0 {
+			// The last block row: no panel below it.
+			if err := trtriStep(n, a, lda, j, dinv, nil, rs, nil); err != nil {
+				return err
 			}
+			break
 		}
-		if err := trtriStep(n, a, lda, j, dinv, q, rs, side); err != nil {
-			return err
+		// Cholesky step j: L21 = A21·L11⁻ᵀ into p (cleared beforehand),
+		// then A22 −= L21·L21ᵀ (lower triangle). L21 stays in p, where
+		// block row j of the inverse reads it as its panel (the values
+		// trtri would save from A21): A21, which from now on accumulates
+		// −L·X like the columns before it, is cleared instead of
+		// receiving L21, by the calling goroutine during the update,
+		// together with x, where block row j of the inverse is formed.
+		p := pb[step%2]
+		t := dinv[j*nb : j*nb+jb*jb]
+		a21 := a[(j+jb)*lda+j:]
+		xw := j + jb // width of block row j of the inverse
+		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
+		gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
+			func() {
+				for i := 0; i < rest; i++ {
+					clear(a21[i*lda : i*lda+jb])
+				}
+				clear(xb[:jb*xw])
+			})
+		// Block row j of the inverse, formed in x (leading dimension
+		// xw): X[j, :j] = L_jj⁻¹ · (accumulated block row), then the
+		// diagonal block L_jj⁻¹ itself.
+		if j > 0 {
+			gemmMasked(false, false, jb, j, jb, 1, t, jb, maskLower, a[j*lda:], lda, maskNone, xb, xw, false, nil)
 		}
+		for i := 0; i < jb; i++ {
+			copy(xb[i*xw+j:i*xw+j+i+1], t[i*jb:i*jb+i+1])
+		}
+		// Rows below: −= panel · X[j block row, :j+jb]. Meanwhile the
+		// calling goroutine moves x into place (the product has packed
+		// it already and writes only rows below), factors and inverts
+		// the next diagonal block (final after the trailing update) and
+		// clears the other panel buffer for the next step.
+		var derr error
+		next, jb2 := j+jb, min(nb, rest)
+		pn := pb[(step+1)%2]
+		gemmMaskedOff(false, false, rest, xw, jb, -1, p, jb, maskNone, xb, xw, maskLower, j, a[(j+jb)*lda:], lda, false,
+			func() {
+				for i := 0; i < jb; i++ {
+					copy(a[(j+i)*lda:(j+i)*lda+j+i+1], xb[i*xw:i*xw+j+i+1])
+				}
+				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
+				clear(pn[:(rest-jb2)*jb2])
+			})
 		if derr != nil {
 			return derr
 		}

@@ -193,7 +193,26 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 				clear(row[cols:])
 			}
 		} else {
-			for c := 0; c < cols; c++ {
+			c := 0
+			// Eight rows of B at a time, interleaved: contiguous writes
+			// of eight values instead of one value per cache line.
+			for ; c+8 <= cols; c += 8 {
+				o := (j0+c)*b.ld + pc
+				r0 := b.data[o : o+kc]
+				r1 := b.data[o+b.ld : o+b.ld+kc]
+				r2 := b.data[o+2*b.ld : o+2*b.ld+kc]
+				r3 := b.data[o+3*b.ld : o+3*b.ld+kc]
+				r4 := b.data[o+4*b.ld : o+4*b.ld+kc]
+				r5 := b.data[o+5*b.ld : o+5*b.ld+kc]
+				r6 := b.data[o+6*b.ld : o+6*b.ld+kc]
+				r7 := b.data[o+7*b.ld : o+7*b.ld+kc]
+				r1, r2, r3, r4, r5, r6, r7 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)], r6[:len(r0)], r7[:len(r0)]
+				for p := range r0 {
+					e := sl[p*nr+c : p*nr+c+8 : p*nr+c+8]
+					e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
+				}
+			}
+			for ; c < cols; c++ {
 				src := b.data[(j0+c)*b.ld+pc : (j0+c)*b.ld+pc+kc]
 				for p, v := range src {
 					sl[p*nr+c] = v
