@@ -1,8 +1,11 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"sync/atomic"
 )
 
 // cholBlock is the column block of the blocked factorizations: diagonal
@@ -112,6 +115,13 @@ func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha 
 // formed in one batched call (dotRows) and finished here exactly as dot
 // finishes them.
 func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
+	return potrfCols(n, a, lda, off, nil)
+}
+
+// potrfCols is potrfUnblocked that, when done is not nil, stores j+1 in
+// done as soon as row j of the factor is final (after its diagonal
+// entry), and -1 when it fails.
+func potrfCols[T float32 | float64](n int, a []T, lda, off int, done *atomic.Int64) error {
 	psBuf := getBuf[T](8 * n)
 	defer putBuf(psBuf)
 	ps := *psBuf
@@ -119,10 +129,16 @@ func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 		rj := a[j*lda : j*lda+j]
 		d := a[j*lda+j] - dot(rj, rj)
 		if !(d > 0) || !finite(d) {
+			if done != nil {
+				done.Store(-1)
+			}
 			return &NotPositiveDefiniteError{Order: off + j + 1, Pivot: float64(d)}
 		}
 		l := sqrtT(d)
 		a[j*lda+j] = l
+		if done != nil {
+			done.Store(int64(j + 1))
+		}
 		m := n - j - 1
 		if m == 0 {
 			break
@@ -148,6 +164,16 @@ func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 // row by row with contiguous row operations: row i of L⁻¹ is
 // −(1/L_ii)·Σ_{k<i} L_ik·(row k of L⁻¹), plus 1/L_ii on the diagonal.
 func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
+	return trtriRows(n, a, lda, off, nil)
+}
+
+// errAborted stops trtriRows when its before hook reports false.
+var errAborted = errors.New("kernels: aborted")
+
+// trtriRows is trtriUnblocked calling before(i), when not nil, ahead of
+// row i (which reads rows 0..i of a); it stops with errAborted when
+// before returns false.
+func trtriRows[T float32 | float64](n int, a []T, lda, off int, before func(i int) bool) error {
 	if n == 0 {
 		return nil
 	}
@@ -155,6 +181,9 @@ func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 	defer putBuf(tBuf)
 	t := *tBuf
 	for i := 0; i < n; i++ {
+		if before != nil && !before(i) {
+			return errAborted
+		}
 		ri := a[i*lda : i*lda+i+1]
 		d := ri[i]
 		if d == 0 || !finite(d) {
@@ -283,6 +312,50 @@ func cholDiag[T float32 | float64](n int, a []T, lda, j, jb int, t []T) ([]T, er
 		copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
 	}
 	if err := trtriUnblocked(jb, t, jb, j); err != nil {
+		return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+	}
+	return t, nil
+}
+
+// cholDiag2 is cholDiag on two goroutines when the kernels may use two
+// and the block is not the last: one factors the block, the other
+// inverts each row of the factor as soon as it is final (row i of the
+// inverse needs rows 0..i of the factor only), so the two scalar halves
+// overlap. Each goroutine performs the operations cholDiag would, in the
+// same order, on the same values.
+func cholDiag2[T float32 | float64](n int, a []T, lda, j, jb int, t []T) ([]T, error) {
+	if j+jb == n || Workers() < 2 {
+		return cholDiag(n, a, lda, j, jb, t)
+	}
+	t = t[:jb*jb]
+	var done atomic.Int64
+	var perr, terr error
+	ParallelFor(2, 2, func(task, _ int) {
+		if task == 0 {
+			perr = potrfCols(jb, a[j*lda+j:], lda, j, &done)
+			return
+		}
+		terr = trtriRows(jb, t, jb, j, func(i int) bool {
+			for spins := 0; ; spins++ {
+				d := done.Load()
+				if d < 0 {
+					return false
+				}
+				if d > int64(i) {
+					break
+				}
+				if spins&15 == 15 {
+					runtime.Gosched()
+				}
+			}
+			copy(t[i*jb:i*jb+i+1], a[(j+i)*lda+j:(j+i)*lda+j+i+1])
+			return true
+		})
+	})
+	if perr != nil {
+		return nil, perr
+	}
+	if terr != nil {
 		return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
 	}
 	return t, nil
@@ -513,7 +586,9 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	dinv, xb, rs := *dBuf, *xBuf, *rBuf
 	pb := [2][]T{*p0Buf, *p1Buf}
 	a, lda := r, ldr
-	if _, err := cholDiag(n, a, lda, 0, nb, dinv); err != nil {
+	// The first diagonal block overlaps nothing else: factor and invert
+	// it on two goroutines.
+	if _, err := cholDiag2(n, a, lda, 0, nb, dinv); err != nil {
 		return err
 	}
 	clear(pb[0][:(n-nb)*nb])
