@@ -1,6 +1,10 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+)
 
 // Blocking constants. Only blockK influences results: every output element
 // receives one fused-multiply-add chain per block of blockK consecutive
@@ -318,19 +322,33 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 		for pc := 0; pc < k; pc += blockK {
 			kc := min(blockK, k-pc)
 			panel := bp
+			// With more than one worker the B panel is packed by the
+			// first nPack tasks of the product's own parallel region
+			// (one region per panel instead of two): the compute tasks
+			// after them pack their A block and then wait until every
+			// pack task has finished. Tasks are handed out in order, so
+			// every pack task has been taken, and is running, by the
+			// time a compute task waits.
+			nPack := 0
+			var packed atomic.Int64
 			if pre != nil {
 				off := panelOffset(n, k, nr, jc, pc)
 				panel = pre[off : off+roundUp(nc, nr)*kc]
 			} else {
 				chunks := min(workers, nSl)
-				if nSl*nr*kc < packSerial {
-					chunks = 1
+				if nSl*nr*kc < packSerial || workers <= 1 {
+					pl.packB(bp, jc, nc, pc, kc, 0, nSl)
+				} else {
+					nPack = chunks
 				}
-				ParallelFor(chunks, workers, func(t, _ int) {
-					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
-				})
 			}
-			parallelForSide(nTasks, workers, func(t, w int) {
+			parallelForSide(nPack+nTasks, workers, func(t, w int) {
+				if t < nPack {
+					pl.packB(bp, jc, nc, pc, kc, t*nSl/nPack, (t+1)*nSl/nPack)
+					packed.Add(1)
+					return
+				}
+				t -= nPack
 				if pl.lowerC {
 					// The bottom row blocks of a triangle carry the
 					// most tiles: hand them out first.
@@ -347,6 +365,11 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				}
 				ap := *apBufs[w]
 				pl.packA(ap, ic, mcc, pc, kc)
+				for spins := 0; packed.Load() < int64(nPack); spins++ {
+					if spins&15 == 15 {
+						runtime.Gosched()
+					}
+				}
 				// Along a row block of C: the A sliver stays in L1, the B
 				// panel streams in order, C is walked row-wise.
 				for ir := 0; ir < mcc; ir += mr {
