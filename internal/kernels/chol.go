@@ -100,11 +100,18 @@ func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, 
 // gemmMaskedOff is gemmMasked with B's mask shifted by boff columns
 // (operand.off).
 func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func()) {
+	gemmMaskedPre(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false)
+}
+
+// gemmMaskedPre is gemmMaskedOff with a shared packed A (gemmPlan.preA).
+func gemmMaskedPre[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), preA []T, fillA bool) {
 	switch cc := any(c).(type) {
 	case []float64:
-		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side)
+		pa, _ := any(preA).([]float64)
+		dgemmMaskedA(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA)
 	case []float32:
-		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side)
+		pa, _ := any(preA).([]float32)
+		sgemmMaskedA(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA)
 	}
 }
 
@@ -583,6 +590,9 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	defer putBuf(xBuf)
 	rBuf := getBuf[T](nb * n)
 	defer putBuf(rBuf)
+	paBuf0 := getBuf[T](roundUp(n, max(sMR, dMR)) * nb)
+	defer putBuf(paBuf0)
+	paBuf := *paBuf0
 	dinv, xb, rs := *dBuf, *xBuf, *rBuf
 	pb := [2][]T{*p0Buf, *p1Buf}
 	a, lda := r, ldr
@@ -614,13 +624,20 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 		a21 := a[(j+jb)*lda+j:]
 		xw := j + jb // width of block row j of the inverse
 		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
-		gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
+		// −L21, packed as the update's A, is also the A of the product
+		// below: packed once, when both products' B fit one packed
+		// panel (n ≤ blockN).
+		var pa []T
+		if n <= blockN {
+			pa = paBuf[:roundUp(rest, max(sMR, dMR))*jb]
+		}
+		gemmMaskedPre(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, 0, a[(j+jb)*lda+j+jb:], lda, true,
 			func() {
 				for i := 0; i < rest; i++ {
 					clear(a21[i*lda : i*lda+jb])
 				}
 				clear(xb[:jb*xw])
-			})
+			}, pa, true)
 		// Block row j of the inverse, formed in x (leading dimension
 		// xw): X[j, :j] = L_jj⁻¹ · (accumulated block row), then the
 		// diagonal block L_jj⁻¹ itself.
@@ -638,14 +655,14 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 		var derr error
 		next, jb2 := j+jb, min(nb, rest)
 		pn := pb[(step+1)%2]
-		gemmMaskedOff(false, false, rest, xw, jb, -1, p, jb, maskNone, xb, xw, maskLower, j, a[(j+jb)*lda:], lda, false,
+		gemmMaskedPre(false, false, rest, xw, jb, -1, p, jb, maskNone, xb, xw, maskLower, j, a[(j+jb)*lda:], lda, false,
 			func() {
 				for i := 0; i < jb; i++ {
 					copy(a[(j+i)*lda:(j+i)*lda+j+i+1], xb[i*xw:i*xw+j+i+1])
 				}
 				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
 				clear(pn[:(rest-jb2)*jb2])
-			})
+			}, pa, false)
 		if derr != nil {
 			return derr
 		}

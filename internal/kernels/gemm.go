@@ -68,6 +68,14 @@ type gemmPlan[T float32 | float64] struct {
 	// the first compute step while the other workers start on the tiles
 	// (once, and before the call returns; alone first with one worker).
 	side func()
+	// preA, when not nil, holds op(A)·alpha packed whole (mr-row
+	// slivers of the k ≤ blockK inner indices, row block ic at
+	// preA[ic·k:]), for a product whose B fits one panel (n ≤ blockN).
+	// With fillA set the tasks pack their A blocks there (and use
+	// them); otherwise they use what an earlier product with the same
+	// op(A) and alpha packed there, and pack nothing.
+	preA  []T
+	fillA bool
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -306,6 +314,11 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 		defer putBuf(bpBuf)
 		bp = *bpBuf
 	}
+	if pl.preA != nil {
+		if k > blockK || n > blockN || len(pl.preA) < roundUp(m, mr)*k || (pl.fillA && nCol > 1) {
+			panic(fmt.Sprintf("kernels: shared packed A does not fit the product %d×%d×%d", m, n, k))
+		}
+	}
 	apBufs := make([]*[]T, min(workers, nRow*nCol))
 	defer func() {
 		for _, b := range apBufs {
@@ -357,14 +370,23 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				ic := (t / nColJ) * mc
 				s0, s1 := (t%nColJ)*nSl/nColJ, (t%nColJ+1)*nSl/nColJ
 				mcc := min(mc, m-ic)
+				var ap []T
+				if pl.preA != nil {
+					ap = pl.preA[ic*k : (ic+roundUp(mcc, mr))*k]
+					if pl.fillA {
+						pl.packA(ap, ic, mcc, pc, kc)
+					}
+				}
 				if pl.skipTile(ic, mcc, jc, pc, kc) {
 					return
 				}
-				if apBufs[w] == nil {
-					apBufs[w] = getBuf[T](roundUp(mc, mr) * kcMax)
+				if pl.preA == nil {
+					if apBufs[w] == nil {
+						apBufs[w] = getBuf[T](roundUp(mc, mr) * kcMax)
+					}
+					ap = *apBufs[w]
+					pl.packA(ap, ic, mcc, pc, kc)
 				}
-				ap := *apBufs[w]
-				pl.packA(ap, ic, mcc, pc, kc)
 				for spins := 0; packed.Load() < int64(nPack); spins++ {
 					if spins&15 == 15 {
 						runtime.Gosched()
