@@ -100,19 +100,37 @@ func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, 
 // gemmMaskedOff is gemmMasked with B's mask shifted by boff columns
 // (operand.off).
 func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func()) {
-	gemmMaskedPre(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false)
+	gemmMaskedPre(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
 }
 
 // gemmMaskedPre is gemmMaskedOff with a shared packed A (gemmPlan.preA).
-func gemmMaskedPre[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), preA []T, fillA bool) {
+func gemmMaskedPre[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), preA []T, fillA bool, preB []T) {
 	switch cc := any(c).(type) {
 	case []float64:
 		pa, _ := any(preA).([]float64)
-		dgemmMaskedA(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA)
+		pb, _ := any(preB).([]float64)
+		dgemmMaskedA(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb)
 	case []float32:
 		pa, _ := any(preA).([]float32)
-		sgemmMaskedA(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA)
+		pb, _ := any(preB).([]float32)
+		sgemmMaskedA(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb)
 	}
+}
+
+// packUpperT packs op(B) = Tᵀ (T the jb×jb lower-triangular inverse of a
+// diagonal block, leading dimension jb, masked to its lower triangle) the
+// way the panel solve's product would pack it, into dst (at least
+// packedSize(jb, jb, nr) values), so that the product can start on its
+// tiles at once.
+func packUpperT[T float32 | float64](t []T, jb int, dst []T) {
+	nr := sNR
+	var zero T
+	if _, ok := any(zero).(float64); ok {
+		nr = dNR
+	}
+	pl := gemmPlan[T]{n: jb, k: jb, nr: nr,
+		b: operand[T]{data: t, ld: jb, trans: true, mask: maskUpper}}
+	pl.packB(dst, 0, jb, 0, jb, 0, ceilDiv(jb, nr))
 }
 
 // potrfUnblocked factors the n×n block at a in place (lower triangle,
@@ -598,9 +616,18 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	a, lda := r, ldr
 	// The first diagonal block overlaps nothing else: factor and invert
 	// it on two goroutines.
-	if _, err := cholDiag2(n, a, lda, 0, nb, dinv); err != nil {
+	t0, err := cholDiag2(n, a, lda, 0, nb, dinv)
+	if err != nil {
 		return err
 	}
+	// The panel solves' B, Tᵀ of the diagonal block, is packed when
+	// the block is inverted (two buffers: the next block's is packed
+	// while the current one may still be read).
+	tpBuf0 := getBuf[T](2 * roundUp(nb, 16) * nb)
+	defer putBuf(tpBuf0)
+	tpb := *tpBuf0
+	tp := [2][]T{tpb[:roundUp(nb, 16)*nb], tpb[roundUp(nb, 16)*nb:]}
+	packUpperT(t0, nb, tp[0])
 	clear(pb[0][:(n-nb)*nb])
 	for j, step := 0, 0; j < n; j, step = j+nb, step+1 {
 		jb := min(nb, n-j)
@@ -623,7 +650,7 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 		t := dinv[j*nb : j*nb+jb*jb]
 		a21 := a[(j+jb)*lda+j:]
 		xw := j + jb // width of block row j of the inverse
-		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
+		gemmMaskedPre(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, 0, p, jb, false, nil, nil, false, tp[step%2])
 		// −L21, packed as the update's A, is also the A of the product
 		// below: packed once, when both products' B fit one packed
 		// panel (n ≤ blockN).
@@ -637,7 +664,7 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 					clear(a21[i*lda : i*lda+jb])
 				}
 				clear(xb[:jb*xw])
-			}, pa, true)
+			}, pa, true, nil)
 		// Block row j of the inverse, formed in x (leading dimension
 		// xw): X[j, :j] = L_jj⁻¹ · (accumulated block row), then the
 		// diagonal block L_jj⁻¹ itself.
@@ -660,9 +687,12 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 				for i := 0; i < jb; i++ {
 					copy(a[(j+i)*lda:(j+i)*lda+j+i+1], xb[i*xw:i*xw+j+i+1])
 				}
-				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
+				var tn []T
+				if tn, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:]); tn != nil {
+					packUpperT(tn, jb2, tp[(step+1)%2])
+				}
 				clear(pn[:(rest-jb2)*jb2])
-			}, pa, false)
+			}, pa, false, nil)
 		if derr != nil {
 			return derr
 		}

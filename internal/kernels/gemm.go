@@ -76,6 +76,8 @@ type gemmPlan[T float32 | float64] struct {
 	// op(A) and alpha packed there, and pack nothing.
 	preA  []T
 	fillA bool
+	// preB, when not nil, holds op(B) packed whole (see packedSize).
+	preB []T
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -272,7 +274,7 @@ func packedSize(n, k, nr int) int {
 
 // run executes the plan on up to Workers() goroutines. When pre is not
 // nil it holds op(B) already packed for every panel (see packedSize).
-func (pl *gemmPlan[T]) run() { pl.runPacked(nil) }
+func (pl *gemmPlan[T]) run() { pl.runPacked(pl.preB) }
 
 func (pl *gemmPlan[T]) runPacked(pre []T) {
 	m, n, k := pl.m, pl.n, pl.k
