@@ -134,7 +134,14 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 // on the calling goroutine while the other workers start on the product
 // (see gemmPlan.side).
 func sgemmMasked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, boff int, c []float32, ldc int, lowerC bool, side func()) {
-	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side,
+	sgemmMaskedA(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
+}
+
+// sgemmMaskedA is sgemmMasked with op(A) packed once for several
+// products (see gemmPlan.preA) and optionally op(B) packed beforehand
+// (gemmPlan.preB).
+func sgemmMaskedA(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, boff int, c []float32, ldc int, lowerC bool, side func(), preA []float32, fillA bool, preB []float32) {
+	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side, preA: preA, fillA: fillA, preB: preB,
 		a:      operand[float32]{data: a, ld: lda, trans: transA, mask: am},
 		b:      operand[float32]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,
@@ -148,7 +155,14 @@ func sgemmMasked(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 // on the calling goroutine while the other workers start on the product
 // (see gemmPlan.side).
 func dgemmMasked(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, boff int, c []float64, ldc int, lowerC bool, side func()) {
-	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha, side: side,
+	dgemmMaskedA(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
+}
+
+// dgemmMaskedA is dgemmMasked with op(A) packed once for several
+// products (see gemmPlan.preA) and optionally op(B) packed beforehand
+// (gemmPlan.preB).
+func dgemmMaskedA(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, boff int, c []float64, ldc int, lowerC bool, side func(), preA []float64, fillA bool, preB []float64) {
+	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha, side: side, preA: preA, fillA: fillA, preB: preB,
 		a:      operand[float64]{data: a, ld: lda, trans: transA, mask: am},
 		b:      operand[float64]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,

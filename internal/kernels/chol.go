@@ -1,8 +1,11 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"sync/atomic"
 )
 
 // cholBlock is the column block of the blocked factorizations: diagonal
@@ -97,12 +100,37 @@ func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, 
 // gemmMaskedOff is gemmMasked with B's mask shifted by boff columns
 // (operand.off).
 func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func()) {
+	gemmMaskedPre(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
+}
+
+// gemmMaskedPre is gemmMaskedOff with a shared packed A (gemmPlan.preA).
+func gemmMaskedPre[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), preA []T, fillA bool, preB []T) {
 	switch cc := any(c).(type) {
 	case []float64:
-		dgemmMasked(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side)
+		pa, _ := any(preA).([]float64)
+		pb, _ := any(preB).([]float64)
+		dgemmMaskedA(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb)
 	case []float32:
-		sgemmMasked(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side)
+		pa, _ := any(preA).([]float32)
+		pb, _ := any(preB).([]float32)
+		sgemmMaskedA(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb)
 	}
+}
+
+// packUpperT packs op(B) = Tᵀ (T the jb×jb lower-triangular inverse of a
+// diagonal block, leading dimension jb, masked to its lower triangle) the
+// way the panel solve's product would pack it, into dst (at least
+// packedSize(jb, jb, nr) values), so that the product can start on its
+// tiles at once.
+func packUpperT[T float32 | float64](t []T, jb int, dst []T) {
+	nr := sNR
+	var zero T
+	if _, ok := any(zero).(float64); ok {
+		nr = dNR
+	}
+	pl := gemmPlan[T]{n: jb, k: jb, nr: nr,
+		b: operand[T]{data: t, ld: jb, trans: true, mask: maskUpper}}
+	pl.packB(dst, 0, jb, 0, jb, 0, ceilDiv(jb, nr))
 }
 
 // potrfUnblocked factors the n×n block at a in place (lower triangle,
@@ -112,6 +140,13 @@ func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha 
 // formed in one batched call (dotRows) and finished here exactly as dot
 // finishes them.
 func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
+	return potrfCols(n, a, lda, off, nil)
+}
+
+// potrfCols is potrfUnblocked that, when done is not nil, stores j+1 in
+// done as soon as row j of the factor is final (after its diagonal
+// entry), and -1 when it fails.
+func potrfCols[T float32 | float64](n int, a []T, lda, off int, done *atomic.Int64) error {
 	psBuf := getBuf[T](8 * n)
 	defer putBuf(psBuf)
 	ps := *psBuf
@@ -119,10 +154,16 @@ func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 		rj := a[j*lda : j*lda+j]
 		d := a[j*lda+j] - dot(rj, rj)
 		if !(d > 0) || !finite(d) {
+			if done != nil {
+				done.Store(-1)
+			}
 			return &NotPositiveDefiniteError{Order: off + j + 1, Pivot: float64(d)}
 		}
 		l := sqrtT(d)
 		a[j*lda+j] = l
+		if done != nil {
+			done.Store(int64(j + 1))
+		}
 		m := n - j - 1
 		if m == 0 {
 			break
@@ -148,6 +189,16 @@ func potrfUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 // row by row with contiguous row operations: row i of L⁻¹ is
 // −(1/L_ii)·Σ_{k<i} L_ik·(row k of L⁻¹), plus 1/L_ii on the diagonal.
 func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
+	return trtriRows(n, a, lda, off, nil)
+}
+
+// errAborted stops trtriRows when its before hook reports false.
+var errAborted = errors.New("kernels: aborted")
+
+// trtriRows is trtriUnblocked calling before(i), when not nil, ahead of
+// row i (which reads rows 0..i of a); it stops with errAborted when
+// before returns false.
+func trtriRows[T float32 | float64](n int, a []T, lda, off int, before func(i int) bool) error {
 	if n == 0 {
 		return nil
 	}
@@ -155,6 +206,9 @@ func trtriUnblocked[T float32 | float64](n int, a []T, lda, off int) error {
 	defer putBuf(tBuf)
 	t := *tBuf
 	for i := 0; i < n; i++ {
+		if before != nil && !before(i) {
+			return errAborted
+		}
 		ri := a[i*lda : i*lda+i+1]
 		d := ri[i]
 		if d == 0 || !finite(d) {
@@ -283,6 +337,50 @@ func cholDiag[T float32 | float64](n int, a []T, lda, j, jb int, t []T) ([]T, er
 		copy(t[r*jb:r*jb+r+1], a[(j+r)*lda+j:(j+r)*lda+j+r+1])
 	}
 	if err := trtriUnblocked(jb, t, jb, j); err != nil {
+		return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
+	}
+	return t, nil
+}
+
+// cholDiag2 is cholDiag on two goroutines when the kernels may use two
+// and the block is not the last: one factors the block, the other
+// inverts each row of the factor as soon as it is final (row i of the
+// inverse needs rows 0..i of the factor only), so the two scalar halves
+// overlap. Each goroutine performs the operations cholDiag would, in the
+// same order, on the same values.
+func cholDiag2[T float32 | float64](n int, a []T, lda, j, jb int, t []T) ([]T, error) {
+	if j+jb == n || Workers() < 2 {
+		return cholDiag(n, a, lda, j, jb, t)
+	}
+	t = t[:jb*jb]
+	var done atomic.Int64
+	var perr, terr error
+	ParallelFor(2, 2, func(task, _ int) {
+		if task == 0 {
+			perr = potrfCols(jb, a[j*lda+j:], lda, j, &done)
+			return
+		}
+		terr = trtriRows(jb, t, jb, j, func(i int) bool {
+			for spins := 0; ; spins++ {
+				d := done.Load()
+				if d < 0 {
+					return false
+				}
+				if d > int64(i) {
+					break
+				}
+				if spins&15 == 15 {
+					runtime.Gosched()
+				}
+			}
+			copy(t[i*jb:i*jb+i+1], a[(j+i)*lda+j:(j+i)*lda+j+i+1])
+			return true
+		})
+	})
+	if perr != nil {
+		return nil, perr
+	}
+	if terr != nil {
 		return nil, &NotPositiveDefiniteError{Order: j + jb, Pivot: 0}
 	}
 	return t, nil
@@ -502,49 +600,99 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	}
 	dBuf := getBuf[T](n * nb)
 	defer putBuf(dBuf)
-	pBuf := getBuf[T](n * nb)
-	defer putBuf(pBuf)
-	qBuf := getBuf[T](n * nb)
-	defer putBuf(qBuf)
+	p0Buf := getBuf[T](n * nb)
+	defer putBuf(p0Buf)
+	p1Buf := getBuf[T](n * nb)
+	defer putBuf(p1Buf)
+	xBuf := getBuf[T](nb * n)
+	defer putBuf(xBuf)
 	rBuf := getBuf[T](nb * n)
 	defer putBuf(rBuf)
-	dinv, p, q, rs := *dBuf, *pBuf, *qBuf, *rBuf
+	paBuf0 := getBuf[T](roundUp(n, max(sMR, dMR)) * nb)
+	defer putBuf(paBuf0)
+	paBuf := *paBuf0
+	dinv, xb, rs := *dBuf, *xBuf, *rBuf
+	pb := [2][]T{*p0Buf, *p1Buf}
 	a, lda := r, ldr
-	if _, err := cholDiag(n, a, lda, 0, nb, dinv); err != nil {
+	// The first diagonal block overlaps nothing else: factor and invert
+	// it on two goroutines.
+	t0, err := cholDiag2(n, a, lda, 0, nb, dinv)
+	if err != nil {
 		return err
 	}
-	clear(p[:(n-nb)*nb])
-	for j := 0; j < n; j += nb {
+	// The panel solves' B, Tᵀ of the diagonal block, is packed when
+	// the block is inverted (two buffers: the next block's is packed
+	// while the current one may still be read).
+	tpBuf0 := getBuf[T](2 * roundUp(nb, 16) * nb)
+	defer putBuf(tpBuf0)
+	tpb := *tpBuf0
+	tp := [2][]T{tpb[:roundUp(nb, 16)*nb], tpb[roundUp(nb, 16)*nb:]}
+	packUpperT(t0, nb, tp[0])
+	clear(pb[0][:(n-nb)*nb])
+	for j, step := 0, 0; j < n; j, step = j+nb, step+1 {
 		jb := min(nb, n-j)
 		rest := n - j - jb
-		if rest > 0 {
-			// Cholesky step j: L21 = A21·L11⁻ᵀ into p (cleared
-			// beforehand), then A22 −= L21·L21ᵀ (lower triangle) while
-			// the calling goroutine writes L21 back into A21.
-			t := dinv[j*nb : j*nb+jb*jb]
-			a21 := a[(j+jb)*lda+j:]
-			gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
-			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[(j+jb)*lda+j+jb:], lda, true,
-				func() {
-					for i := 0; i < rest; i++ {
-						copy(a21[i*lda:i*lda+jb], p[i*jb:i*jb+jb])
-					}
-				})
-		}
-		var derr error
-		var side func()
-		if rest > 0 {
-			next, jb2 := j+jb, min(nb, rest)
-			side = func() {
-				_, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:])
-				// p is free again (the trailing product is done):
-				// clear it for the next step's panel solve.
-				clear(p[:(rest-jb2)*jb2])
+		if rest == 0 {
+			// The last block row: no panel below it.
+			if err := trtriStep(n, a, lda, j, dinv, nil, rs, nil); err != nil {
+				return err
 			}
+			break
 		}
-		if err := trtriStep(n, a, lda, j, dinv, q, rs, side); err != nil {
-			return err
+		// Cholesky step j: L21 = A21·L11⁻ᵀ into p (cleared beforehand),
+		// then A22 −= L21·L21ᵀ (lower triangle). L21 stays in p, where
+		// block row j of the inverse reads it as its panel (the values
+		// trtri would save from A21): A21, which from now on accumulates
+		// −L·X like the columns before it, is cleared instead of
+		// receiving L21, by the calling goroutine during the update,
+		// together with x, where block row j of the inverse is formed.
+		p := pb[step%2]
+		t := dinv[j*nb : j*nb+jb*jb]
+		a21 := a[(j+jb)*lda+j:]
+		xw := j + jb // width of block row j of the inverse
+		gemmMaskedPre(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, 0, p, jb, false, nil, nil, false, tp[step%2])
+		// −L21, packed as the update's A, is also the A of the product
+		// below: packed once, when both products' B fit one packed
+		// panel (n ≤ blockN).
+		var pa []T
+		if n <= blockN {
+			pa = paBuf[:roundUp(rest, max(sMR, dMR))*jb]
 		}
+		gemmMaskedPre(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, 0, a[(j+jb)*lda+j+jb:], lda, true,
+			func() {
+				for i := 0; i < rest; i++ {
+					clear(a21[i*lda : i*lda+jb])
+				}
+				clear(xb[:jb*xw])
+			}, pa, true, nil)
+		// Block row j of the inverse, formed in x (leading dimension
+		// xw): X[j, :j] = L_jj⁻¹ · (accumulated block row), then the
+		// diagonal block L_jj⁻¹ itself.
+		if j > 0 {
+			gemmMasked(false, false, jb, j, jb, 1, t, jb, maskLower, a[j*lda:], lda, maskNone, xb, xw, false, nil)
+		}
+		for i := 0; i < jb; i++ {
+			copy(xb[i*xw+j:i*xw+j+i+1], t[i*jb:i*jb+i+1])
+		}
+		// Rows below: −= panel · X[j block row, :j+jb]. Meanwhile the
+		// calling goroutine moves x into place (the product has packed
+		// it already and writes only rows below), factors and inverts
+		// the next diagonal block (final after the trailing update) and
+		// clears the other panel buffer for the next step.
+		var derr error
+		next, jb2 := j+jb, min(nb, rest)
+		pn := pb[(step+1)%2]
+		gemmMaskedPre(false, false, rest, xw, jb, -1, p, jb, maskNone, xb, xw, maskLower, j, a[(j+jb)*lda:], lda, false,
+			func() {
+				for i := 0; i < jb; i++ {
+					copy(a[(j+i)*lda:(j+i)*lda+j+i+1], xb[i*xw:i*xw+j+i+1])
+				}
+				var tn []T
+				if tn, derr = cholDiag(n, a, lda, next, jb2, dinv[next*nb:]); tn != nil {
+					packUpperT(tn, jb2, tp[(step+1)%2])
+				}
+				clear(pn[:(rest-jb2)*jb2])
+			}, pa, false, nil)
 		if derr != nil {
 			return derr
 		}

@@ -439,3 +439,27 @@ func TestInvFactorInterleaved(t *testing.T) {
 		}
 	}
 }
+
+// TestInvFactorFirstBlockFails checks the two-goroutine factorization of
+// the first diagonal block: a pivot that fails inside it is reported as
+// potrf reports it (the inverting goroutine stops instead of waiting),
+// with one and with two workers.
+func TestInvFactorFirstBlockFails(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	defer SetWorkers(SetWorkers(1))
+	n := 300
+	h := randSPD(r, n, n, 1e3)
+	for _, k := range []int{0, 1, 40, cholBlock - 1} {
+		for _, w := range []int{1, 2} {
+			SetWorkers(w)
+			bad := append([]float64(nil), h...)
+			bad[k*n+k] = -1
+			errWant := potrf(n, append([]float64(nil), bad...), n, nil)
+			errGot := invFactorInPlace(n, bad, n)
+			var ew, eg *NotPositiveDefiniteError
+			if !errors.As(errWant, &ew) || !errors.As(errGot, &eg) || ew.Order != eg.Order || ew.Order != k+1 || !eg.Trailing {
+				t.Fatalf("k=%d workers=%d: errors %v and %v", k, w, errWant, errGot)
+			}
+		}
+	}
+}

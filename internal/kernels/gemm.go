@@ -1,6 +1,10 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+)
 
 // Blocking constants. Only blockK influences results: every output element
 // receives one fused-multiply-add chain per block of blockK consecutive
@@ -64,6 +68,16 @@ type gemmPlan[T float32 | float64] struct {
 	// the first compute step while the other workers start on the tiles
 	// (once, and before the call returns; alone first with one worker).
 	side func()
+	// preA, when not nil, holds op(A)·alpha packed whole (mr-row
+	// slivers of the k ≤ blockK inner indices, row block ic at
+	// preA[ic·k:]), for a product whose B fits one panel (n ≤ blockN).
+	// With fillA set the tasks pack their A blocks there (and use
+	// them); otherwise they use what an earlier product with the same
+	// op(A) and alpha packed there, and pack nothing.
+	preA  []T
+	fillA bool
+	// preB, when not nil, holds op(B) packed whole (see packedSize).
+	preB []T
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -95,6 +109,7 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 		sl := dst[(s/mr)*mr*kc : (s/mr+1)*mr*kc]
 		i0 := ic + s
 		rows := min(mr, pl.m-i0)
+		scaled := false // the gathered values are already multiplied by alpha
 		if !a.trans && rows == 6 && mr == 6 {
 			// Six row streams interleaved, sequential writes.
 			o := i0*a.ld + pc
@@ -108,9 +123,19 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 			// checks.
 			r1, r2, r3, r4, r5 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)]
 			d := sl[:6*len(r0)]
-			for p := range r0 {
-				e := d[6*p : 6*p+6 : 6*p+6]
-				e[0], e[1], e[2], e[3], e[4], e[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			if al := pl.alpha; al != 1 {
+				// Scaled while gathering (the same one rounding as
+				// scaling afterwards).
+				for p := range r0 {
+					e := d[6*p : 6*p+6 : 6*p+6]
+					e[0], e[1], e[2], e[3], e[4], e[5] = r0[p]*al, r1[p]*al, r2[p]*al, r3[p]*al, r4[p]*al, r5[p]*al
+				}
+				scaled = true
+			} else {
+				for p := range r0 {
+					e := d[6*p : 6*p+6 : 6*p+6]
+					e[0], e[1], e[2], e[3], e[4], e[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+				}
 			}
 		} else if !a.trans {
 			for r := 0; r < rows; r++ {
@@ -132,26 +157,32 @@ func (pl *gemmPlan[T]) packA(dst []T, ic, mc, pc, kc int) {
 				copy(sl[p*mr:p*mr+rows], a.data[off:off+rows])
 			}
 		}
+		// Zeros (padding, masked entries) are scaled like the rest:
+		// 0·alpha, a negative zero when alpha is negative.
+		var zero T
+		if scaled {
+			zero *= pl.alpha
+		}
 		for r := rows; r < mr; r++ {
 			for p := 0; p < kc; p++ {
-				sl[p*mr+r] = 0
+				sl[p*mr+r] = zero
 			}
 		}
 		switch a.mask {
 		case maskLower: // zero where pc+p > i
 			for r := 0; r < rows; r++ {
 				for p := max(0, i0+r+1-pc); p < kc; p++ {
-					sl[p*mr+r] = 0
+					sl[p*mr+r] = zero
 				}
 			}
 		case maskUpper: // zero where pc+p < i
 			for r := 0; r < rows; r++ {
 				for p := 0; p < min(kc, i0+r-pc); p++ {
-					sl[p*mr+r] = 0
+					sl[p*mr+r] = zero
 				}
 			}
 		}
-		if pl.alpha != 1 {
+		if pl.alpha != 1 && !scaled {
 			for x := range sl {
 				sl[x] *= pl.alpha
 			}
@@ -176,7 +207,26 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 				clear(row[cols:])
 			}
 		} else {
-			for c := 0; c < cols; c++ {
+			c := 0
+			// Eight rows of B at a time, interleaved: contiguous writes
+			// of eight values instead of one value per cache line.
+			for ; c+8 <= cols; c += 8 {
+				o := (j0+c)*b.ld + pc
+				r0 := b.data[o : o+kc]
+				r1 := b.data[o+b.ld : o+b.ld+kc]
+				r2 := b.data[o+2*b.ld : o+2*b.ld+kc]
+				r3 := b.data[o+3*b.ld : o+3*b.ld+kc]
+				r4 := b.data[o+4*b.ld : o+4*b.ld+kc]
+				r5 := b.data[o+5*b.ld : o+5*b.ld+kc]
+				r6 := b.data[o+6*b.ld : o+6*b.ld+kc]
+				r7 := b.data[o+7*b.ld : o+7*b.ld+kc]
+				r1, r2, r3, r4, r5, r6, r7 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)], r6[:len(r0)], r7[:len(r0)]
+				for p := range r0 {
+					e := sl[p*nr+c : p*nr+c+8 : p*nr+c+8]
+					e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
+				}
+			}
+			for ; c < cols; c++ {
 				src := b.data[(j0+c)*b.ld+pc : (j0+c)*b.ld+pc+kc]
 				for p, v := range src {
 					sl[p*nr+c] = v
@@ -224,7 +274,7 @@ func packedSize(n, k, nr int) int {
 
 // run executes the plan on up to Workers() goroutines. When pre is not
 // nil it holds op(B) already packed for every panel (see packedSize).
-func (pl *gemmPlan[T]) run() { pl.runPacked(nil) }
+func (pl *gemmPlan[T]) run() { pl.runPacked(pl.preB) }
 
 func (pl *gemmPlan[T]) runPacked(pre []T) {
 	m, n, k := pl.m, pl.n, pl.k
@@ -266,6 +316,11 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 		defer putBuf(bpBuf)
 		bp = *bpBuf
 	}
+	if pl.preA != nil {
+		if k > blockK || n > blockN || len(pl.preA) < roundUp(m, mr)*k || (pl.fillA && nCol > 1) {
+			panic(fmt.Sprintf("kernels: shared packed A does not fit the product %d×%d×%d", m, n, k))
+		}
+	}
 	apBufs := make([]*[]T, min(workers, nRow*nCol))
 	defer func() {
 		for _, b := range apBufs {
@@ -282,19 +337,33 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 		for pc := 0; pc < k; pc += blockK {
 			kc := min(blockK, k-pc)
 			panel := bp
+			// With more than one worker the B panel is packed by the
+			// first nPack tasks of the product's own parallel region
+			// (one region per panel instead of two): the compute tasks
+			// after them pack their A block and then wait until every
+			// pack task has finished. Tasks are handed out in order, so
+			// every pack task has been taken, and is running, by the
+			// time a compute task waits.
+			nPack := 0
+			var packed atomic.Int64
 			if pre != nil {
 				off := panelOffset(n, k, nr, jc, pc)
 				panel = pre[off : off+roundUp(nc, nr)*kc]
 			} else {
 				chunks := min(workers, nSl)
-				if nSl*nr*kc < packSerial {
-					chunks = 1
+				if nSl*nr*kc < packSerial || workers <= 1 {
+					pl.packB(bp, jc, nc, pc, kc, 0, nSl)
+				} else {
+					nPack = chunks
 				}
-				ParallelFor(chunks, workers, func(t, _ int) {
-					pl.packB(bp, jc, nc, pc, kc, t*nSl/chunks, (t+1)*nSl/chunks)
-				})
 			}
-			parallelForSide(nTasks, workers, func(t, w int) {
+			parallelForSide(nPack+nTasks, workers, func(t, w int) {
+				if t < nPack {
+					pl.packB(bp, jc, nc, pc, kc, t*nSl/nPack, (t+1)*nSl/nPack)
+					packed.Add(1)
+					return
+				}
+				t -= nPack
 				if pl.lowerC {
 					// The bottom row blocks of a triangle carry the
 					// most tiles: hand them out first.
@@ -303,14 +372,28 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				ic := (t / nColJ) * mc
 				s0, s1 := (t%nColJ)*nSl/nColJ, (t%nColJ+1)*nSl/nColJ
 				mcc := min(mc, m-ic)
+				var ap []T
+				if pl.preA != nil {
+					ap = pl.preA[ic*k : (ic+roundUp(mcc, mr))*k]
+					if pl.fillA {
+						pl.packA(ap, ic, mcc, pc, kc)
+					}
+				}
 				if pl.skipTile(ic, mcc, jc, pc, kc) {
 					return
 				}
-				if apBufs[w] == nil {
-					apBufs[w] = getBuf[T](roundUp(mc, mr) * kcMax)
+				if pl.preA == nil {
+					if apBufs[w] == nil {
+						apBufs[w] = getBuf[T](roundUp(mc, mr) * kcMax)
+					}
+					ap = *apBufs[w]
+					pl.packA(ap, ic, mcc, pc, kc)
 				}
-				ap := *apBufs[w]
-				pl.packA(ap, ic, mcc, pc, kc)
+				for spins := 0; packed.Load() < int64(nPack); spins++ {
+					if spins&15 == 15 {
+						runtime.Gosched()
+					}
+				}
 				// Along a row block of C: the A sliver stays in L1, the B
 				// panel streams in order, C is walked row-wise.
 				for ir := 0; ir < mcc; ir += mr {

@@ -14,7 +14,7 @@ import (
 // idle processor, and waking one (an operating-system thread parked in
 // the kernel) takes tens of microseconds on a virtual machine. The
 // inverse factor of order 512 had about a hundred such regions (now
-// about forty), most of them a few tens of microseconds long, so that
+// about twenty), most of them a few tens of microseconds long, so that
 // latency ate most of what a second core could give. The helpers instead poll for the next region
 // for a short while after finishing one (teamSpin), yielding the
 // processor between polls, and only then park on a channel; the caller
