@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"runtime/metrics"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,28 +153,8 @@ func BenchmarkShape35BGPTQPeak(b *testing.B) {
 	cal, held := shape35BActivations(b, tokens, 256)
 	l := shape35BLayer(experts, true)
 	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-	read := func() uint64 {
-		metrics.Read(sample)
-		return sample[0].Value.Uint64() - sample[1].Value.Uint64()
-	}
-	baseGo, baseRSS := read(), benchenv.StatusKiB("VmRSS")
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		tk := time.NewTicker(10 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tk.C:
-				if v := read(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	}()
+	baseRSS := benchenv.StatusKiB("VmRSS")
+	goMem := benchenv.StartGoMemory(10 * time.Millisecond)
 	var cpu time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -188,11 +166,11 @@ func BenchmarkShape35BGPTQPeak(b *testing.B) {
 		cpu += c1 - c0
 	}
 	b.StopTimer()
-	close(done)
+	goPeak := goMem.Stop()
 	const mib = 1 << 20
 	b.ReportMetric(float64(len(cal.X)*4)/mib, "activations-MiB")
-	b.ReportMetric(float64(baseGo)/mib, "go-before-MiB")
-	b.ReportMetric(float64(peak.Load())/mib, "go-peak-MiB")
+	b.ReportMetric(float64(goMem.Base)/mib, "go-before-MiB")
+	b.ReportMetric(float64(goPeak)/mib, "go-peak-MiB")
 	b.ReportMetric(baseRSS/1024, "rss-before-MiB")
 	b.ReportMetric(benchenv.StatusKiB("VmHWM")/1024, "rss-peak-MiB")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s")

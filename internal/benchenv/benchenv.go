@@ -7,8 +7,11 @@ package benchenv
 
 import (
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,4 +71,51 @@ func PositiveEnv(tb testing.TB, name string, def int) int {
 		tb.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return n
+}
+
+// GoMemory samples the memory the Go runtime has mapped and not released
+// (/memory/classes/total minus heap/released) from Start until Stop, every
+// interval: a benchmark's peak beside its starting point.
+type GoMemory struct {
+	Base uint64 // at Start
+	peak atomic.Uint64
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// goMapped reads the runtime's mapped, unreleased bytes.
+func goMapped() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64() - s[1].Value.Uint64()
+}
+
+// StartGoMemory starts sampling; call Stop when the measured work is done.
+func StartGoMemory(interval time.Duration) *GoMemory {
+	m := &GoMemory{Base: goMapped(), done: make(chan struct{})}
+	m.peak.Store(m.Base)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		tk := time.NewTicker(interval)
+		defer tk.Stop()
+		for {
+			select {
+			case <-m.done:
+				return
+			case <-tk.C:
+				if v := goMapped(); v > m.peak.Load() {
+					m.peak.Store(v)
+				}
+			}
+		}
+	}()
+	return m
+}
+
+// Stop ends the sampling and returns the peak seen.
+func (m *GoMemory) Stop() uint64 {
+	close(m.done)
+	m.wg.Wait()
+	return m.peak.Load()
 }

@@ -3,6 +3,7 @@ package benchenv
 import (
 	"runtime"
 	"testing"
+	"time"
 )
 
 func TestReadings(t *testing.T) {
@@ -30,4 +31,20 @@ func TestReadings(t *testing.T) {
 	if StatusKiB("NoSuchField") != 0 {
 		t.Error("an unknown field read as non-zero")
 	}
+}
+
+var sink []byte
+
+func TestGoMemory(t *testing.T) {
+	m := StartGoMemory(time.Millisecond)
+	sink = make([]byte, 64<<20)
+	for i := range sink {
+		sink[i] = byte(i)
+	}
+	time.Sleep(20 * time.Millisecond)
+	peak := m.Stop()
+	if peak < m.Base+32<<20 {
+		t.Errorf("peak %d bytes, base %d: a 64 MiB allocation not seen", peak, m.Base)
+	}
+	sink = nil
 }

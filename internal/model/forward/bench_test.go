@@ -4,9 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,28 +242,7 @@ func BenchmarkLayerAtATimePeak35B(b *testing.B) {
 	}
 	x := synth(5, seqs*benchSeq*c.Hidden, 1)
 	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-	read := func() uint64 {
-		metrics.Read(sample)
-		return sample[0].Value.Uint64() - sample[1].Value.Uint64()
-	}
-	base := read()
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		tk := time.NewTicker(5 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tk.C:
-				if v := read(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	}()
+	goMem := benchenv.StartGoMemory(5 * time.Millisecond)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := l.Forward(&Batch{Lens: lens, X: x}, nil); err != nil {
@@ -273,8 +250,8 @@ func BenchmarkLayerAtATimePeak35B(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	close(done)
-	b.ReportMetric(float64(peak.Load())/(1<<20), "peak-MiB")
-	b.ReportMetric(float64(base)/(1<<20), "before-MiB")
+	goPeak := goMem.Stop()
+	b.ReportMetric(float64(goPeak)/(1<<20), "peak-MiB")
+	b.ReportMetric(float64(goMem.Base)/(1<<20), "before-MiB")
 	b.ReportMetric(float64(seqs*benchSeq)/(b.Elapsed().Seconds()/float64(b.N)), "tokens/s")
 }

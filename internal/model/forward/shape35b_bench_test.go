@@ -20,7 +20,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,28 +326,8 @@ func BenchmarkShape35BLayerPeak(b *testing.B) {
 	bf16Fill(x, 5, 1)
 	var site []float32
 	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-	read := func() uint64 {
-		metrics.Read(sample)
-		return sample[0].Value.Uint64() - sample[1].Value.Uint64()
-	}
-	baseGo, baseRSS := read(), benchenv.StatusKiB("VmRSS")
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		tk := time.NewTicker(5 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tk.C:
-				if v := read(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	}()
+	baseRSS := benchenv.StatusKiB("VmRSS")
+	goMem := benchenv.StartGoMemory(5 * time.Millisecond)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		hook := func(a *Activations) error {
@@ -362,12 +341,12 @@ func BenchmarkShape35BLayerPeak(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	close(done)
+	goPeak := goMem.Stop()
 	runtime.KeepAlive(site)
 	const mib = 1 << 20
 	b.ReportMetric(float64(n*cfg.Hidden*4)/mib, "stream-MiB")
-	b.ReportMetric(float64(baseGo)/mib, "go-before-MiB")
-	b.ReportMetric(float64(peak.Load())/mib, "go-peak-MiB")
+	b.ReportMetric(float64(goMem.Base)/mib, "go-before-MiB")
+	b.ReportMetric(float64(goPeak)/mib, "go-peak-MiB")
 	b.ReportMetric(float64(baseRSS)/1024, "rss-before-MiB")
 	b.ReportMetric(float64(benchenv.StatusKiB("VmHWM"))/1024, "rss-peak-MiB")
 	b.ReportMetric(float64(n)/(b.Elapsed().Seconds()/float64(b.N)), "tokens/s")
