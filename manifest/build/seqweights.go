@@ -130,15 +130,7 @@ func (w *seqWeights) Read(name string, dst []float32, start int64) error {
 		}
 		w.lastSt, w.last = r.st, v
 	}
-	n := int64(1)
-	for _, d := range r.shape {
-		n *= d
-	}
-	if start < 0 || start+int64(len(dst)) > n || r.off+n > int64(len(w.last)) {
-		return &forward.WeightError{Tensor: name, Problem: fmt.Sprintf("read of %d values at %d outside its %d values", len(dst), start, n)}
-	}
-	copy(dst, w.last[r.off+start:])
-	return nil
+	return forward.CopyView(name, w.last, r.off, r.shape, dst, start)
 }
 
 // values decodes st as stored. Called with w.mu held.

@@ -95,15 +95,7 @@ func (s *Native) Read(name string, dst []float32, start int64) error {
 		}
 		s.lastStored, s.last = r.stored, v
 	}
-	n := int64(1)
-	for _, d := range r.shape {
-		n *= d
-	}
-	if start < 0 || start+int64(len(dst)) > n || r.off+n > int64(len(s.last)) {
-		return &forward.WeightError{Tensor: name, Problem: fmt.Sprintf("read of %d values at %d outside its %d values", len(dst), start, n)}
-	}
-	copy(dst, s.last[r.off+start:])
-	return nil
+	return forward.CopyView(name, s.last, r.off, r.shape, dst, start)
 }
 
 // add records that the source tensor name is served by ref, refusing a

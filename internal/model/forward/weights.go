@@ -122,6 +122,22 @@ func (e *WeightError) Error() string {
 	return fmt.Sprintf("forward: tensor %s: %s", e.Tensor, e.Problem)
 }
 
+// CopyView serves WeightSource.Read for a tensor that is a view of a
+// decoded stored tensor: its values are all[off : off+Π shape], and dst
+// receives those from start on. A read outside the view (or a view outside
+// all) is a WeightError naming the tensor.
+func CopyView(name string, all []float32, off int64, shape []int64, dst []float32, start int64) error {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	if start < 0 || start+int64(len(dst)) > n || off < 0 || off+n > int64(len(all)) {
+		return &WeightError{Tensor: name, Problem: fmt.Sprintf("read of %d values at %d outside its %d values", len(dst), start, n)}
+	}
+	copy(dst, all[off+start:])
+	return nil
+}
+
 // checkShape returns an error unless src has tensor name with exactly the
 // given shape.
 func checkShape(src WeightSource, name string, shape ...int64) error {
