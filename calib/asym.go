@@ -17,9 +17,11 @@ import (
 // is fitted symmetrically.
 const AsymmetricMinRowsPerColumn = 16
 
-// asymmetricFits reports whether n rows suffice to fit a matrix over cols
-// input columns asymmetrically.
-func asymmetricFits(n, cols int) bool { return n >= AsymmetricMinRowsPerColumn*cols }
+// AsymmetricFits reports whether n calibration rows suffice to fit a
+// matrix over cols input columns asymmetrically.
+func AsymmetricFits(n int64, cols int) bool {
+	return n >= int64(AsymmetricMinRowsPerColumn)*int64(cols)
+}
 
 // AsymmetricRows yields rows [r0, r1) of an asymmetric fit's inputs x
 // (the rows the Hessian is built from) and targets t (the original

@@ -226,7 +226,7 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 		}
 	}
 	var tg, tu, td []float32
-	if tgt != nil && !tgt.same && fGU != nil && asymmetricFits(tgt.n, h) {
+	if tgt != nil && !tgt.same && fGU != nil && AsymmetricFits(int64(tgt.n), h) {
 		rows := RowsOf(tgt.x, tgt.t, h)
 		if tg, err = AsymmetricTarget(w.Gate, inter, h, tgt.n, fGU, rows); err != nil {
 			return nil, st, fmt.Errorf("calib: %s gate_proj: %w", qz.what, err)
@@ -248,7 +248,7 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)
 	}
 	var fD *gptq.Factor
-	if tgt != nil && asymmetricFits(tgt.n, inter) {
+	if tgt != nil && AsymmetricFits(int64(tgt.n), inter) {
 		opt.Name = qz.what + " down_proj"
 		if f, ferr := gptq.NewFactor(hd, inter, opt); ferr == nil {
 			fD = f

@@ -108,28 +108,3 @@ func SwiGLURowsHessian(ctx context.Context, x []float32, hidden int, gate, up []
 	}
 	return h, nil
 }
-
-// SwiGLURows returns silu(x·gateᵀ) ⊙ (x·upᵀ) for the rows of x (hidden
-// values each): the input of a down projection, rows × inter values, as
-// SwiGLURowsHessian forms it.
-func SwiGLURows(ctx context.Context, x []float32, hidden int, gate, up []float32, inter int) ([]float32, error) {
-	if hidden <= 0 || len(x)%hidden != 0 {
-		return nil, fmt.Errorf("calib: %d activation values are not whole rows of %d", len(x), hidden)
-	}
-	if inter <= 0 || len(gate) != inter*hidden || len(up) != inter*hidden {
-		return nil, fmt.Errorf("calib: SwiGLU rows: gate and up have %d and %d values, want %d×%d", len(gate), len(up), inter, hidden)
-	}
-	rows := len(x) / hidden
-	out := make([]float32, rows*inter)
-	w := &ExpertWeights{Gate: gate, Up: up}
-	var ws expertScratch
-	const chunk = 1024
-	for r0 := 0; r0 < rows; r0 += chunk {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		r1 := min(r0+chunk, rows)
-		copy(out[r0*inter:], ws.intermediate(w, x[r0*hidden:r1*hidden], r1-r0, hidden, inter))
-	}
-	return out, nil
-}

@@ -251,7 +251,7 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 // to the source gate and up's SwiGLU on the same rows.
 func (s *storeHessians) asymRows(ctx context.Context, tensor string, layer, cols int) (src calib.AsymmetricRows, n int, err error) {
 	ms, inMem := s.store.(*memSites)
-	if (!inMem && s.rows == nil) || layer < 0 || s.calibTokens < int64(calib.AsymmetricMinRowsPerColumn)*int64(cols) {
+	if (!inMem && s.rows == nil) || layer < 0 || !calib.AsymmetricFits(s.calibTokens, cols) {
 		return nil, 0, nil
 	}
 	r := model.Role(s.roles[tensor])
