@@ -105,6 +105,17 @@ func notAStore(t *testing.T, out string) {
 
 var errStop = errors.New("stopped by the test")
 
+// stopAfter is an afterStep hook that stops the build with errStop once
+// step k is done.
+func stopAfter(k int) func(int) error {
+	return func(step int) error {
+		if step == k {
+			return errStop
+		}
+		return nil
+	}
+}
+
 // TestResumeByteIdentical interrupts a build at several points — after a
 // finished layer (an error from the step hook), inside a layer (the
 // context cancelled while its shards are being written), after the last
@@ -117,12 +128,7 @@ func TestResumeByteIdentical(t *testing.T) {
 
 	// 1. Stop after layer 0.
 	opt := resumeOptions(t, out)
-	opt.afterStep = func(k int) error {
-		if k == 0 {
-			return errStop
-		}
-		return nil
-	}
+	opt.afterStep = stopAfter(0)
 	if _, err := Build(context.Background(), opt); !errors.Is(err, errStop) || !strings.Contains(err.Error(), "resume") {
 		t.Fatalf("stop after layer 0: %v", err)
 	}
@@ -164,12 +170,7 @@ func TestResumeByteIdentical(t *testing.T) {
 
 	// 3. Stop after the MTP layer (layer 4), before the index.
 	opt = resumeOptions(t, out)
-	opt.afterStep = func(k int) error {
-		if k == 4 {
-			return errStop
-		}
-		return nil
-	}
+	opt.afterStep = stopAfter(4)
 	res, err := Build(context.Background(), opt)
 	if !errors.Is(err, errStop) {
 		t.Fatalf("stop after the MTP layer: %v", err)
@@ -235,12 +236,7 @@ func TestResumeRefusesDifferentInputs(t *testing.T) {
 	want := reference(t)
 	out := filepath.Join(t.TempDir(), "store")
 	opt := resumeOptions(t, out)
-	opt.afterStep = func(k int) error {
-		if k == 1 {
-			return errStop
-		}
-		return nil
-	}
+	opt.afterStep = stopAfter(1)
 	if _, err := Build(context.Background(), opt); !errors.Is(err, errStop) {
 		t.Fatal(err)
 	}
@@ -382,12 +378,7 @@ func TestResumeDamaged(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "store")
 			opt := resumeOptions(t, out)
-			opt.afterStep = func(k int) error {
-				if k == 1 {
-					return errStop
-				}
-				return nil
-			}
+			opt.afterStep = stopAfter(1)
 			if _, err := Build(context.Background(), opt); !errors.Is(err, errStop) {
 				t.Fatal(err)
 			}

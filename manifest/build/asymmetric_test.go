@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ttquant/ttquant/calib/textcalib"
@@ -100,17 +99,7 @@ func TestSequentialAsymmetric(t *testing.T) {
 	// Two workers, and a run stopped after layer 2 then resumed.
 	two := filepath.Join(t.TempDir(), "out")
 	opt := asymOpts(t, two, 2, true)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var once sync.Once
-	opt.testHook = func(file, tensor string) {
-		if file == seqDir && tensor == "layer 2" {
-			once.Do(cancel)
-		}
-	}
-	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted build: %v", err)
-	}
+	interruptAfterLayer(t, opt, 2)
 	// The unfinished asymmetric build is not resumed as a symmetric one.
 	if _, err := GPTQ(context.Background(), asymOpts(t, two, 2, false)); !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "asymmetric") {
 		t.Errorf("symmetric run over an unfinished asymmetric build: %v, want %v naming the option", err, ErrResumeMismatch)

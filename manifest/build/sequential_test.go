@@ -197,16 +197,7 @@ func TestSequentialInterruptAndResume(t *testing.T) {
 func TestSequentialResumeSkipsFinishedLayers(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	opt := seqOpts(t, out, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	opt.testHook = func(file, tensor string) {
-		if file == seqDir && tensor == "layer 2" {
-			cancel()
-		}
-	}
-	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted build: %v", err)
-	}
+	interruptAfterLayer(t, opt, 2)
 	var layers []string
 	opt = seqOpts(t, out, 2)
 	opt.testHook = func(file, tensor string) {
@@ -219,6 +210,27 @@ func TestSequentialResumeSkipsFinishedLayers(t *testing.T) {
 	}
 	if got := fmt.Sprint(layers); got != "[layer 3 layer 4]" {
 		t.Errorf("the resumed pass ran %s, want layers 3 and 4 only", got)
+	}
+}
+
+// interruptAfterLayer runs the build and cancels it once layer l's record
+// is written; the build must stop with context.Canceled.
+func interruptAfterLayer(t *testing.T, opt BuildOptions, l int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	hook := opt.testHook
+	opt.testHook = func(file, tensor string) {
+		if hook != nil {
+			hook(file, tensor)
+		}
+		if file == seqDir && tensor == fmt.Sprintf("layer %d", l) {
+			once.Do(cancel)
+		}
+	}
+	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
+		t.Fatalf("build interrupted after layer %d: %v", l, err)
 	}
 }
 
@@ -359,16 +371,7 @@ func TestSequentialDamagedStream(t *testing.T) {
 	ref, _ := seqReference(t)
 	out := filepath.Join(t.TempDir(), "out")
 	opt := seqOpts(t, out, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	opt.testHook = func(file, tensor string) {
-		if file == seqDir && tensor == "layer 2" {
-			cancel()
-		}
-	}
-	if _, err := GPTQ(ctx, opt); !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted build: %v", err)
-	}
+	interruptAfterLayer(t, opt, 2)
 	stream := filepath.Join(out, manifest.PartialDir, seqDir, "stream-002.f32")
 	data, err := os.ReadFile(stream)
 	if err != nil {
