@@ -37,14 +37,18 @@ var allowed = map[string][]string{
 	"internal/kernels":       {"internal/cpu"},
 	"internal/rng":           {},
 	"internal/fslock":        {},
-	"internal/model":         {"safetensors"},
-	"internal/testmodel":     {"safetensors", "internal/rng", "internal/atomicfile"},
-	"gptq":                   {"bfp", "internal/kernels"},
-	"calib":                  {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng", "internal/text/dataset"},
-	"internal/atomicfile":    {},
-	"internal/par":           {},
-	"manifest":               {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
-	"manifest/plan":          {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
+	// Work split across cluster workers: specs and the partition. A leaf.
+	"internal/shard": {},
+	// A real single-node Slurm cluster for tests. Imports nothing of ours.
+	"internal/slurmtest":  {},
+	"internal/model":      {"safetensors"},
+	"internal/testmodel":  {"safetensors", "internal/rng", "internal/atomicfile"},
+	"gptq":                {"bfp", "internal/kernels"},
+	"calib":               {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/rng", "internal/text/dataset"},
+	"internal/atomicfile": {},
+	"internal/par":        {},
+	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
 	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock"},
@@ -85,6 +89,7 @@ var allowedInTests = map[string][]string{
 	"manifest/ttnn":          {"manifest/plan", "manifest/build"},
 	"internal/testmodel":     {},
 	"internal/model/forward": {"internal/testmodel"},
+	"internal/shard":         {"internal/slurmtest"},
 	// The harness's tests build native checkpoints of the fixtures.
 	"emulator/eval/harness": {"manifest", "manifest/build", "manifest/plan"},
 }

@@ -1,0 +1,240 @@
+// Package shard splits a long command's work into units that independent
+// processes run, as a cluster scheduler starts them: a Slurm job array (each
+// task sees SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT) or a Kubernetes
+// Indexed Job (each pod sees JOB_COMPLETION_INDEX; the count comes from the
+// job's completions, passed by flag or TTQUANT_SHARD_COUNT). A Spec says
+// which worker this process is; Partition assigns units to workers from their
+// estimated costs, the same way in every process, so the workers agree on who
+// does what without talking to each other.
+//
+// The package imports nothing of the module.
+package shard
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// MaxCount bounds the number of workers a Spec may name.
+const MaxCount = 1 << 16
+
+// Spec is one worker's place among Count workers: Index in 0..Count-1. The
+// zero value is invalid (Count 0), so a Spec that was never set cannot be
+// mistaken for "the whole job".
+type Spec struct {
+	Index, Count int
+}
+
+// Whole is the Spec of a run that is not split: worker 0 of 1.
+var Whole = Spec{Index: 0, Count: 1}
+
+// Valid reports whether s names a worker.
+func (s Spec) Valid() bool {
+	return s.Count >= 1 && s.Count <= MaxCount && s.Index >= 0 && s.Index < s.Count
+}
+
+// IsWhole reports whether s is the only worker.
+func (s Spec) IsWhole() bool { return s.Valid() && s.Count == 1 }
+
+// String spells s as the --shard flag takes it: "i/N".
+func (s Spec) String() string { return strconv.Itoa(s.Index) + "/" + strconv.Itoa(s.Count) }
+
+// ErrSpec is the kind of every error Parse returns.
+var ErrSpec = errors.New("shard: invalid shard")
+
+// SpecError is a --shard value or scheduler environment that names no
+// worker: what was given (the flag value or the variables read) and why.
+type SpecError struct {
+	Given, Problem string
+}
+
+func (e *SpecError) Error() string {
+	return fmt.Sprintf("shard: %s: %s", e.Given, e.Problem)
+}
+
+// Is makes errors.Is(err, ErrSpec) hold.
+func (e *SpecError) Is(target error) bool { return target == ErrSpec }
+
+// Environment variables read by "auto".
+const (
+	EnvSlurmID    = "SLURM_ARRAY_TASK_ID"
+	EnvSlurmCount = "SLURM_ARRAY_TASK_COUNT"
+	EnvSlurmMin   = "SLURM_ARRAY_TASK_MIN"
+	EnvSlurmStep  = "SLURM_ARRAY_TASK_STEP"
+	EnvK8sIndex   = "JOB_COMPLETION_INDEX"
+	EnvCount      = "TTQUANT_SHARD_COUNT"
+)
+
+// Parse reads a --shard value: "i/N" (worker i of N, 0 ≤ i < N), or
+// "auto", which takes the worker from the scheduler's environment (getenv,
+// usually os.Getenv):
+//
+//   - Slurm job array: SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT; the
+//     index counts from SLURM_ARRAY_TASK_MIN in steps of
+//     SLURM_ARRAY_TASK_STEP, so --array=1-8 and --array=0-14:2 both give
+//     workers 0..7. An array with gaps (--array=0,3,7) is refused: its task
+//     ids are not a range, and a missing worker would go unnoticed until
+//     assembly.
+//   - Kubernetes Indexed Job: JOB_COMPLETION_INDEX, with the count from
+//     count (a flag; 0 when not given) or else TTQUANT_SHARD_COUNT.
+//
+// "auto" outside a scheduler (none of these variables set) is an error, not
+// the whole job: a job script that lost its array options must not make
+// every task do all the work.
+func Parse(value string, count int, getenv func(string) string) (Spec, error) {
+	if value == "auto" {
+		return fromEnv(count, getenv)
+	}
+	i, n, ok := strings.Cut(value, "/")
+	if !ok {
+		return Spec{}, &SpecError{Given: strconv.Quote(value), Problem: `want i/N (worker i of N, counting from 0) or "auto"`}
+	}
+	idx, err1 := strconv.Atoi(i)
+	cnt, err2 := strconv.Atoi(n)
+	if err1 != nil || err2 != nil {
+		return Spec{}, &SpecError{Given: strconv.Quote(value), Problem: "i and N must be whole numbers"}
+	}
+	s := Spec{Index: idx, Count: cnt}
+	if err := s.check(strconv.Quote(value)); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+func (s Spec) check(given string) error {
+	switch {
+	case s.Count < 1 || s.Count > MaxCount:
+		return &SpecError{Given: given, Problem: fmt.Sprintf("the worker count %d is outside 1..%d", s.Count, MaxCount)}
+	case s.Index < 0 || s.Index >= s.Count:
+		return &SpecError{Given: given, Problem: fmt.Sprintf("worker %d is outside 0..%d", s.Index, s.Count-1)}
+	}
+	return nil
+}
+
+func fromEnv(count int, getenv func(string) string) (Spec, error) {
+	num := func(name string) (int, bool, error) {
+		v := getenv(name)
+		if v == "" {
+			return 0, false, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, true, &SpecError{Given: name + "=" + strconv.Quote(v), Problem: "not a whole number"}
+		}
+		return n, true, nil
+	}
+	if id, ok, err := num(EnvSlurmID); err != nil {
+		return Spec{}, err
+	} else if ok {
+		n, okN, err := num(EnvSlurmCount)
+		if err != nil {
+			return Spec{}, err
+		}
+		if !okN {
+			return Spec{}, &SpecError{Given: EnvSlurmID + " without " + EnvSlurmCount, Problem: "Slurm sets both for a job array; is this an array task?"}
+		}
+		lo, okMin, err := num(EnvSlurmMin)
+		if err != nil {
+			return Spec{}, err
+		}
+		step, okStep, err := num(EnvSlurmStep)
+		if err != nil {
+			return Spec{}, err
+		}
+		if !okMin {
+			lo = 0
+		}
+		if !okStep || step == 0 {
+			step = 1
+		}
+		given := fmt.Sprintf("%s=%d %s=%d %s=%d %s=%d", EnvSlurmID, id, EnvSlurmCount, n, EnvSlurmMin, lo, EnvSlurmStep, step)
+		if step < 0 || id < lo || (id-lo)%step != 0 {
+			return Spec{}, &SpecError{Given: given, Problem: "the task id is not on the array's range; submit the array as a range (--array=0-N or A-B:S)"}
+		}
+		s := Spec{Index: (id - lo) / step, Count: n}
+		if err := s.check(given); err != nil {
+			if s.Index >= s.Count {
+				err.(*SpecError).Problem += "; the array has gaps (--array=0,3,7): submit it as a range"
+			}
+			return Spec{}, err
+		}
+		return s, nil
+	}
+	if idx, ok, err := num(EnvK8sIndex); err != nil {
+		return Spec{}, err
+	} else if ok {
+		given := EnvK8sIndex + "=" + strconv.Itoa(idx)
+		if count == 0 {
+			n, okN, err := num(EnvCount)
+			if err != nil {
+				return Spec{}, err
+			}
+			if !okN {
+				return Spec{}, &SpecError{Given: given, Problem: "an Indexed Job does not tell its pods the completion count: pass --shard-count or set " + EnvCount}
+			}
+			count = n
+		}
+		s := Spec{Index: idx, Count: count}
+		if err := s.check(given + " count=" + strconv.Itoa(count)); err != nil {
+			return Spec{}, err
+		}
+		return s, nil
+	}
+	return Spec{}, &SpecError{Given: `"auto"`, Problem: "no scheduler environment: none of " + EnvSlurmID + ", " + EnvK8sIndex + " is set (give i/N outside a job array)"}
+}
+
+// Partition assigns units with the given estimated costs (any positive unit,
+// for example seconds of kernel time) to n workers and returns each
+// worker's unit indices in increasing order. It is deterministic — the same
+// costs give the same assignment in every process — and balanced by the
+// longest-processing-time rule: the units in decreasing cost (ties by
+// index) each go to the worker with the least cost so far (ties by the
+// lower worker). Its largest load is at most 4/3 of the optimum, and within
+// the largest single unit of the mean load. A negative or non-finite cost
+// is an error (an estimate that went wrong must not silently unbalance a
+// cluster job).
+func Partition(costs []float64, n int) ([][]int, error) {
+	if n < 1 || n > MaxCount {
+		return nil, fmt.Errorf("shard: %d workers: outside 1..%d", n, MaxCount)
+	}
+	order := make([]int, len(costs))
+	for i, c := range costs {
+		if !(c >= 0) || c > 1e300 {
+			return nil, fmt.Errorf("shard: unit %d has estimated cost %v; costs must be finite and not negative", i, c)
+		}
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(costs[b], costs[a]) })
+	load := make([]float64, n)
+	out := make([][]int, n)
+	for _, u := range order {
+		w := 0
+		for k := 1; k < n; k++ {
+			if load[k] < load[w] {
+				w = k
+			}
+		}
+		load[w] += costs[u]
+		out[w] = append(out[w], u)
+	}
+	for _, units := range out {
+		slices.Sort(units)
+	}
+	return out, nil
+}
+
+// Loads returns each worker's summed cost under an assignment from
+// Partition.
+func Loads(costs []float64, assignment [][]int) []float64 {
+	loads := make([]float64, len(assignment))
+	for w, units := range assignment {
+		for _, u := range units {
+			loads[w] += costs[u]
+		}
+	}
+	return loads
+}
