@@ -342,7 +342,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		e.log.Info("quantizing MoE layer", "layer", layer, "experts", cfg.MoE.Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
+		e.log.Info("quantizing MoE layer", "layer", layer, "experts", cfg.MoE().Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
 		rep, err := calib.QuantizeMoELayer(ctx, l, cal, held, opt, nil)
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", layer, err)

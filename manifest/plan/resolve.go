@@ -425,9 +425,8 @@ func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error)
 			dims := s.info.Shape
 			E, rows, cols := dims[0], dims[1], dims[2]
 			per := s.info.Size() / max(E, 1)
-			kind := "down"
+			kind := model.ExpertKind(c.Role)
 			if c.Role == model.RoleExpertGateUp {
-				kind = "gate_up"
 				if rows%2 != 0 {
 					return nil, fmt.Errorf("tensor %s: fused gate_up_proj %v has an odd row count %d (want gate rows then up rows)", s.info.Name, dims, rows)
 				}
@@ -442,7 +441,7 @@ func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error)
 			r.Experts = max(r.Experts, int(E))
 			for e := int64(0); e < E; e++ {
 				planned = append(planned, PlannedTensor{
-					Name: c.Block + "experts." + strconv.FormatInt(e, 10) + "." + kind + "_proj",
+					Name: model.ExpertMatrixName(c.Block, int(e), c.Role),
 					Role: c.Role, Source: s.info.Name, Expert: int(e), ExpertKind: kind,
 					Sources: []SourceSlice{{Tensor: s.info.Name, Expert: int(e), Offset: e * per, Bytes: per}},
 					Layer:   r.layerIndex(c), MTP: c.MTP,
@@ -477,11 +476,11 @@ func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error)
 	for block, bs := range blockShapes {
 		gu, dn := bs[0], bs[1]
 		if gu == nil || dn == nil {
-			missing := "experts.down_proj"
+			missing := model.FusedExpertName(block, model.RoleExpertDown)
 			if gu == nil {
-				missing = "experts.gate_up_proj"
+				missing = model.FusedExpertName(block, model.RoleExpertGateUp)
 			}
-			return nil, fmt.Errorf("MoE block %s: fused %s%s is missing", strings.TrimSuffix(block, "."), block, missing)
+			return nil, fmt.Errorf("MoE block %s: fused %s is missing", strings.TrimSuffix(block, "."), missing)
 		}
 		if gu[0] != dn[0] || gu[2] != dn[1] || gu[1] != 2*dn[2] {
 			return nil, fmt.Errorf("MoE block %s: gate_up_proj %v and down_proj %v disagree (want [E, 2I, H] and [E, H, I])", strings.TrimSuffix(block, "."), gu, dn)
@@ -507,7 +506,7 @@ func (r *Resolved) joinPerExpert(planned []PlannedTensor, perExpert map[string]*
 		r.Experts = max(r.Experts, c.Expert+1)
 		planned = append(planned,
 			PlannedTensor{
-				Name: where + ".gate_up_proj", Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
+				Name: model.ExpertMatrixName(c.Block, c.Expert, model.RoleExpertGateUp), Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: model.ExpertKind(model.RoleExpertGateUp),
 				Sources: []SourceSlice{
 					{Tensor: g.Name, Expert: -1, Offset: 0, Bytes: g.Size()},
 					{Tensor: u.Name, Expert: -1, Offset: 0, Bytes: u.Size()},
@@ -516,7 +515,7 @@ func (r *Resolved) joinPerExpert(planned []PlannedTensor, perExpert map[string]*
 				Shape: []int64{2 * g.Shape[0], g.Shape[1]}, SourceBytes: g.Size() + u.Size(),
 			},
 			PlannedTensor{
-				Name: where + ".down_proj", Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
+				Name: model.ExpertMatrixName(c.Block, c.Expert, model.RoleExpertDown), Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: model.ExpertKind(model.RoleExpertDown),
 				Sources: []SourceSlice{{Tensor: d.Name, Expert: -1, Offset: 0, Bytes: d.Size()}},
 				Layer:   r.layerIndex(c), MTP: c.MTP, SourceDType: d.DType.String(),
 				Shape: append([]int64(nil), d.Shape...), SourceBytes: d.Size(),
