@@ -94,14 +94,14 @@ func TestReadModelConfigFields(t *testing.T) {
 func TestReadModelConfigErrors(t *testing.T) {
 	set := func(k string, v any) func(map[string]any) { return func(tc map[string]any) { tc[k] = v } }
 	cases := map[string]string{
-		flat(t, func(tc map[string]any) { delete(tc, "num_hidden_layers") }): "num_hidden_layers missing",
-		flat(t, set("hidden_size", -4)):                                      "hidden_size = -4 must be positive",
-		flat(t, set("hidden_size", 1000000000000)):                           "hidden_size = 1000000000000 is implausibly large",
+		flat(t, func(tc map[string]any) { delete(tc, "num_hidden_layers") }):                              "num_hidden_layers missing",
+		flat(t, set("hidden_size", -4)):                                                                   "hidden_size = -4 must be positive",
+		flat(t, set("hidden_size", 1000000000000)):                                                        "hidden_size = 1000000000000 is implausibly large",
 		flat(t, func(tc map[string]any) { tc["num_attention_heads"], tc["head_dim"] = 1048576, 1048576 }): "implausibly large",
-		flat(t, set("layer_types", []string{"full_attention"})):                                         "layer_types has 1 entries for 2 layers",
-		flat(t, set("num_experts_per_tok", 99)):                                                         "top-k 99 outside 1..16",
-		flat(t, set("model_type", "qwen3_moe")):                                                         `model_type "qwen3_moe" is not supported`,
-		`[1, 2]`:                                                                                        "cannot unmarshal",
+		flat(t, set("layer_types", []string{"full_attention"})):                                           "layer_types has 1 entries for 2 layers",
+		flat(t, set("num_experts_per_tok", 99)):                                                           "top-k 99 outside 1..16",
+		flat(t, set("model_type", "qwen3_moe")):                                                           `model_type "qwen3_moe" is not supported`,
+		`[1, 2]`:                                                                                          "cannot unmarshal",
 	}
 	for body, want := range cases {
 		p := writeConfig(t, body)
