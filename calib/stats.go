@@ -69,8 +69,8 @@ func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *model.Config, minFra
 	}
 	for layer := 0; layer < cfg.NumLayers(); layer++ {
 		si, ok := s.Site(layer, SiteMoE)
-		if !ok {
-			continue
+		if !ok || !cfg.IsMoE(layer) {
+			continue // no inputs, or a dense MLP: no routing
 		}
 		if si.Cols != cfg.MoE().Hidden {
 			return nil, fmt.Errorf("calib: store %s: layer %d site %s has %d columns, the model's hidden size is %d", s.dir, layer, SiteMoE, si.Cols, cfg.MoE().Hidden)
