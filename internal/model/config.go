@@ -150,6 +150,11 @@ type Config struct {
 
 	TieEmbeddings bool // lm_head shares embed_tokens
 	MTPLayers     int  // mtp_num_hidden_layers
+
+	// Quantization is the quantization_config as written (the top level's,
+	// else the text model's), nil when absent or null: a source that has
+	// one is already quantized, and plans refuse it.
+	Quantization json.RawMessage
 }
 
 // KeyDim is the Gated DeltaNet key width (key heads × key head dim).
@@ -257,6 +262,7 @@ type rawConfig struct {
 	MLPOnlyLayers         []int           `json:"mlp_only_layers"`
 	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
 	MTPNumHiddenLayers    *int            `json:"mtp_num_hidden_layers"`
+	QuantizationConfig    json.RawMessage `json:"quantization_config"`
 }
 
 type ropeParams struct {
@@ -596,6 +602,13 @@ func (p *parser) tail(c *Config) error {
 		tie = p.top.TieWordEmbeddings
 	}
 	c.TieEmbeddings = tie != nil && *tie
+	q := p.top.QuantizationConfig
+	if len(q) == 0 {
+		q = p.tc.QuantizationConfig
+	}
+	if len(q) > 0 && string(q) != "null" {
+		c.Quantization = q
+	}
 	mtp := p.tc.MTPNumHiddenLayers
 	if mtp == nil {
 		mtp = p.top.MTPNumHiddenLayers

@@ -378,7 +378,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if b.modelCfg, err = checkSourceConfig(opt.Source, m, opt.Family); err != nil {
 		return nil, err
 	}
-	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family}); err != nil {
+	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family, Config: b.modelCfg}); err != nil {
 		return nil, err
 	}
 	if kind == kindGPTQ {

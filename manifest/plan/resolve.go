@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -196,6 +195,11 @@ type ResolveOptions struct {
 	DenseShardBytes int64
 	// Family says what the model's tensors are (default model.Qwen3).
 	Family model.Family
+	// Config is the model's configuration when the caller has read it (a
+	// build reads config.json once and passes it here). When nil, Resolve
+	// reads the config.json beside the model, if there is one, through
+	// Family.
+	Config *model.Config
 }
 
 // ErrAlreadyQuantized is wrapped by the error Resolve returns for a source
@@ -251,15 +255,21 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%s: the model has no tensors", m.Path())
 	}
-	if err := checkNotQuantized(m, names); err != nil {
-		return nil, err
-	}
-
-	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
 	fam := opt.Family
 	if fam == nil {
 		fam = model.Qwen3
 	}
+	cfg := opt.Config
+	if cfg == nil {
+		if cfg, err = besideConfig(m, fam); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkNotQuantized(m, names, cfg); err != nil {
+		return nil, err
+	}
+
+	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
 	srcs, err := r.classify(m, names, fam)
 	if err != nil {
 		return nil, err
@@ -594,10 +604,25 @@ func checkSourceShape(c model.SourceClass, info safetensors.TensorInfo) error {
 	return nil
 }
 
+// besideConfig reads the config.json beside the model through the family,
+// nil when there is none.
+func besideConfig(m *safetensors.Model, fam model.Family) (*model.Config, error) {
+	dir := m.Path()
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	p := filepath.Join(dir, "config.json")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return fam.ReadConfig(p)
+}
+
 // checkNotQuantized refuses sources that are already quantized: low
 // precision or integer weight dtypes, scale/packing companions, or a
-// quantization_config in the config.json beside the model.
-func checkNotQuantized(m *safetensors.Model, names []string) error {
+// quantization_config in the model's config (cfg, nil when the model has
+// none).
+func checkNotQuantized(m *safetensors.Model, names []string, cfg *model.Config) error {
 	var lowPrec, companions, badDType []string
 	for _, n := range names {
 		_, info, _ := m.Lookup(n)
@@ -624,27 +649,9 @@ func checkNotQuantized(m *safetensors.Model, names []string) error {
 	if len(badDType) > 0 {
 		return fmt.Errorf("%s: unsupported source dtype: %s (want BF16, F16 or F32)", m.Path(), badDType[0])
 	}
-	dir := m.Path()
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		dir = filepath.Dir(dir)
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
-		var cfg struct {
-			Q          json.RawMessage `json:"quantization_config"`
-			TextConfig struct {
-				Q json.RawMessage `json:"quantization_config"`
-			} `json:"text_config"`
-		}
-		if json.Unmarshal(b, &cfg) == nil {
-			q := cfg.Q
-			if len(q) == 0 {
-				q = cfg.TextConfig.Q
-			}
-			if len(q) > 0 && string(q) != "null" {
-				return fmt.Errorf("%s: %w (config.json has a quantization_config: %s); ttquant converts BF16, F16 or F32 checkpoints: use the unquantized release",
-					m.Path(), ErrAlreadyQuantized, truncate(string(q), 120))
-			}
-		}
+	if cfg != nil && cfg.Quantization != nil {
+		return fmt.Errorf("%s: %w (config.json has a quantization_config: %s); ttquant converts BF16, F16 or F32 checkpoints: use the unquantized release",
+			m.Path(), ErrAlreadyQuantized, truncate(string(cfg.Quantization), 120))
 	}
 	return nil
 }
