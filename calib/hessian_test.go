@@ -19,7 +19,7 @@ func TestStoreHessians(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := int64(cal.Tokens)
-	hidden := cfg.MoE.Hidden
+	hidden := cfg.MoE().Hidden
 	ctx := context.Background()
 
 	got, err := st.SiteHessian(ctx, layer, SiteMoE, tokens)
@@ -35,7 +35,7 @@ func TestStoreHessians(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inter := cfg.MoE.SharedInter
+	inter := cfg.MoE().SharedInter
 	g, u := l.Shared.Gate, l.Shared.Up
 	got, err = st.SwiGLUHessian(ctx, layer, SiteMoE, tokens, g, u, inter)
 	if err != nil {

@@ -17,7 +17,7 @@ func LoadMoELayer(m *safetensors.Model, cfg *model.Config, layer int) (*MoELayer
 	if layer < 0 || layer >= cfg.NumLayers() {
 		return nil, fmt.Errorf("calib: layer %d outside 0..%d", layer, cfg.NumLayers()-1)
 	}
-	return LoadMoEBlock(m, cfg.LayerPrefix(layer)+"mlp.", cfg.MoE)
+	return LoadMoEBlock(m, cfg.LayerPrefix(layer)+"mlp.", cfg.MoE())
 }
 
 // LoadMoEBlock is LoadMoELayer for the block whose tensors are named

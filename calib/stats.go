@@ -69,21 +69,21 @@ func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *model.Config, minFra
 	}
 	for layer := 0; layer < cfg.NumLayers(); layer++ {
 		si, ok := s.Site(layer, SiteMoE)
-		if !ok {
-			continue
+		if !ok || !cfg.IsMoE(layer) {
+			continue // no inputs, or a dense MLP: no routing
 		}
-		if si.Cols != cfg.MoE.Hidden {
-			return nil, fmt.Errorf("calib: store %s: layer %d site %s has %d columns, the model's hidden size is %d", s.dir, layer, SiteMoE, si.Cols, cfg.MoE.Hidden)
+		if si.Cols != cfg.MoE().Hidden {
+			return nil, fmt.Errorf("calib: store %s: layer %d site %s has %d columns, the model's hidden size is %d", s.dir, layer, SiteMoE, si.Cols, cfg.MoE().Hidden)
 		}
 		l, err := LoadMoELayer(m, cfg, layer)
 		if err != nil {
 			return nil, err
 		}
-		rs := RoutingStats{Layer: layer, Tokens: si.Tokens, TopK: cfg.MoE.TopK,
+		rs := RoutingStats{Layer: layer, Tokens: si.Tokens, TopK: cfg.MoE().TopK,
 			MinTokens: int(math.Ceil(minFraction * float64(si.Tokens))),
-			Counts:    make([]int64, cfg.MoE.Experts), Starved: []int{}}
+			Counts:    make([]int64, cfg.MoE().Experts), Starved: []int{}}
 		err = s.Stream(layer, SiteMoE, 0, si.Tokens, 4096, func(_ int64, rows []float32) error {
-			r, err := Route(rows, len(rows)/si.Cols, l.Router, cfg.MoE)
+			r, err := Route(rows, len(rows)/si.Cols, l.Router, cfg.MoE())
 			if err != nil {
 				return err
 			}

@@ -20,7 +20,7 @@ type SynthStoreOptions struct {
 // SynthesizeStore writes a deterministic synthetic calibration store for a
 // model of configuration cfg into dir: for every layer, MTP layers
 // included (numbered from cfg.Layers, see model.Config.NumLayers), the MoE
-// input (SiteMoE) and the attention input (SiteAttn), both cfg.MoE.Hidden
+// input (SiteMoE) and the attention input (SiteAttn), both cfg.MoE().Hidden
 // wide, and, when the config gives the widths and layer types, the input of
 // self_attn.o_proj (full-attention layers, MTP layers included) or
 // linear_attn.out_proj (linear-attention layers). Every site of every layer has its own
@@ -66,16 +66,11 @@ func SynthesizeStore(dir string, cfg *model.Config, opt SynthStoreOptions) (*Sto
 			name string
 			cols int
 		}
-		sites := []site{{SiteMoE, cfg.MoE.Hidden}, {SiteAttn, cfg.MoE.Hidden}}
-		switch cfg.LayerType(layer) {
-		case "full_attention":
-			if cfg.AttnInner > 0 {
-				sites = append(sites, site{SiteOProj, cfg.AttnInner})
-			}
-		case "linear_attention":
-			if cfg.LinearValueDim > 0 {
-				sites = append(sites, site{SiteOutProj, cfg.LinearValueDim})
-			}
+		sites := []site{{SiteMoE, cfg.Hidden}, {SiteAttn, cfg.Hidden}}
+		if cfg.Kind(layer) == model.FullAttention {
+			sites = append(sites, site{SiteOProj, cfg.AttnInner()})
+		} else {
+			sites = append(sites, site{SiteOutProj, cfg.ValueDim()})
 		}
 		for _, s := range sites {
 			h := fnv.New64a()

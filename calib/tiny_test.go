@@ -92,7 +92,7 @@ func TestTinyConfig(t *testing.T) {
 	tc := testmodel.Tiny()
 	want := model.MoEConfig{Hidden: tc.Hidden, Experts: tc.Experts, TopK: tc.TopK, ExpertInter: tc.MoEIntermediate,
 		SharedInter: tc.SharedIntermediate, NormTopK: true}
-	if cfg.MoE != want || cfg.Layers != tc.Layers || cfg.MTPLayers != 1 || cfg.TensorPrefix != "model.language_model" {
+	if cfg.MoE() != want || cfg.Layers != tc.Layers || cfg.MTPLayers != 1 || cfg.Prefix != "model.language_model." {
 		t.Errorf("config %+v, want MoE %+v", cfg, want)
 	}
 	if p := cfg.LayerPrefix(tc.Layers); p != "mtp.layers.0." {
@@ -141,7 +141,7 @@ func TestTinyRoutingMatchesReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, norm := range []bool{true, false} {
-			c := cfg.MoE
+			c := cfg.MoE()
 			c.NormTopK = norm
 			compareRouting(t, x, 1024, l.Router, c)
 		}
@@ -240,7 +240,7 @@ func TestTinyStoreStats(t *testing.T) {
 		// Cross-check with routing all tokens at once.
 		l, _ := LoadMoELayer(m, cfg, rs.Layer)
 		x, _ := st.ReadRows(rs.Layer, SiteMoE, 0, 4096)
-		r, _ := Route(x, 4096, l.Router, cfg.MoE)
+		r, _ := Route(x, 4096, l.Router, cfg.MoE())
 		var sum int64
 		for e, c := range r.Counts() {
 			if rs.Counts[e] != int64(c) {

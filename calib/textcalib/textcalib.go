@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -401,9 +402,9 @@ func (s *siteSink) abort() {
 }
 
 // siteCols returns the width of each stored site of layer i.
-func siteCols(cfg *forward.Config, i int) (map[forward.Site]int, string) {
+func siteCols(cfg *model.Config, i int) (map[forward.Site]int, string) {
 	out := map[forward.Site]int{forward.SiteAttnIn: cfg.Hidden, forward.SiteMLPIn: cfg.Hidden}
-	if cfg.Kind(i) == forward.FullAttention {
+	if cfg.Kind(i) == model.FullAttention {
 		out[forward.SiteAttnOut] = cfg.Heads * cfg.HeadDim
 		return out, calib.SiteOProj
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,7 @@ func TestBuildFromText(t *testing.T) {
 	}
 	for l := 0; l < cfg.NumLayers(); l++ {
 		out := calib.SiteOutProj
-		if cfg.Kind(l) == forward.FullAttention {
+		if cfg.Kind(l) == model.FullAttention {
 			out = calib.SiteOProj
 		}
 		rows, align := int64(96), calib.AlignToken
@@ -425,7 +426,7 @@ func TestUnsupportedConfigRefused(t *testing.T) {
 			opt := trainedOptions(t, out, 1, 16)
 			opt.Model = dir
 			_, err := Build(context.Background(), opt)
-			var ce *forward.ConfigError
+			var ce *model.ConfigError
 			if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("unsupported config: %v, want a config error naming %s", err, c.want)
 			}

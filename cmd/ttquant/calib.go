@@ -319,18 +319,28 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
+	if !cfg.HasMoE() {
+		return fmt.Errorf("%s is a dense %s model without MoE blocks: calib quantize quantizes routed experts (gptq --calib quantizes dense layers)", *modelDir, cfg.ModelType)
+	}
 	if *layers == "all" {
 		// A store built from text has no MTP-layer sites: "all" means
 		// every layer with MoE inputs; a layer named explicitly must have them.
 		kept := list[:0]
 		for _, l := range list {
-			if _, ok := st.Site(l, calib.SiteMoE); ok {
+			if !cfg.IsMoE(l) {
+				e.log.Info("skipping dense layer (no MoE block)", "layer", l)
+			} else if _, ok := st.Site(l, calib.SiteMoE); ok {
 				kept = append(kept, l)
 			} else {
 				e.log.Info("skipping layer without MoE inputs in the store", "layer", l)
 			}
 		}
 		list = kept
+	}
+	for _, l := range list {
+		if !cfg.IsMoE(l) {
+			return fmt.Errorf("layer %d has a dense MLP, not an MoE block: calib quantize quantizes routed experts (use gptq --calib for dense layers)", l)
+		}
 	}
 	doc := calibQuantizeDoc{SchemaVersion: schemaVersion, Layers: []calibLayerReport{}}
 	for _, layer := range list {
@@ -342,7 +352,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		e.log.Info("quantizing MoE layer", "layer", layer, "experts", cfg.MoE.Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
+		e.log.Info("quantizing MoE layer", "layer", layer, "experts", cfg.MoE().Experts, "calibration_tokens", cal.Tokens, "held_out_tokens", held.Tokens)
 		rep, err := calib.QuantizeMoELayer(ctx, l, cal, held, opt, nil)
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", layer, err)

@@ -130,7 +130,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if *mtp && cfg.MTPLayers == 0 {
 		return usageErrorf("--mtp: the model has no MTP layer")
 	}
-	e.log.Info("checking weights", "model", *model, "family", cfg.Family.String(), "layers", cfg.Layers)
+	e.log.Info("checking weights", "model", *model, "family", cfg.Arch.String(), "layers", cfg.Layers)
 	if err := m.CheckFinite(); err != nil {
 		return err
 	}
@@ -146,12 +146,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, runDoc{SchemaVersion: schemaVersion, Model: *model, Checkpoint: *native, Family: cfg.Family.String(),
+		return writeJSON(e.stdout, runDoc{SchemaVersion: schemaVersion, Model: *model, Checkpoint: *native, Family: cfg.Arch.String(),
 			Tokens: ids, Top: preds, Continuation: cont, LogitsFile: *dumpLogits, LayersFile: *dumpLayers,
 			Seconds: time.Since(start).Seconds()})
 	}
 	fmt.Fprintf(e.stdout, "model %s (%s, %d layers, hidden %d, vocab %d), %d prompt tokens\n",
-		*model, cfg.Family, cfg.Layers, cfg.Hidden, cfg.Vocab, len(ids))
+		*model, cfg.Arch, cfg.Layers, cfg.Hidden, cfg.Vocab, len(ids))
 	if *native != "" {
 		fmt.Fprintf(e.stdout, "weights decoded from native checkpoint %s\n", *native)
 	}

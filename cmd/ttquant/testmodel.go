@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register(&command{name: "testmodel", summary: "write a built-in test checkpoint (tiny Qwen3.6-MoE or the sparse 35B shape replica)", run: runTestModel})
+	register(&command{name: "testmodel", summary: "write a built-in test checkpoint (tiny Qwen3.6-MoE, tiny dense Qwen3.5, or the sparse 35B and 27B shape replicas)", run: runTestModel})
 }
 
 // testModelDoc is the --json output of ttquant testmodel.
@@ -31,8 +31,10 @@ type testModelFile struct {
 }
 
 const (
-	replicaVariant   = "replica-35b"
-	qwen3NextVariant = "qwen3-next"
+	replicaVariant    = "replica-35b"
+	replica27BVariant = "replica-27b"
+	qwen3NextVariant  = "qwen3-next"
+	denseVariant      = "dense"
 )
 
 func runTestModel(ctx context.Context, e *env, args []string) error {
@@ -40,7 +42,7 @@ func runTestModel(ctx context.Context, e *env, args []string) error {
 	for _, v := range testmodel.Variants() {
 		names = append(names, v.String())
 	}
-	names = append(names, qwen3NextVariant, replicaVariant)
+	names = append(names, qwen3NextVariant, denseVariant, replicaVariant, replica27BVariant)
 	fs := newFlagSet(e, "testmodel", "--out DIR [--variant "+strings.Join(names, "|")+"] [--vision] [--json]")
 	out := fs.String("out", "", "output directory (created if needed; files of the same names are replaced)")
 	variant := fs.String("variant", "default", "what to write: "+strings.Join(names, ", "))
@@ -58,12 +60,22 @@ func runTestModel(ctx context.Context, e *env, args []string) error {
 	var cfg testmodel.Config
 	layout := testmodel.ExpertsFused
 	fp8 := false
-	if *variant == replicaVariant {
+	if *variant == replicaVariant || *variant == replica27BVariant {
 		if *vision {
 			return usageErrorf("--vision applies to the tiny model only")
 		}
+		write := testmodel.WriteReplica35B
 		cfg = testmodel.Qwen36_35B()
-		if err := testmodel.WriteReplica35B(*out); err != nil {
+		if *variant == replica27BVariant {
+			write, cfg = testmodel.WriteReplica27B, testmodel.Qwen35_27B()
+		}
+		if err := write(*out); err != nil {
+			return err
+		}
+	} else if *variant == denseVariant {
+		cfg = testmodel.DenseTiny()
+		cfg.VisionStubs = *vision
+		if err := testmodel.Write(*out, cfg, testmodel.Default); err != nil {
 			return err
 		}
 	} else if *variant == qwen3NextVariant {

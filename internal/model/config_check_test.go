@@ -24,6 +24,7 @@ func TestConfigMatchesGeneratedModels(t *testing.T) {
 		{"tiny single file", testmodel.Tiny(), testmodel.SingleFile},
 		{"micro", testmodel.Micro(), testmodel.Default},
 		{"qwen3-next tiny", testmodel.Qwen3NextTiny(), testmodel.Default},
+		{"dense tiny", testmodel.DenseTiny(), testmodel.Default},
 	} {
 		dir := filepath.Join(t.TempDir(), "m")
 		if err := testmodel.Write(dir, c.cfg, c.v); err != nil {
@@ -94,6 +95,93 @@ func TestConfigDisagreeingWithTensors(t *testing.T) {
 		}
 		if err := cfg.CheckTensors(m); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %+d: %v, want an error naming %s", c.field, c.delta, err, c.want)
+		}
+	}
+}
+
+// withConfig writes body as the config.json of a fresh directory and reads
+// it.
+func withConfig(t *testing.T, body string) *Config {
+	t.Helper()
+	cfg, err := ReadConfig(writeConfig(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestDenseConfigAgainstTensors: a dense config over an MoE checkpoint,
+// an MoE config over a dense one, a dense MLP tensor of the wrong shape
+// and a missing one are each one error naming the tensor.
+func TestDenseConfigAgainstTensors(t *testing.T) {
+	open := func(dir string) *safetensors.Model {
+		m, err := safetensors.OpenModel(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	moeDir, denseDir := filepath.Join(t.TempDir(), "moe"), filepath.Join(t.TempDir(), "dense")
+	if err := testmodel.Write(moeDir, testmodel.Tiny(), testmodel.SingleFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := testmodel.Write(denseDir, testmodel.DenseTiny(), testmodel.SingleFile); err != nil {
+		t.Fatal(err)
+	}
+	moeM, denseM := open(moeDir), open(denseDir)
+	denseCfg := withConfig(t, configJSON(t, testmodel.DenseTiny(), nil))
+	moeCfg := withConfig(t, configJSON(t, testmodel.Tiny(), nil))
+	wide := withConfig(t, configJSON(t, testmodel.DenseTiny(), func(tc map[string]any) { tc["intermediate_size"] = 544 }))
+
+	// A copy of the dense checkpoint without one MLP tensor.
+	victim := "model.language_model.layers.2.mlp.down_proj.weight"
+	holeDir := filepath.Join(t.TempDir(), "hole")
+	if err := os.MkdirAll(holeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := safetensors.Create(filepath.Join(holeDir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range denseM.Names() {
+		f, ti, _ := denseM.Lookup(n)
+		if n == victim {
+			continue
+		}
+		data := make([]byte, ti.Size())
+		if err := f.ReadTensorAt(n, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Add(n, ti.DType, ti.Shape, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	holeM := open(holeDir)
+
+	for _, c := range []struct {
+		name string
+		cfg  *Config
+		m    *safetensors.Model
+		want []string
+	}{
+		{"dense config, MoE tensors", denseCfg, moeM, []string{"layers.0.mlp.gate.weight", "MoE tensor", "dense MLP"}},
+		{"MoE config, dense tensors", moeCfg, denseM, []string{"layers.0.mlp.gate_proj.weight", "dense MLP tensor", "MoE block"}},
+		{"wrong intermediate_size", wide, denseM, []string{"layers.0.mlp.gate_proj.weight", "[512 256]", "intermediate_size", "[544 256]"}},
+		{"missing dense tensor", denseCfg, holeM, []string{victim, "no tensor", "intermediate_size"}},
+	} {
+		err := c.cfg.CheckTensors(c.m)
+		if err == nil {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want it to say %q", c.name, err, w)
+			}
 		}
 	}
 }

@@ -38,3 +38,31 @@ func ExpertParts(stored string, expert int, shape []int64) ([]ExpertPart, error)
 	}
 	return nil, fmt.Errorf("expert tensor %s is neither gate_up_proj nor down_proj", stored)
 }
+
+// ExpertKind is the stored kind of a routed expert matrix of role r:
+// "gate_up" (RoleExpertGateUp), "down" (RoleExpertDown), else "".
+func ExpertKind(r Role) string {
+	switch r {
+	case RoleExpertGateUp:
+		return "gate_up"
+	case RoleExpertDown:
+		return "down"
+	}
+	return ""
+}
+
+// ExpertMatrixName is the name a native checkpoint stores routed expert
+// e's matrix of role r under, whatever the source layout: block (the
+// layer's "….mlp." prefix) + "experts.E.gate_up_proj" ([2I, H], gate rows
+// then up rows) or "experts.E.down_proj" ([H, I]); ExpertParts maps it
+// back onto the source's per-expert names.
+func ExpertMatrixName(block string, expert int, r Role) string {
+	return block + "experts." + strconv.Itoa(expert) + "." + ExpertKind(r) + "_proj"
+}
+
+// FusedExpertName is the source name of a block's fused routed-expert
+// tensor of role r (LayoutFused): block + "experts.gate_up_proj" or
+// "experts.down_proj".
+func FusedExpertName(block string, r Role) string {
+	return block + "experts." + ExpertKind(r) + "_proj"
+}

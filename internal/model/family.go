@@ -6,7 +6,7 @@
 // instead of parsing names or configs itself, so a new family is added here.
 //
 // Family is the small interface a model family implements; Qwen3 is the
-// implementation for Qwen3-MoE, Qwen3-Next and Qwen3.5/3.6 (dense and MoE,
+// implementation for Qwen3-Next and Qwen3.5/3.6 (dense and MoE,
 // with or without MTP layers).
 package model
 

@@ -67,6 +67,19 @@ func (r Role) MustStayLossless() bool {
 	return false
 }
 
+// IsMLPMatrix reports whether the role is a matrix of a layer's MLP
+// block: a routed expert, the shared expert's gate, up or down projection,
+// or a dense MLP's (not the router or the shared expert's sigmoid gate).
+// A dense layer's MLP takes the place of an MoE layer's experts: build's
+// "--layers experts" selects these.
+func (r Role) IsMLPMatrix() bool {
+	switch r {
+	case RoleExpertGateUp, RoleExpertDown, RoleSharedGate, RoleSharedUp, RoleSharedDown, RoleMLPGate, RoleMLPUp, RoleMLPDown:
+		return true
+	}
+	return false
+}
+
 // IsExpert reports whether the role is a routed expert matrix.
 func (r Role) IsExpert() bool { return r == RoleExpertGateUp || r == RoleExpertDown }
 

@@ -73,6 +73,14 @@ type Config struct {
 	// flat config.json (model_type qwen3_next) with norm_topk_prob.
 	Qwen3Next bool
 
+	// Dense switches to the dense Qwen3.5 flavour: a SwiGLU MLP
+	// (mlp.{gate,up,down}_proj of width Intermediate) in every layer and
+	// the MTP layer instead of the MoE block, model_type qwen3_5 /
+	// qwen3_5_text, and no MoE keys in config.json. The MoE fields are
+	// ignored.
+	Dense        bool
+	Intermediate int // intermediate_size (Dense only)
+
 	// VisionStubs adds three `model.visual.*` tensors (one of rank 5) to
 	// the generated checkpoint, to exercise pass-through of non-text
 	// tensors. Off in both built-in profiles.
@@ -207,6 +215,37 @@ func Qwen36_35B() Config {
 	}
 }
 
+// DenseTiny returns the tiny profile in the dense Qwen3.5 flavour: the
+// geometry of Tiny with a SwiGLU MLP of width 512 (2·hidden) in every layer and
+// the MTP layer.
+func DenseTiny() Config {
+	c := Tiny()
+	c.Name = "tiny-dense"
+	c.Dense = true
+	c.Intermediate = 512
+	c.Experts, c.TopK, c.MoEIntermediate, c.SharedIntermediate, c.NormTopKProb = 0, 0, 0, 0, false
+	return c
+}
+
+// Qwen35_27B returns the text configuration of a Qwen3.5-27B-shaped dense
+// model: hidden 5120, 64 layers (every fourth full attention), 24/4
+// heads of 256, Gated DeltaNet 16/48 heads of 128, a dense MLP of width
+// 17,408 in every layer, vocabulary 248,320 and one MTP layer.
+func Qwen35_27B() Config {
+	c := Qwen36_35B()
+	c.Name = "qwen3.5-27b"
+	c.Hidden = 5120
+	c.Layers = 64
+	c.LayerTypes = hybridLayers(64, 4)
+	c.Heads, c.KVHeads, c.HeadDim = 24, 4, 256
+	c.LinearKeyHeads, c.LinearValueHeads = 16, 48
+	c.Dense = true
+	c.Intermediate = 17408
+	c.Experts, c.TopK, c.MoEIntermediate, c.SharedIntermediate, c.NormTopKProb = 0, 0, 0, 0, false
+	c.VisionOut = 5120
+	return c
+}
+
 // Qwen3NextTiny returns the tiny profile in the Qwen3-Next flavour.
 func Qwen3NextTiny() Config {
 	c := Tiny()
@@ -258,8 +297,18 @@ func (c Config) Validate() error {
 		{"HeadDim", c.HeadDim}, {"LinearKeyHeads", c.LinearKeyHeads},
 		{"LinearValueHeads", c.LinearValueHeads}, {"LinearKeyHeadDim", c.LinearKeyHeadDim},
 		{"LinearValueHeadDim", c.LinearValueHeadDim}, {"ConvKernel", c.ConvKernel},
-		{"Experts", c.Experts}, {"TopK", c.TopK}, {"MoEIntermediate", c.MoEIntermediate},
-		{"SharedIntermediate", c.SharedIntermediate}, {"Vocab", c.Vocab},
+		{"Vocab", c.Vocab},
+	}
+	if c.Dense {
+		pos = append(pos, struct {
+			name string
+			v    int
+		}{"Intermediate", c.Intermediate})
+	} else {
+		pos = append(pos, []struct {
+			name string
+			v    int
+		}{{"Experts", c.Experts}, {"TopK", c.TopK}, {"MoEIntermediate", c.MoEIntermediate}, {"SharedIntermediate", c.SharedIntermediate}}...)
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -274,7 +323,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("testmodel: config %q: layer %d has unknown type %q", c.Name, i, t)
 		}
 	}
-	if c.TopK > c.Experts {
+	if c.Dense && c.Qwen3Next {
+		return fmt.Errorf("testmodel: config %q: the dense flavour is Qwen3.5, not Qwen3-Next", c.Name)
+	}
+	if !c.Dense && c.TopK > c.Experts {
 		return fmt.Errorf("testmodel: config %q: top-k %d exceeds %d experts", c.Name, c.TopK, c.Experts)
 	}
 	if c.LinearValueHeads%c.LinearKeyHeads != 0 {
@@ -319,6 +371,7 @@ func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 		HeadDim                   int         `json:"head_dim"`
 		HiddenAct                 string      `json:"hidden_act"`
 		HiddenSize                int         `json:"hidden_size"`
+		IntermediateSize          int         `json:"intermediate_size,omitempty"`
 		LayerTypes                []LayerType `json:"layer_types"`
 		LinearConvKernelDim       int         `json:"linear_conv_kernel_dim"`
 		LinearKeyHeadDim          int         `json:"linear_key_head_dim"`
@@ -328,21 +381,21 @@ func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 		MambaSSMDType             string      `json:"mamba_ssm_dtype"`
 		MaxPositionEmbeddings     int         `json:"max_position_embeddings"`
 		ModelType                 string      `json:"model_type"`
-		MoEIntermediateSize       int         `json:"moe_intermediate_size"`
+		MoEIntermediateSize       *int        `json:"moe_intermediate_size,omitempty"`
 		MTPNumHiddenLayers        int         `json:"mtp_num_hidden_layers"`
 		MTPUseDedicatedEmbeddings bool        `json:"mtp_use_dedicated_embeddings"`
 		NormTopKProb              *bool       `json:"norm_topk_prob,omitempty"`
 		NumAttentionHeads         int         `json:"num_attention_heads"`
-		NumExperts                int         `json:"num_experts"`
-		NumExpertsPerTok          int         `json:"num_experts_per_tok"`
+		NumExperts                *int        `json:"num_experts,omitempty"`
+		NumExpertsPerTok          *int        `json:"num_experts_per_tok,omitempty"`
 		NumHiddenLayers           int         `json:"num_hidden_layers"`
 		NumKeyValueHeads          int         `json:"num_key_value_heads"`
-		OutputRouterLogits        bool        `json:"output_router_logits"`
+		OutputRouterLogits        *bool       `json:"output_router_logits,omitempty"`
 		PartialRotaryFactor       float64     `json:"partial_rotary_factor"`
 		RMSNormEps                float64     `json:"rms_norm_eps"`
 		RopeParameters            ropeParams  `json:"rope_parameters"`
-		RouterAuxLossCoef         float64     `json:"router_aux_loss_coef"`
-		SharedExpertIntermediate  int         `json:"shared_expert_intermediate_size"`
+		RouterAuxLossCoef         *float64    `json:"router_aux_loss_coef,omitempty"`
+		SharedExpertIntermediate  *int        `json:"shared_expert_intermediate_size,omitempty"`
 		TieWordEmbeddings         bool        `json:"tie_word_embeddings"`
 		VocabSize                 int         `json:"vocab_size"`
 	}
@@ -399,13 +452,10 @@ func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 			MambaSSMDType:             "float32",
 			MaxPositionEmbeddings:     c.MaxPositions,
 			ModelType:                 "qwen3_5_moe_text",
-			MoEIntermediateSize:       c.MoEIntermediate,
 			MTPNumHiddenLayers:        c.MTPLayers,
 			MTPUseDedicatedEmbeddings: false,
 			NormTopKProb:              ntp,
 			NumAttentionHeads:         c.Heads,
-			NumExperts:                c.Experts,
-			NumExpertsPerTok:          c.TopK,
 			NumHiddenLayers:           c.Layers,
 			NumKeyValueHeads:          c.KVHeads,
 			PartialRotaryFactor:       c.PartialRotaryFactor,
@@ -417,10 +467,8 @@ func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 				MRopeInterleaved:    true,
 				MRopeSection:        c.MRopeSection,
 			},
-			RouterAuxLossCoef:        0.001,
-			SharedExpertIntermediate: c.SharedIntermediate,
-			TieWordEmbeddings:        false,
-			VocabSize:                c.Vocab,
+			TieWordEmbeddings: false,
+			VocabSize:         c.Vocab,
 		},
 		TieWordEmbeddings:  false,
 		VideoTokenID:       c.VideoToken,
@@ -442,6 +490,18 @@ func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 			QuantMethod:      "fp8",
 			WeightBlockSize:  []int{128, 128},
 		}
+	}
+	if c.Dense {
+		doc.Architectures = []string{"Qwen3_5ForConditionalGeneration"}
+		doc.ModelType = "qwen3_5"
+		doc.TextConfig.ModelType = "qwen3_5_text"
+		doc.TextConfig.IntermediateSize = c.Intermediate
+		doc.TextConfig.NormTopKProb = nil
+	} else {
+		aux, no := 0.001, false
+		tc := &doc.TextConfig
+		tc.MoEIntermediateSize, tc.NumExperts, tc.NumExpertsPerTok = &c.MoEIntermediate, &c.Experts, &c.TopK
+		tc.OutputRouterLogits, tc.RouterAuxLossCoef, tc.SharedExpertIntermediate = &no, &aux, &c.SharedIntermediate
 	}
 	var v any = doc
 	if c.Qwen3Next {

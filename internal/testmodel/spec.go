@@ -150,6 +150,12 @@ func Specs(cfg Config, layout ExpertLayout, fp8 bool) ([]TensorSpec, error) {
 			add(a+"out_proj.weight", "BF16", sh(H, cfg.ValueDim()), InitMatrix, i, mtp)
 		}
 		m := prefix + "mlp."
+		if cfg.Dense {
+			add(m+"gate_proj.weight", "BF16", sh(cfg.Intermediate, H), InitMatrix, i, mtp)
+			add(m+"up_proj.weight", "BF16", sh(cfg.Intermediate, H), InitMatrix, i, mtp)
+			add(m+"down_proj.weight", "BF16", sh(H, cfg.Intermediate), InitMatrix, i, mtp)
+			return
+		}
 		E, I, S := cfg.Experts, cfg.MoEIntermediate, cfg.SharedIntermediate
 		add(m+"gate.weight", "BF16", sh(E, H), InitMatrix, i, mtp)
 		gateUp, down := m+"experts.gate_up_proj", m+"experts.down_proj"

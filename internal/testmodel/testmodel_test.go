@@ -664,3 +664,78 @@ func TestReferenceLayoutMatchesWriter(t *testing.T) {
 		}
 	}
 }
+
+// goldenDense pins the sha256 of every file of the dense tiny checkpoint
+// (DenseTiny, Default variant). Golden values: produced by this generator
+// on linux/amd64 (`ttquant testmodel --variant dense`, then sha256sum) and
+// pasted here; the test passes under GOARCH=386 GO386=softfloat too. As
+// for goldenTiny, they are not independent of the code.
+var goldenDense = map[string]string{
+	"config.json":                      "97317059b90e1d9c0ee7d31b6cc1e2925698b387ea8e7e492844421b989905b8",
+	"model-00001-of-00003.safetensors": "707fa3eb18bc7ef9598c115aca51e0b1969cef7add6059ee5b9565fa799270cd",
+	"model-00002-of-00003.safetensors": "12eb346e8c9f40d2aab10cb039f1779f17060d160e96ed81790a8033a7ccf42a",
+	"model-00003-of-00003.safetensors": "877a076d0e569de85d8071551ace5c515897f4a3cbc3c1e8d81a1e30af6dbf05",
+	"model.safetensors.index.json":     "16380c4c39b99fd861cec0a2ee2119920d0a75353350c6f536890656e3506a56",
+}
+
+// TestDenseTiny: the dense flavour has a SwiGLU MLP of the configured
+// width in every layer and the MTP layer and no MoE tensor, its
+// config.json names the dense model type with intermediate_size and
+// without MoE keys, and its bytes are pinned.
+func TestDenseTiny(t *testing.T) {
+	c := DenseTiny()
+	specs, err := Specs(c, ExpertsFused, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 71 {
+		t.Errorf("%d tensors, want 71", len(specs))
+	}
+	mlp := 0
+	for _, s := range specs {
+		switch {
+		case strings.Contains(s.Name, "experts") || strings.Contains(s.Name, "shared_expert") || strings.HasSuffix(s.Name, "mlp.gate.weight"):
+			t.Errorf("dense model has MoE tensor %s", s.Name)
+		case strings.HasSuffix(s.Name, "mlp.down_proj.weight"):
+			mlp++
+			if !slices.Equal(s.Shape, []int64{256, 512}) {
+				t.Errorf("%s shape %v", s.Name, s.Shape)
+			}
+		case strings.HasSuffix(s.Name, "mlp.gate_proj.weight"), strings.HasSuffix(s.Name, "mlp.up_proj.weight"):
+			mlp++
+			if !slices.Equal(s.Shape, []int64{512, 256}) {
+				t.Errorf("%s shape %v", s.Name, s.Shape)
+			}
+		}
+	}
+	if mlp != 3*5 {
+		t.Errorf("%d dense MLP tensors, want 3 × (4 layers + MTP)", mlp)
+	}
+	js, err := c.ConfigJSON(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"model_type": "qwen3_5"`, `"model_type": "qwen3_5_text"`, `"intermediate_size": 512`, `"Qwen3_5ForConditionalGeneration"`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("config.json lacks %s", want)
+		}
+	}
+	for _, bad := range []string{"num_experts", "moe_intermediate_size", "shared_expert", "router", "norm_topk_prob"} {
+		if strings.Contains(string(js), bad) {
+			t.Errorf("dense config.json has %s", bad)
+		}
+	}
+	dir := t.TempDir()
+	if err := Write(dir, c, Default); err != nil {
+		t.Fatal(err)
+	}
+	h := hashDir(t, dir)
+	if len(h) != len(goldenDense) {
+		t.Errorf("%d files, want %d", len(h), len(goldenDense))
+	}
+	for n, g := range goldenDense {
+		if h[n] != g {
+			t.Errorf("%s: sha256 %s, golden %s", n, h[n], g)
+		}
+	}
+}

@@ -142,6 +142,13 @@ func WriteReplica35B(dir string) error {
 	return WriteSparse(dir, Qwen36_35B(), ExpertsFused)
 }
 
+// WriteReplica27B writes a shape replica of a Qwen3.5-27B-shaped dense
+// text model (Qwen35_27B) into dir, as WriteReplica35B does for the MoE
+// model: exact headers, sparse data.
+func WriteReplica27B(dir string) error {
+	return WriteSparse(dir, Qwen35_27B(), ExpertsFused)
+}
+
 // WriteSparse writes the checkpoint described by cfg as sparse shards of at
 // most MaxShardBytes (see WriteReplica35B).
 func WriteSparse(dir string, cfg Config, layout ExpertLayout) error {

@@ -375,10 +375,10 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	defer m.Close()
 	b.model = m
-	if _, err := checkSourceConfig(opt.Source, m); err != nil {
+	if b.modelCfg, err = checkSourceConfig(opt.Source, m, opt.Family); err != nil {
 		return nil, err
 	}
-	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family}); err != nil {
+	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family, Config: b.modelCfg}); err != nil {
 		return nil, err
 	}
 	if kind == kindGPTQ {
@@ -495,9 +495,11 @@ func (b *builder) summary() *WorkSummary {
 func layerSelector(s string) (func(*storedTensor) bool, error) {
 	switch s {
 	case "experts":
-		return func(st *storedTensor) bool { return st.isExpertMatrix() || st.isSharedExpertMatrix() }, nil
+		// The MLP block: routed and shared experts, or a dense layer's
+		// MLP, which stands where the experts of an MoE layer do.
+		return func(st *storedTensor) bool { return st.isExpertMatrix() || st.isMLPMatrix() }, nil
 	case "dense":
-		return func(st *storedTensor) bool { return !st.isExpertMatrix() && !st.isSharedExpertMatrix() }, nil
+		return func(st *storedTensor) bool { return !st.isExpertMatrix() && !st.isMLPMatrix() }, nil
 	case "all":
 		return func(*storedTensor) bool { return true }, nil
 	}

@@ -96,15 +96,6 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	b.store = st
 	b.calib = &manifest.CalibInfo{Sequences: int64(prov.Sequences), Tokens: prov.Tokens, HeldOutSequences: int64(b.opt.HeldOutSequences), SHA256: id,
 		Mode: manifest.CalibModeStore, TokenIDsSHA256: prov.TokenIDsSHA256, Data: compactJSON(prov.Data)}
-	if len(b.gptqLayers) > 0 {
-		cfgPath := b.opt.Source
-		if fi, err := os.Stat(cfgPath); err == nil && !fi.IsDir() {
-			cfgPath = filepath.Dir(cfgPath)
-		}
-		if b.modelCfg, err = b.opt.Family.ReadConfig(cfgPath); err != nil {
-			return fmt.Errorf("manifest: GPTQ of routed experts needs the model's config.json: %w", err)
-		}
-	}
 	// Expert layers without MoE inputs in the store fall back to RTN,
 	// matrix by matrix, with the reason recorded.
 	for l := range b.gptqLayers {

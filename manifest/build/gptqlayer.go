@@ -114,12 +114,12 @@ func (b *builder) expertPairs(layer int) (map[int]*expertPair, error) {
 			}
 		}
 	}
-	if len(ex) != b.modelCfg.MoE.Experts {
-		return nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), b.modelCfg.MoE.Experts)
+	if len(ex) != b.modelCfg.MoE().Experts {
+		return nil, fmt.Errorf("the source has %d routed experts, config.json says %d", len(ex), b.modelCfg.MoE().Experts)
 	}
 	for e, p := range ex {
-		if e < 0 || e >= b.modelCfg.MoE.Experts {
-			return nil, fmt.Errorf("routed expert %d outside 0..%d of config.json", e, b.modelCfg.MoE.Experts-1)
+		if e < 0 || e >= b.modelCfg.MoE().Experts {
+			return nil, fmt.Errorf("routed expert %d outside 0..%d of config.json", e, b.modelCfg.MoE().Experts-1)
 		}
 		if p.gu == nil || p.down == nil {
 			return nil, fmt.Errorf("expert %d: gate_up or down missing from the source", e)

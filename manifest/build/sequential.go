@@ -47,7 +47,7 @@ const seqChunkRows = 8192
 
 type sequential struct {
 	b    *builder
-	cfg  *forward.Config
+	cfg  *model.Config
 	src  forward.WeightSource // the source checkpoint
 	w    *seqWeights
 	m    *forward.Model // over Overlay{w, src}
@@ -70,10 +70,7 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		dir = filepath.Dir(dir)
 	}
-	cfg, err := forward.ReadConfig(dir)
-	if err != nil {
-		return fmt.Errorf("sequential GPTQ runs the model on the CPU: %w", err)
-	}
+	cfg := b.modelCfg
 	src := forward.NewCheckpoint(b.model)
 	ref, err := forward.New(cfg, src)
 	if err != nil {
@@ -109,9 +106,6 @@ func (b *builder) openSequential(ctx context.Context) error {
 	}
 	if s.m, err = forward.New(cfg, forward.Overlay{s.w, src}); err != nil {
 		return err
-	}
-	if b.modelCfg, err = b.opt.Family.ReadConfig(dir); err != nil {
-		return fmt.Errorf("manifest: GPTQ of routed experts needs the model's config.json: %w", err)
 	}
 	provJSON, err := json.Marshal(res.Provenance)
 	if err != nil {
@@ -613,7 +607,7 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 }
 
 func (s *sequential) outSite(l int) string {
-	if s.cfg.Kind(l) == forward.FullAttention {
+	if s.cfg.Kind(l) == model.FullAttention {
 		return calib.SiteOProj
 	}
 	return calib.SiteOutProj

@@ -9,17 +9,19 @@ import (
 	"github.com/ttquant/ttquant/safetensors"
 )
 
-// checkSourceConfig reads the config.json beside a source checkpoint and
-// checks it against the tensors' headers. A build needs it: the file is
-// copied into the checkpoint as the model's description, so a missing,
-// malformed or contradicting one is refused before any work.
-func checkSourceConfig(src string, m *safetensors.Model) (*model.Config, error) {
+// checkSourceConfig reads the config.json beside a source checkpoint,
+// through the family, and checks it against the tensors' headers. A build
+// needs it: the file is copied into the checkpoint as the model's
+// description, so a missing, malformed or contradicting one is refused
+// before any work. It is the build's one read of config.json: the
+// calibration and the sequential pass take the Config it returns.
+func checkSourceConfig(src string, m *safetensors.Model, fam model.Family) (*model.Config, error) {
 	dir := src
 	if fi, err := os.Stat(src); err == nil && !fi.IsDir() {
 		dir = filepath.Dir(src)
 	}
 	path := filepath.Join(dir, "config.json")
-	cfg, err := model.ReadConfig(path)
+	cfg, err := fam.ReadConfig(path)
 	if err != nil {
 		return nil, fmt.Errorf("build: source %s needs a valid config.json (it describes the model and is copied into the checkpoint): %w", src, err)
 	}

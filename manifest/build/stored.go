@@ -111,15 +111,10 @@ func (st *storedTensor) sourceRefs() []manifest.SourceRef {
 
 func (st *storedTensor) isExpertMatrix() bool { return st.expert >= 0 }
 
-// isSharedExpertMatrix reports whether st is the shared expert's gate, up
-// or down projection (not its sigmoid gate).
-func (st *storedTensor) isSharedExpertMatrix() bool {
-	switch model.Role(st.role) {
-	case model.RoleSharedGate, model.RoleSharedUp, model.RoleSharedDown:
-		return true
-	}
-	return false
-}
+// isMLPMatrix reports whether st is a matrix of its layer's MLP block: a
+// routed expert, the shared expert's gate, up or down projection, or the
+// dense MLP's (model.Role.IsMLPMatrix).
+func (st *storedTensor) isMLPMatrix() bool { return model.Role(st.role).IsMLPMatrix() }
 
 // expertKind returns "gate_up" or "down" for a routed expert tensor.
 func (st *storedTensor) expertKind() string {

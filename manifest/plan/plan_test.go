@@ -727,3 +727,43 @@ func TestResolveAsksTheFamily(t *testing.T) {
 		t.Fatalf("a family that knows no tensor: %v", err)
 	}
 }
+
+// TestDensePresetOn27BReplica: on the Qwen3.5-27B shape replica (dense,
+// 64 layers and one MTP layer), qwen3-27b-dense stores the 192 MLP
+// matrices of the trunk and the MTP layer's 3 in BFP4_b with GPTQ; no
+// other matrix is BFP4_b, and the MoE preset's expert rules match nothing.
+func TestDensePresetOn27BReplica(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.WriteReplica27B(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := safetensors.OpenModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r, err := mustPreset(t, PresetDense27B).Resolve(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SourceTensors != 866 || len(r.Tensors) != 866 || r.NumLayers != 64 || r.NumMTPLayers != 1 || r.Experts != 0 || r.ExpertFiles != 0 {
+		t.Fatalf("resolved %d/%d tensors, %d+%d layers, %d experts, %d expert files", r.SourceTensors, len(r.Tensors), r.NumLayers, r.NumMTPLayers, r.Experts, r.ExpertFiles)
+	}
+	trunk, mtp := 0, 0
+	for _, pt := range r.Tensors {
+		if pt.Format != manifest.StoreBFP4 {
+			continue
+		}
+		if pt.Method != manifest.MethodGPTQ || !pt.Role.IsMLPMatrix() {
+			t.Errorf("%s (role %s): BFP4_b %s, want only MLP matrices with GPTQ", pt.Name, pt.Role, pt.Method)
+		}
+		if pt.MTP {
+			mtp++
+		} else {
+			trunk++
+		}
+	}
+	if trunk != 192 || mtp != 3 {
+		t.Errorf("%d trunk and %d MTP BFP4_b matrices, want 192 and 3", trunk, mtp)
+	}
+}

@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -196,6 +195,11 @@ type ResolveOptions struct {
 	DenseShardBytes int64
 	// Family says what the model's tensors are (default model.Qwen3).
 	Family model.Family
+	// Config is the model's configuration when the caller has read it (a
+	// build reads config.json once and passes it here). When nil, Resolve
+	// reads the config.json beside the model, if there is one, through
+	// Family.
+	Config *model.Config
 }
 
 // ErrAlreadyQuantized is wrapped by the error Resolve returns for a source
@@ -251,15 +255,21 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%s: the model has no tensors", m.Path())
 	}
-	if err := checkNotQuantized(m, names); err != nil {
-		return nil, err
-	}
-
-	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
 	fam := opt.Family
 	if fam == nil {
 		fam = model.Qwen3
 	}
+	cfg := opt.Config
+	if cfg == nil {
+		if cfg, err = besideConfig(m, fam); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkNotQuantized(m, names, cfg); err != nil {
+		return nil, err
+	}
+
+	r := &Resolved{Plan: plan, Model: m.Path(), ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, SourceTensors: len(names)}
 	srcs, err := r.classify(m, names, fam)
 	if err != nil {
 		return nil, err
@@ -425,9 +435,8 @@ func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error)
 			dims := s.info.Shape
 			E, rows, cols := dims[0], dims[1], dims[2]
 			per := s.info.Size() / max(E, 1)
-			kind := "down"
+			kind := model.ExpertKind(c.Role)
 			if c.Role == model.RoleExpertGateUp {
-				kind = "gate_up"
 				if rows%2 != 0 {
 					return nil, fmt.Errorf("tensor %s: fused gate_up_proj %v has an odd row count %d (want gate rows then up rows)", s.info.Name, dims, rows)
 				}
@@ -442,7 +451,7 @@ func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error)
 			r.Experts = max(r.Experts, int(E))
 			for e := int64(0); e < E; e++ {
 				planned = append(planned, PlannedTensor{
-					Name: c.Block + "experts." + strconv.FormatInt(e, 10) + "." + kind + "_proj",
+					Name: model.ExpertMatrixName(c.Block, int(e), c.Role),
 					Role: c.Role, Source: s.info.Name, Expert: int(e), ExpertKind: kind,
 					Sources: []SourceSlice{{Tensor: s.info.Name, Expert: int(e), Offset: e * per, Bytes: per}},
 					Layer:   r.layerIndex(c), MTP: c.MTP,
@@ -477,11 +486,11 @@ func (r *Resolved) plannedFromSources(srcs []rawSource) ([]PlannedTensor, error)
 	for block, bs := range blockShapes {
 		gu, dn := bs[0], bs[1]
 		if gu == nil || dn == nil {
-			missing := "experts.down_proj"
+			missing := model.FusedExpertName(block, model.RoleExpertDown)
 			if gu == nil {
-				missing = "experts.gate_up_proj"
+				missing = model.FusedExpertName(block, model.RoleExpertGateUp)
 			}
-			return nil, fmt.Errorf("MoE block %s: fused %s%s is missing", strings.TrimSuffix(block, "."), block, missing)
+			return nil, fmt.Errorf("MoE block %s: fused %s is missing", strings.TrimSuffix(block, "."), missing)
 		}
 		if gu[0] != dn[0] || gu[2] != dn[1] || gu[1] != 2*dn[2] {
 			return nil, fmt.Errorf("MoE block %s: gate_up_proj %v and down_proj %v disagree (want [E, 2I, H] and [E, H, I])", strings.TrimSuffix(block, "."), gu, dn)
@@ -507,7 +516,7 @@ func (r *Resolved) joinPerExpert(planned []PlannedTensor, perExpert map[string]*
 		r.Experts = max(r.Experts, c.Expert+1)
 		planned = append(planned,
 			PlannedTensor{
-				Name: where + ".gate_up_proj", Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: "gate_up",
+				Name: model.ExpertMatrixName(c.Block, c.Expert, model.RoleExpertGateUp), Role: model.RoleExpertGateUp, Source: g.Name, Expert: c.Expert, ExpertKind: model.ExpertKind(model.RoleExpertGateUp),
 				Sources: []SourceSlice{
 					{Tensor: g.Name, Expert: -1, Offset: 0, Bytes: g.Size()},
 					{Tensor: u.Name, Expert: -1, Offset: 0, Bytes: u.Size()},
@@ -516,7 +525,7 @@ func (r *Resolved) joinPerExpert(planned []PlannedTensor, perExpert map[string]*
 				Shape: []int64{2 * g.Shape[0], g.Shape[1]}, SourceBytes: g.Size() + u.Size(),
 			},
 			PlannedTensor{
-				Name: where + ".down_proj", Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: "down",
+				Name: model.ExpertMatrixName(c.Block, c.Expert, model.RoleExpertDown), Role: model.RoleExpertDown, Source: d.Name, Expert: c.Expert, ExpertKind: model.ExpertKind(model.RoleExpertDown),
 				Sources: []SourceSlice{{Tensor: d.Name, Expert: -1, Offset: 0, Bytes: d.Size()}},
 				Layer:   r.layerIndex(c), MTP: c.MTP, SourceDType: d.DType.String(),
 				Shape: append([]int64(nil), d.Shape...), SourceBytes: d.Size(),
@@ -595,10 +604,25 @@ func checkSourceShape(c model.SourceClass, info safetensors.TensorInfo) error {
 	return nil
 }
 
+// besideConfig reads the config.json beside the model through the family,
+// nil when there is none.
+func besideConfig(m *safetensors.Model, fam model.Family) (*model.Config, error) {
+	dir := m.Path()
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	p := filepath.Join(dir, "config.json")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return fam.ReadConfig(p)
+}
+
 // checkNotQuantized refuses sources that are already quantized: low
 // precision or integer weight dtypes, scale/packing companions, or a
-// quantization_config in the config.json beside the model.
-func checkNotQuantized(m *safetensors.Model, names []string) error {
+// quantization_config in the model's config (cfg, nil when the model has
+// none).
+func checkNotQuantized(m *safetensors.Model, names []string, cfg *model.Config) error {
 	var lowPrec, companions, badDType []string
 	for _, n := range names {
 		_, info, _ := m.Lookup(n)
@@ -625,27 +649,9 @@ func checkNotQuantized(m *safetensors.Model, names []string) error {
 	if len(badDType) > 0 {
 		return fmt.Errorf("%s: unsupported source dtype: %s (want BF16, F16 or F32)", m.Path(), badDType[0])
 	}
-	dir := m.Path()
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		dir = filepath.Dir(dir)
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
-		var cfg struct {
-			Q          json.RawMessage `json:"quantization_config"`
-			TextConfig struct {
-				Q json.RawMessage `json:"quantization_config"`
-			} `json:"text_config"`
-		}
-		if json.Unmarshal(b, &cfg) == nil {
-			q := cfg.Q
-			if len(q) == 0 {
-				q = cfg.TextConfig.Q
-			}
-			if len(q) > 0 && string(q) != "null" {
-				return fmt.Errorf("%s: %w (config.json has a quantization_config: %s); ttquant converts BF16, F16 or F32 checkpoints: use the unquantized release",
-					m.Path(), ErrAlreadyQuantized, truncate(string(q), 120))
-			}
-		}
+	if cfg != nil && cfg.Quantization != nil {
+		return fmt.Errorf("%s: %w (config.json has a quantization_config: %s); ttquant converts BF16, F16 or F32 checkpoints: use the unquantized release",
+			m.Path(), ErrAlreadyQuantized, truncate(string(cfg.Quantization), 120))
 	}
 	return nil
 }

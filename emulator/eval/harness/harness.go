@@ -429,7 +429,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, err
 	}
 	refInfo := eval.RunInfo{Label: "BF16", Numerics: "cpu-fp32",
-		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Family.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: tok.SHA256()}}
+		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Arch.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: tok.SHA256()}}
 	res, err := eval.NewResult(refInfo, infos, scorer, info, Settings{Numerics: num.String(), KVCache: kv, Chunk: chunk})
 	if err != nil {
 		return nil, err

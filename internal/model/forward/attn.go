@@ -2,6 +2,7 @@ package forward
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 
 	"github.com/ttquant/ttquant/internal/kernels"
@@ -16,7 +17,7 @@ const attnBlock = 64
 // ropeTable returns cos and sin for positions p0..p0+n-1 and the
 // RotaryDim/2 frequencies: inv_freq_i = 1/θ^(2i/R) and the angle p·inv_freq
 // in float32, as the reference computes them.
-func ropeTable(cfg *Config, p0, n int) (cos, sin []float32) {
+func ropeTable(cfg *model.Config, p0, n int) (cos, sin []float32) {
 	half := cfg.RotaryDim / 2
 	inv := make([]float32, half)
 	for i := range inv {

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"errors"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := string(raw)
-	if _, err := ParseConfig(raw, "config.json"); err != nil {
+	if _, err := model.ParseConfig(raw, "config.json"); err != nil {
 		t.Fatalf("the fixture's config is refused: %v", err)
 	}
 	for _, c := range []struct {
@@ -55,26 +56,26 @@ func TestConfigErrors(t *testing.T) {
 		if bad == good {
 			t.Fatalf("%s: %q not found in the fixture config", c.name, c.from)
 		}
-		_, err := ParseConfig([]byte(bad), "config.json")
-		var ce *ConfigError
+		_, err := model.ParseConfig([]byte(bad), "config.json")
+		var ce *model.ConfigError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want a ConfigError naming %q", c.name, err, c.want)
 		}
 	}
 	// Top-level model_type without text_config, unknown.
-	if _, err := ParseConfig([]byte(`{"model_type":"mamba"}`), "x"); err == nil || !strings.Contains(err.Error(), "mamba") {
+	if _, err := model.ParseConfig([]byte(`{"model_type":"mamba"}`), "x"); err == nil || !strings.Contains(err.Error(), "mamba") {
 		t.Errorf("unknown flat model_type: %v", err)
 	}
 	// rope_scaling with YaRN (older configs).
 	yarn := strings.Replace(good, `"rope_parameters"`, `"rope_scaling": {"type": "yarn", "factor": 4}, "rope_parameters_x"`, 1)
-	if _, err := ParseConfig([]byte(yarn), "c"); err == nil || !strings.Contains(err.Error(), "yarn") {
+	if _, err := model.ParseConfig([]byte(yarn), "c"); err == nil || !strings.Contains(err.Error(), "yarn") {
 		t.Errorf("rope_scaling yarn: %v", err)
 	}
 }
 
 func TestWeightErrorsNameTheTensor(t *testing.T) {
 	dir := writeModel(t, testmodel.Micro(), testmodel.SingleFile)
-	cfg, err := ReadConfig(dir)
+	cfg, err := model.ReadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

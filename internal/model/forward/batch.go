@@ -2,6 +2,7 @@ package forward
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/kernels"
@@ -61,7 +62,7 @@ type layerCache struct {
 }
 
 // NewCache returns an empty cache for a model with configuration cfg.
-func NewCache(cfg *Config) *Cache {
+func NewCache(cfg *model.Config) *Cache {
 	return &Cache{layers: make([]layerCache, cfg.NumLayers())}
 }
 
@@ -180,7 +181,7 @@ func (l *Layer) ForwardMixer(b *Batch, hook Hook) error {
 		}
 		var y []float32
 		var err error
-		if l.Kind == FullAttention {
+		if l.Kind == model.FullAttention {
 			y, err = l.attention(g, gh, emit)
 		} else {
 			y, err = l.deltaNet(g, gh, emit)

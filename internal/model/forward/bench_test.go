@@ -15,17 +15,17 @@ import (
 )
 
 // cfg35B is the Qwen3.6-35B-A3B text geometry.
-func cfg35B() *Config {
-	c := &Config{Family: FamilyQwen35MoE, ModelType: "qwen3_5_moe_text", Prefix: "model.language_model.",
+func cfg35B() *model.Config {
+	c := &model.Config{Arch: model.ArchQwen35MoE, ModelType: "qwen3_5_moe_text", Prefix: "model.language_model.",
 		Hidden: 2048, Layers: 40, Vocab: 248320, Eps: 1e-6,
 		Heads: 16, KVHeads: 2, HeadDim: 256, RopeTheta: 1e7, RotaryDim: 64,
 		LinKeyHeads: 16, LinValueHeads: 32, LinKeyDim: 128, LinValueDim: 128, ConvKernel: 4,
 		Experts: 256, TopK: 8, ExpertInter: 512, SharedInter: 512, NormTopK: true, MTPLayers: 1}
-	c.Kinds = make([]LayerKind, c.Layers)
+	c.Kinds = make([]model.LayerKind, c.Layers)
 	for i := range c.Kinds {
-		c.Kinds[i] = LinearAttention
+		c.Kinds[i] = model.LinearAttention
 		if (i+1)%4 == 0 {
-			c.Kinds[i] = FullAttention
+			c.Kinds[i] = model.FullAttention
 		}
 	}
 	return c
@@ -44,12 +44,12 @@ func synth(seed uint64, n int, scale float32) []float32 {
 // experts all share one set of matrices (an expert is read from the source
 // when it runs in a real model, so this is also the real footprint); the
 // router is random, so tokens spread over all experts.
-func synthLayer(cfg *Config, i int) *Layer {
+func synthLayer(cfg *model.Config, i int) *Layer {
 	H := cfg.Hidden
 	s := 1 / float32(math.Sqrt(float64(H)))
 	l := &Layer{cfg: cfg, Index: i, Kind: cfg.Kind(i),
 		InputNorm: synth(1, H, 0.1), PostNorm: synth(2, H, 0.1)}
-	if l.Kind == FullAttention {
+	if l.Kind == model.FullAttention {
 		nh, nkv, hd := cfg.Heads, cfg.KVHeads, cfg.HeadDim
 		l.Attn = &AttentionWeights{In: synth(3, (2*nh*hd+2*nkv*hd)*H, s), O: synth(4, H*nh*hd, s/2),
 			QNorm: synth(5, hd, 0.1), KNorm: synth(6, hd, 0.1)}
@@ -73,15 +73,15 @@ func synthLayer(cfg *Config, i int) *Layer {
 }
 
 // Linear-work FLOPs per token of each 35B part (2 per multiply-add).
-func moeFlops(c *Config) float64 {
+func moeFlops(c *model.Config) float64 {
 	H := float64(c.Hidden)
 	return 2 * H * (float64(c.Experts) + 3*float64(c.TopK*c.ExpertInter) + 3*float64(c.SharedInter) + 1)
 }
-func gdnFlops(c *Config) float64 {
+func gdnFlops(c *model.Config) float64 {
 	H := float64(c.Hidden)
 	return 2 * H * float64(c.ConvDim()+2*c.ValueDim()+2*c.LinValueHeads)
 }
-func attnFlops(c *Config) float64 {
+func attnFlops(c *model.Config) float64 {
 	H := float64(c.Hidden)
 	return 2 * H * float64(2*c.Heads*c.HeadDim+2*c.KVHeads*c.HeadDim+c.Heads*c.HeadDim)
 }
@@ -125,7 +125,7 @@ func report(b *testing.B, ct *cpuTimer, tokens int, linFlopsPerToken float64) {
 
 const benchSeq = 2048
 
-func benchInput(c *Config) []float32 { return synth(99, benchSeq*c.Hidden, 1) }
+func benchInput(c *model.Config) []float32 { return synth(99, benchSeq*c.Hidden, 1) }
 
 // BenchmarkMoELayer35B: the 35B MoE block (256 experts of width 512, top-8,
 // shared expert) on one 2,048-token sequence.

@@ -14,14 +14,14 @@ import (
 // experts stay in the WeightSource; they are read one at a time while the
 // MoE block runs.
 type Layer struct {
-	cfg   *Config
+	cfg   *model.Config
 	Index int // trunk layer, or Layers+k for MTP layer k
-	Kind  LayerKind
+	Kind  model.LayerKind
 
 	InputNorm, PostNorm []float32 // zero-centred RMSNorm offsets [H]
 
-	Attn *AttentionWeights // Kind == FullAttention
-	GDN  *DeltaNetWeights  // Kind == LinearAttention
+	Attn *AttentionWeights // Kind == model.FullAttention
+	GDN  *DeltaNetWeights  // Kind == model.LinearAttention
 	MoE  *calib.MoELayer   // sparse MoE block, or
 	MLP  *MLPWeights       // dense SwiGLU MLP
 
@@ -61,7 +61,7 @@ type MLPWeights struct {
 
 // CheckLayer verifies that src has every tensor of layer i with the shape
 // the config implies, reading headers only.
-func CheckLayer(src WeightSource, cfg *Config, i int) error {
+func CheckLayer(src WeightSource, cfg *model.Config, i int) error {
 	_, err := loadLayer(src, cfg, i, false)
 	return err
 }
@@ -69,11 +69,11 @@ func CheckLayer(src WeightSource, cfg *Config, i int) error {
 // LoadLayer reads layer i (trunk 0..Layers-1, MTP Layers..NumLayers-1) from
 // src. Missing tensors, wrong shapes and non-finite values are errors
 // naming the tensor.
-func LoadLayer(src WeightSource, cfg *Config, i int) (*Layer, error) {
+func LoadLayer(src WeightSource, cfg *model.Config, i int) (*Layer, error) {
 	return loadLayer(src, cfg, i, true)
 }
 
-func loadLayer(src WeightSource, cfg *Config, i int, read bool) (*Layer, error) {
+func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, error) {
 	if i < 0 || i >= cfg.NumLayers() {
 		return nil, fmt.Errorf("forward: layer %d outside 0..%d", i, cfg.NumLayers()-1)
 	}
@@ -97,7 +97,7 @@ func loadLayer(src WeightSource, cfg *Config, i int, read bool) (*Layer, error) 
 	}
 	l.InputNorm = get(p+"input_layernorm.weight", H)
 	l.PostNorm = get(p+"post_attention_layernorm.weight", H)
-	if l.Kind == FullAttention {
+	if l.Kind == model.FullAttention {
 		a := p + "self_attn."
 		nh, nkv, hd := int64(cfg.Heads), int64(cfg.KVHeads), int64(cfg.HeadDim)
 		q := get(a+"q_proj.weight", 2*nh*hd, H)
@@ -181,7 +181,7 @@ func loadLayer(src WeightSource, cfg *Config, i int, read bool) (*Layer, error) 
 // unfuseQKVZ converts Qwen3-Next's per-key-head grouped in_proj_qkvz
 // (q_g, k_g, v of the group's value heads, z of them) and in_proj_ba (b,
 // a of the group's value heads) into the stacked q | k | v | z | b | a rows.
-func unfuseQKVZ(qkvz, ba []float32, cfg *Config) []float32 {
+func unfuseQKVZ(qkvz, ba []float32, cfg *model.Config) []float32 {
 	H := cfg.Hidden
 	nk, dk, dv := cfg.LinKeyHeads, cfg.LinKeyDim, cfg.LinValueDim
 	r := cfg.LinValueHeads / nk
@@ -214,7 +214,7 @@ type expertSource struct {
 	fused  bool
 }
 
-func newExpertSource(src WeightSource, prefix string, cfg *Config) (*expertSource, error) {
+func newExpertSource(src WeightSource, prefix string, cfg *model.Config) (*expertSource, error) {
 	s := &expertSource{src: src, prefix: prefix, h: cfg.Hidden, in: cfg.ExpertInter, n: cfg.Experts}
 	E, I, H := int64(cfg.Experts), int64(cfg.ExpertInter), int64(cfg.Hidden)
 	if _, ok := src.Shape(prefix + "experts.gate_up_proj"); ok {

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"io"
 	"math"
 	"sync"
@@ -19,7 +20,7 @@ const LogitChunk = 64
 // after their first use (for small models, decoding and repeated
 // evaluation).
 type Model struct {
-	Config *Config
+	Config *model.Config
 	Src    WeightSource
 	// Resident keeps every layer's weights once loaded.
 	Resident bool
@@ -49,7 +50,7 @@ type mtpWeights struct {
 // Open reads dir/config.json and the checkpoint in dir, and checks that
 // every tensor the forward pass needs is present with the right shape.
 func Open(dir string) (*Model, error) {
-	cfg, err := ReadConfig(dir)
+	cfg, err := model.ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +74,7 @@ func Open(dir string) (*Model, error) {
 // may still come with "model.language_model." names (and a nested one with
 // "model." names in a text-only export); whichever prefix the embedding is
 // found under is used.
-func New(cfg *Config, src WeightSource) (*Model, error) {
+func New(cfg *model.Config, src WeightSource) (*Model, error) {
 	for _, p := range []string{cfg.Prefix, "model.language_model.", "model."} {
 		if _, ok := src.Shape(p + "embed_tokens.weight"); ok {
 			if p != cfg.Prefix {

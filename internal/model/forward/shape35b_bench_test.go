@@ -17,6 +17,7 @@ package forward
 
 import (
 	"fmt"
+	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -152,13 +153,13 @@ func (s *shape35BSource) Read(name string, dst []float32, start int64) error {
 
 // shape35BConfig returns the forward Config parsed from the replica's
 // config.json.
-func shape35BConfig(tb testing.TB, tc testmodel.Config) *Config {
+func shape35BConfig(tb testing.TB, tc testmodel.Config) *model.Config {
 	tb.Helper()
 	js, err := tc.ConfigJSON(false)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg, err := ParseConfig(js, "config.json")
+	cfg, err := model.ParseConfig(js, "config.json")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -166,10 +167,10 @@ func shape35BConfig(tb testing.TB, tc testmodel.Config) *Config {
 }
 
 // Per-token FLOPs (2 per multiply-add) of the 35B parts.
-func shape35BFlops(c *Config, kind LayerKind, window int) (mixer, moe float64) {
+func shape35BFlops(c *model.Config, kind model.LayerKind, window int) (mixer, moe float64) {
 	H := float64(c.Hidden)
 	moe = 2 * H * (float64(c.Experts) + 3*float64(c.TopK*c.ExpertInter) + 3*float64(c.SharedInter) + 1)
-	if kind == FullAttention {
+	if kind == model.FullAttention {
 		nh, nkv, hd := float64(c.Heads), float64(c.KVHeads), float64(c.HeadDim)
 		// q (with gate), k, v, o projections, then QKᵀ and PV over the
 		// causal context: (window+1)/2 keys on average.
@@ -196,7 +197,7 @@ func BenchmarkShape35BLayer(b *testing.B) {
 	for _, li := range []int{0, 3} { // layer 0: Gated DeltaNet, layer 3: full attention
 		kind := cfg.Kind(li)
 		name := "linear"
-		if kind == FullAttention {
+		if kind == model.FullAttention {
 			name = "full"
 		}
 		b.Run(fmt.Sprintf("kind=%s/tokens=%dx%d", name, seqs, seqLen), func(b *testing.B) {

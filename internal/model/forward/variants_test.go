@@ -2,6 +2,7 @@ package forward
 
 import (
 	"encoding/json"
+	"github.com/ttquant/ttquant/internal/model"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -64,7 +65,7 @@ func checkConsistent(t *testing.T, m *Model, what string) {
 	}
 }
 
-func editConfig(tb testing.TB, dir string, edit func(tc map[string]any)) *Config {
+func editConfig(tb testing.TB, dir string, edit func(tc map[string]any)) *model.Config {
 	tb.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -80,7 +81,7 @@ func editConfig(tb testing.TB, dir string, edit func(tc map[string]any)) *Config
 	}
 	edit(tc)
 	b, _ := json.Marshal(top)
-	cfg, err := ParseConfig(b, "edited config.json")
+	cfg, err := model.ParseConfig(b, "edited config.json")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestDenseQwen35(t *testing.T) {
 			delete(tc, k)
 		}
 	})
-	if cfg.Family != FamilyQwen35Dense || cfg.IsMoE(0) || cfg.IsMoE(cfg.Layers) {
+	if cfg.Arch != model.ArchQwen35Dense || cfg.IsMoE(0) || cfg.IsMoE(cfg.Layers) {
 		t.Fatalf("config %+v", cfg)
 	}
 	src := loadMap(t, dir)
@@ -221,7 +222,7 @@ func TestHookSites(t *testing.T) {
 			t.Fatal(err)
 		}
 		inner := mc.LinearValueHeads * mc.LinearValueHeadDim
-		if l.Kind == FullAttention {
+		if l.Kind == model.FullAttention {
 			inner = mc.Heads * mc.HeadDim
 		}
 		for _, want := range []string{"attn_in:64", "attn_out:" + strconv.Itoa(inner), "mlp_in:64"} {
