@@ -113,7 +113,9 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if b.modelCfg, err = b.opt.Family.ReadConfig(dir); err != nil {
 		return fmt.Errorf("manifest: GPTQ of routed experts needs the model's config.json: %w", err)
 	}
-	provJSON, err := json.Marshal(res.Provenance)
+	// The manifest records the text's content, not where it was read
+	// from: the same text gives the same identity from any directory.
+	provJSON, err := json.Marshal(res.Provenance.Content())
 	if err != nil {
 		return err
 	}

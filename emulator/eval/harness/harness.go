@@ -546,6 +546,9 @@ func rebuildCalibration(ci *manifest.CalibInfo, tok *tokenizer.Tokenizer, worker
 	spec := &dataset.Spec{}
 	for _, src := range prov.Sources {
 		spec.Sources = append(spec.Sources, src.Source)
+		if src.Path == "" {
+			return nil, nil, "the manifest records the calibration text by content, not by path"
+		}
 		if _, err := os.Stat(src.Path); err != nil {
 			return nil, nil, fmt.Sprintf("calibration source %s is not here", src.Path)
 		}

@@ -183,13 +183,40 @@ const ProvenanceSchemaVersion = 1
 
 // Provenance says exactly what text a set came from.
 type Provenance struct {
-	SchemaVersion int           `json:"schema_version"`
-	Spec          string        `json:"spec"`
-	Options       Options       `json:"options"`
-	Tokenizer     TokenizerInfo `json:"tokenizer"`
-	Sources       []SourceInfo  `json:"sources"`
-	Calibration   *SetInfo      `json:"calibration,omitempty"`
-	Evaluation    *SetInfo      `json:"evaluation,omitempty"`
+	SchemaVersion int `json:"schema_version"`
+	// Spec is the spec as typed (inline string or file path); empty in a
+	// content-only provenance (Content).
+	Spec        string        `json:"spec,omitempty"`
+	Options     Options       `json:"options"`
+	Tokenizer   TokenizerInfo `json:"tokenizer"`
+	Sources     []SourceInfo  `json:"sources"`
+	Calibration *SetInfo      `json:"calibration,omitempty"`
+	Evaluation  *SetInfo      `json:"evaluation,omitempty"`
+}
+
+// Content returns the provenance without what depends only on how the
+// data was named: the spec as typed, every source's path and the path of
+// every file of a jsonl or txt source. A dir source's files keep their
+// paths relative to the source's root, which order its records. What is
+// left (kinds, labels, weights, options, the tokenizer, every file's
+// sha256, size and record count, the sets) is the same for the same text
+// whatever directory it was read from or how its path was typed; it is
+// what a checkpoint's manifest records (docs/checkpoint.md).
+func (p Provenance) Content() Provenance {
+	p.Spec = ""
+	srcs := make([]SourceInfo, len(p.Sources))
+	for i, s := range p.Sources {
+		s.Path = ""
+		s.Files = append([]FileInfo(nil), s.Files...)
+		if s.Kind != KindDir {
+			for k := range s.Files {
+				s.Files[k].Path = ""
+			}
+		}
+		srcs[i] = s
+	}
+	p.Sources = srcs
+	return p
 }
 
 // TokenizerInfo identifies the tokenizer.
