@@ -26,8 +26,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	model := fs.String("model", "", "Hugging Face source `directory` (config.json, safetensors, tokenizer.json): the reference (required)")
 	calibData := fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
 	calibFraction := fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
-	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when evaluation and calibration text overlap")
-	overlapRun := fs.Int("overlap-run", 32, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096)")
+	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when more than --max-overlap of the scored tokens is calibration text")
+	maxOverlap := fs.Float64("max-overlap", harness.DefaultMaxOverlap, "largest share of the scored tokens that may lie in text shared with the calibration text (the fingerprint in the checkpoints' manifests, or --calib-data), 0 < f < 1")
+	overlapRun := fs.Int("overlap-run", dataset.FingerprintRun, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096; a manifest's fingerprint records its own)")
 	labels := fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
 	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
 	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
@@ -67,6 +68,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if *overlapRun < 8 || *overlapRun > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)
 	}
+	if !(*maxOverlap > 0 && *maxOverlap < 1) {
+		return usageErrorf("--max-overlap %v: want a share 0 < f < 1", *maxOverlap)
+	}
 	if _, err := harness.ParseNumerics(*numerics, ""); err != nil {
 		return usageErrorf("--numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4 (%v)", *numerics, err)
 	}
@@ -86,7 +90,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
 	}
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
-		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
+		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
 	// The flags that describe the calibration set only mean something with
 	// --calib-data, and only when its spec does not carry its own options:
 	// never ignore one silently.
@@ -141,7 +145,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var oe *harness.OverlapError
 	switch {
 	case errors.As(err, &oe):
-		return fmt.Errorf("%w (--allow-overlap)", err)
+		return fmt.Errorf("%w (--max-overlap %g is the limit; --allow-overlap evaluates anyway)", err, *maxOverlap)
 	case err != nil:
 		return err
 	}

@@ -228,11 +228,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		EvalFraction: 1, Seed: 1,
 	}
 	rep, err := harness.Run(ctx, harness.Options{Model: src, Checkpoints: []string{rdir, gdir}, Labels: []string{"RTN", "GPTQ"},
-		Data: evalSpec, DataOptions: eopt, Calib: calibSpec, CalibOptions: dopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log,
-		// The evaluation files were never trained on, but share license
-		// headers and boilerplate with the calibration files; the
-		// windows that share a run of tokens are counted in the report.
-		AllowOverlap: true})
+		// The overlap with the calibration text is checked against the
+		// fingerprint the GPTQ checkpoint's manifest records.
+		Data: evalSpec, DataOptions: eopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log})
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}

@@ -245,6 +245,9 @@ type SetInfo struct {
 	TokenIDsSHA256 string         `json:"token_ids_sha256"`
 	ByLabel        map[string]int `json:"sequences_by_label"`
 	Records        int            `json:"records_used"`
+	// Fingerprint samples the calibration set's text (not made for an
+	// evaluation set): what an evaluation checks its text against.
+	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
 }
 
 // HashTokenIDs is the calibration store's identity of a token-id set: the
@@ -534,6 +537,12 @@ func (b *builder) buildSet(name string, so SetOptions, streams []*stream) (*Set,
 		info.ByLabel[s.Label]++
 	}
 	info.TokenIDsSHA256 = HashTokenIDs(set.IDs())
+	if name == "calibration" {
+		var err error
+		if info.Fingerprint, err = NewFingerprint(set, 0); err != nil {
+			return nil, nil, err
+		}
+	}
 	b.opt.progress("%s set: %d sequences, %d tokens from %d records", name, info.Sequences, info.Tokens, info.Records)
 	return set, info, nil
 }
