@@ -22,7 +22,7 @@ func init() {
 }
 
 func runEval(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "eval", "--model SRC --data SPEC --eval-sequences N [--eval-mode pack|record --eval-seq-len L] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
+	fs := newFlagSet(e, "eval", "--model SRC --data SPEC [--eval-seq-len L] [--eval-sequences N --eval-mode pack|record] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
 	model := fs.String("model", "", "Hugging Face source `directory` (config.json, safetensors, tokenizer.json): the reference (required)")
 	calibData := fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
 	calibFraction := fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
@@ -86,11 +86,33 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if dopt.Evaluation.Sequences == 0 {
-		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
+	// Without --eval-sequences the data is scored as it is: every record
+	// its own window of up to --eval-seq-len tokens (longer ones split);
+	// without --eval-fraction every record, or, when the data holds a
+	// file a checkpoint was calibrated on, the records its split held out.
+	window := dopt.Evaluation.SeqLen
+	heldOut := false
+	if spec.Options == nil && d.evalSequences == 0 {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "eval-mode" || f.Name == "eval-short" {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return usageErrorf("%s shapes --eval-sequences N sequences; without it every record is scored as its own window", strings.Join(set, ", "))
+		}
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "eval-fraction" })
+		dopt.Evaluation = dataset.SetOptions{AllRecords: true}
+		if !given {
+			dopt.EvalFraction, heldOut = 1, true
+		}
+	} else if !dopt.Evaluation.Requested() {
+		return usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
 	}
-	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
-		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
+	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
+		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
 	// The flags that describe the calibration set only mean something with
 	// --calib-data, and only when its spec does not carry its own options:
 	// never ignore one silently.
@@ -152,6 +174,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if *asJSON {
 		return rep.WriteJSON(e.stdout)
 	}
+	fmt.Fprintf(e.stdout, "Scored: %s.\n\n", rep.Data.(harness.DataInfo).Selection)
 	if err := rep.WriteMarkdown(e.stdout); err != nil {
 		return err
 	}

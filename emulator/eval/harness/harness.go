@@ -44,6 +44,13 @@ type Options struct {
 	// ignored).
 	Data        *dataset.Spec
 	DataOptions dataset.Options
+	// HeldOutOfCalibration: when a file of Data is a file a candidate's
+	// manifest records as its calibration text, only the records that
+	// calibration's seeded split held out are scored (its eval fraction
+	// and seed replace DataOptions'). For a default that scores a
+	// dedicated evaluation file whole and the held-out share of a
+	// calibration file.
+	HeldOutOfCalibration bool
 	// Calib and CalibOptions give the calibration text the checkpoints
 	// were made with (the calibration set dataset.Build makes of them):
 	// the overlap check fingerprints it. Nil: the fingerprints the
@@ -129,6 +136,8 @@ type DataInfo struct {
 	// Window is the longest window; Windows the number run; Split the
 	// number of sequences cut into several windows; Unscorable the masked
 	// tokens nothing predicts (each window's first token).
+	// Selection says which records were scored and why.
+	Selection  string      `json:"selection"`
 	Window     int         `json:"window"`
 	Windows    int         `json:"windows"`
 	Split      int         `json:"split_sequences"`
@@ -236,10 +245,10 @@ func (o *Options) check() error {
 	if o.Data == nil {
 		return errors.New("harness: no evaluation data")
 	}
-	if o.DataOptions.Evaluation.Sequences <= 0 {
+	if !o.DataOptions.Evaluation.Requested() {
 		return errors.New("harness: the data options request no evaluation sequences")
 	}
-	if o.Calib != nil && o.CalibOptions.Calibration.Sequences <= 0 {
+	if o.Calib != nil && !o.CalibOptions.Calibration.Requested() {
 		return errors.New("harness: the calibration data options request no calibration sequences")
 	}
 	if _, err := ParseNumerics(o.Numerics, o.KVCache); err != nil {
@@ -369,7 +378,22 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	info := DataInfo{Provenance: data.Provenance, Window: window}
+	selection := selectionText(dopt, window)
+	if opt.HeldOutOfCalibration {
+		if label, cp, ok := calibrationFile(data.Provenance, calibed, calibInfos); ok {
+			dopt.EvalFraction, dopt.Seed = cp.Options.EvalFraction, cp.Options.Seed
+			if dopt.EvalFraction >= 1 {
+				return nil, fmt.Errorf("harness: the evaluation data is candidate %s's calibration text, with no records held out", label)
+			}
+			if data, err = dataset.Build(opt.Data, tok, dopt); err != nil {
+				return nil, err
+			}
+			selection = fmt.Sprintf("the %g%% of the records that candidate %s's calibration split held out (eval fraction %g, seed %d): the evaluation data holds its calibration file; ",
+				100*dopt.EvalFraction, label, dopt.EvalFraction, dopt.Seed) + selectionText(dopt, window)
+		}
+	}
+	opt.log("scoring %s", selection)
+	info := DataInfo{Provenance: data.Provenance, Selection: selection, Window: window}
 	var windows []eval.Window
 	var labels []string
 	for i, s := range data.Evaluation.Sequences {
@@ -548,6 +572,45 @@ func (r *runner) Logits(dst []float32, lo, hi int) error {
 		copy(dst[row0*V:], lg[:rows*V])
 		return nil
 	})
+}
+
+// selectionText says how the evaluation set is cut into windows.
+func selectionText(dopt dataset.Options, window int) string {
+	e := dopt.Evaluation
+	what := "the evaluation records"
+	if dopt.EvalFraction == 1 {
+		what = "every record"
+	}
+	if e.AllRecords {
+		return fmt.Sprintf("%s, each its own window of up to %d tokens (longer ones split)", what, window)
+	}
+	return fmt.Sprintf("%d sequences (%s, %d tokens) of %s, windows of up to %d tokens", e.Sequences, e.Mode, e.SeqLen, what, window)
+}
+
+// calibrationFile reports the first calibrated candidate whose recorded
+// calibration text shares a file (by sha256) with the evaluation data,
+// and that calibration's provenance.
+func calibrationFile(data dataset.Provenance, labels []string, infos []*manifest.CalibInfo) (string, *dataset.Provenance, bool) {
+	files := map[string]bool{}
+	for _, s := range data.Sources {
+		for _, f := range s.Files {
+			files[f.SHA256] = true
+		}
+	}
+	for i, ci := range infos {
+		var p dataset.Provenance
+		if len(ci.Data) == 0 || json.Unmarshal(ci.Data, &p) != nil {
+			continue
+		}
+		for _, s := range p.Sources {
+			for _, f := range s.Files {
+				if files[f.SHA256] {
+					return labels[i], &p, true
+				}
+			}
+		}
+	}
+	return "", nil, false
 }
 
 // checkOverlap checks the evaluation text against a calibration
