@@ -16,9 +16,14 @@ import (
 // its own, then rejects it once a byte is changed.
 func TestDemoThenVerify(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "demo")
-	// Smaller calibration and evaluation sets than the defaults keep the
-	// test quick.
-	code, out, errs := runCLI(t, "demo", "--out", root, "--json", "--quiet", "--workers", "2", "--sequences", "10", "--seq-len", "128", "--held-out", "2", "--eval-sequences", "4", "--eval-seq-len", "64")
+	// At its defaults the demo's table ranks GPTQ above RTN on mean KL
+	// with error bars that do not overlap; under -short, smaller
+	// calibration and evaluation sets keep the test quick.
+	args := []string{"demo", "--out", root, "--json", "--quiet", "--workers", "2"}
+	if testing.Short() {
+		args = append(args, "--sequences", "10", "--seq-len", "128", "--held-out", "2", "--eval-sequences", "4", "--eval-seq-len", "64")
+	}
+	code, out, errs := runCLI(t, args...)
 	if code != exitOK {
 		t.Fatalf("demo: status %d\n%s\n%s", code, out, errs)
 	}
@@ -43,6 +48,8 @@ func TestDemoThenVerify(t *testing.T) {
 		Eval struct {
 			Candidates []json.RawMessage `json:"candidates"`
 		} `json:"eval"`
+		Reading string `json:"reading"`
+		Ranked  bool   `json:"ranked"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("demo --json: %v\n%s", err, out)
@@ -66,6 +73,12 @@ func TestDemoThenVerify(t *testing.T) {
 		if l.GPTQRelErr >= l.RTNRelErr {
 			t.Errorf("layer %d: GPTQ's held-out error %g is not below RTN's %g on the trained model", l.Layer, l.GPTQRelErr, l.RTNRelErr)
 		}
+	}
+	if !strings.Contains(rep.Reading, "Read mean KL") {
+		t.Errorf("the demo does not say which metric it reads: %q", rep.Reading)
+	}
+	if !testing.Short() && !rep.Ranked {
+		t.Errorf("at its defaults the demo does not rank GPTQ above RTN outside the error bars: %s", rep.Reading)
 	}
 	if !strings.Contains(out, `"label":"RTN"`) && !strings.Contains(out, `"label": "RTN"`) {
 		t.Errorf("the evaluation does not list the RTN candidate:\n%.2000s", out)

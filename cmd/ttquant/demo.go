@@ -108,5 +108,11 @@ func printDemo(e *env, r *demo.Result) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	return r.Eval.WriteMarkdown(w)
+	if err := r.Eval.WriteMarkdown(w); err != nil {
+		return err
+	}
+	if r.Reading != "" {
+		fmt.Fprintf(w, "\n%s\n", r.Reading)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/model/builtin"
 	"github.com/ttquant/ttquant/internal/text/dataset"
@@ -114,6 +115,11 @@ type Result struct {
 	Fallbacks []manifest.MatrixStats `json:"fallbacks,omitempty"`
 	// Eval is the quality table: the BF16 model against each checkpoint.
 	Eval *harness.Report `json:"eval"`
+	// Reading says which metric ranks the checkpoints and what it says.
+	Reading string `json:"reading,omitempty"`
+	// Ranked is true when GPTQ's mean KL is below RTN's with error bars
+	// (± one standard error) that do not overlap.
+	Ranked bool `json:"ranked"`
 }
 
 // OK reports whether every checkpoint verified.
@@ -235,5 +241,32 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
 	res.Eval = rep
+	res.Reading, res.Ranked = reading(rep)
 	return res, nil
+}
+
+// reading compares the two candidates' mean KL over all positions, with
+// their standard errors, and says why mean KL is the metric read.
+func reading(rep *harness.Report) (string, bool) {
+	if len(rep.Candidates) != 2 {
+		return "", false
+	}
+	last := func(i int) eval.Row { rows := rep.Candidates[i].Rows; return rows[len(rows)-1] }
+	rtn, gptq := last(0), last(1)
+	kl := func(r eval.Row) string { return eval.FormatKLSE(r.MeanKL, r.MeanKLSE) }
+	s := "Read mean KL: it compares each position's whole next-token distribution with the BF16 model's, " +
+		"so it measures what the weight error does to the model, and its noise is small. ΔPPL looks at the " +
+		"observed token only, where gains and losses of opposite sign cancel: here its standard errors (" +
+		eval.FormatDeltaSE(rtn.DeltaPPLPercent, rtn.DeltaPPLSE) + " for RTN, " + eval.FormatDeltaSE(gptq.DeltaPPLPercent, gptq.DeltaPPLSE) +
+		" for GPTQ) are as large as the differences. Standard errors are over the " + fmt.Sprint(gptq.Windows) + " windows. "
+	ranked := gptq.MeanKL+gptq.MeanKLSE < rtn.MeanKL-rtn.MeanKLSE
+	switch {
+	case ranked:
+		s += fmt.Sprintf("GPTQ's mean KL %s is below RTN's %s, and the error bars do not overlap: GPTQ is the better checkpoint.", kl(gptq), kl(rtn))
+	case rtn.MeanKL+rtn.MeanKLSE < gptq.MeanKL-gptq.MeanKLSE:
+		s += fmt.Sprintf("RTN's mean KL %s is below GPTQ's %s, and the error bars do not overlap: RTN is the better checkpoint.", kl(rtn), kl(gptq))
+	default:
+		s += fmt.Sprintf("The error bars of GPTQ's mean KL %s and RTN's %s overlap: score more text (--eval-sequences) to rank them.", kl(gptq), kl(rtn))
+	}
+	return s, ranked
 }

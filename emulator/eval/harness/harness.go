@@ -344,7 +344,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			calibed = append(calibed, label)
 			calibInfos = append(calibInfos, mf.TTQuant.Calibration)
 		}
-		opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, ns.Len(), id.Identity)
+		if n := len(mf.Tensors); n != ns.Len() {
+			opt.log("candidate %s: %s (%d stored tensors substituted under %d names: a stored fused expert gate_up is also the expert's gate and up; identity %.16s)", label, dir, n, ns.Len(), id.Identity)
+		} else {
+			opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, n, id.Identity)
+		}
 		cands = append(cands, newRunner(m))
 		infos = append(infos, eval.RunInfo{Label: label, Identity: id, Numerics: num.String()})
 		names = append(names, label)
