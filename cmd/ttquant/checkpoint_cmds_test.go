@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"encoding/xml"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,8 +50,9 @@ func TestDemoThenVerify(t *testing.T) {
 		Eval struct {
 			Candidates []json.RawMessage `json:"candidates"`
 		} `json:"eval"`
-		Reading string `json:"reading"`
-		Ranked  bool   `json:"ranked"`
+		Reading  string   `json:"reading"`
+		Ranked   bool     `json:"ranked"`
+		Pictures []string `json:"pictures"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("demo --json: %v\n%s", err, out)
@@ -73,6 +76,12 @@ func TestDemoThenVerify(t *testing.T) {
 		if l.GPTQRelErr >= l.RTNRelErr {
 			t.Errorf("layer %d: GPTQ's held-out error %g is not below RTN's %g on the trained model", l.Layer, l.GPTQRelErr, l.RTNRelErr)
 		}
+	}
+	if len(rep.Pictures) != 2 {
+		t.Errorf("pictures %q, want layers.svg and eval.svg", rep.Pictures)
+	}
+	for _, p := range rep.Pictures {
+		checkSVG(t, p, "polyline")
 	}
 	if !strings.Contains(rep.Reading, "Read mean KL") {
 		t.Errorf("the demo does not say which metric it reads: %q", rep.Reading)
@@ -188,5 +197,36 @@ func TestGPTQDryRunOnReplica(t *testing.T) {
 	}
 	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || !r.DryRun || r.Work.ExpertFiles != 1312 {
 		t.Errorf("dry run --json: status %d\n%s", code, out)
+	}
+}
+
+// checkSVG parses an SVG file as XML and wants an svg root holding the
+// element named.
+func checkSVG(t *testing.T, path, want string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := xml.NewDecoder(f)
+	root, found := "", false
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: not XML: %v", path, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			found = found || se.Name.Local == want
+		}
+	}
+	if root != "svg" || !found {
+		t.Errorf("%s: root %q, %s found: %v", path, root, want, found)
 	}
 }

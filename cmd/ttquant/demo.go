@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ttquant/ttquant/internal/demo"
 )
@@ -113,6 +114,9 @@ func printDemo(e *env, r *demo.Result) error {
 	}
 	if r.Reading != "" {
 		fmt.Fprintf(w, "\n%s\n", r.Reading)
+	}
+	if len(r.Pictures) > 0 {
+		fmt.Fprintf(w, "\npictures: %s\n", strings.Join(r.Pictures, ", "))
 	}
 	return nil
 }

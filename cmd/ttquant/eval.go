@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
 
@@ -37,6 +39,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	workers := addWorkersFlag(fs, "goroutines")
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
 	d := addDataFlags(fs, 0, 0)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -170,6 +173,15 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w (--max-overlap %g is the limit; --allow-overlap evaluates anyway)", err, *maxOverlap)
 	case err != nil:
 		return err
+	}
+	if *svgOut != "" {
+		var b bytes.Buffer
+		if err := rep.WriteSVG(&b); err != nil {
+			return err
+		}
+		if _, err := atomicfile.WriteFile(*svgOut, b.Bytes()); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		return rep.WriteJSON(e.stdout)

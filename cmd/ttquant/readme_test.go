@@ -126,7 +126,8 @@ func TestEvalHeldOutOfCalibrationFile(t *testing.T) {
 		"--quiet", "--out", ckpt); code != exitOK {
 		t.Fatalf("gptq: status %d\n%s\n%s", code, so, se)
 	}
-	code, so, se := runCLI(t, "eval", "--model", model, "--data", "calib="+texts, "--eval-seq-len", "512", "--quiet", "--json", ckpt)
+	pic := filepath.Join(root, "eval.svg")
+	code, so, se := runCLI(t, "eval", "--model", model, "--data", "calib="+texts, "--eval-seq-len", "512", "--quiet", "--json", "--svg", pic, ckpt)
 	if code != exitOK {
 		t.Fatalf("eval on the calibration file: status %d\n%s\n%s", code, so, se)
 	}
@@ -135,6 +136,7 @@ func TestEvalHeldOutOfCalibrationFile(t *testing.T) {
 			t.Errorf("eval on the calibration file does not say %q:\n%.3000s", w, so)
 		}
 	}
+	checkSVG(t, pic, "rect")
 	code, _, se = runCLI(t, "eval", "--model", model, "--data", "calib="+texts, "--eval-fraction", "1", "--eval-seq-len", "512", "--quiet", ckpt)
 	if code != exitError || !strings.Contains(se, "shared with the calibration text") {
 		t.Errorf("eval on every record of the calibration file: status %d, %s", code, se)

@@ -225,6 +225,24 @@ func (a *Accumulator) Add(q []TokenQuality, label string) error {
 	return nil
 }
 
+// KLQuantiles returns candidate i's per-position KL over all positions at
+// n+1 evenly spaced fractions 0, 1/n, …, 1 (nearest rank; the first is the
+// smallest value), or nil when no position was scored.
+func (a *Accumulator) KLQuantiles(i, n int) []float64 {
+	kls := a.overall[i].kls
+	if len(kls) == 0 || n < 1 {
+		return nil
+	}
+	s := slices.Clone(kls)
+	slices.Sort(s)
+	out := make([]float64, n+1)
+	for k := range out {
+		rank := int(math.Ceil(float64(k) * float64(len(s)) / float64(n)))
+		out[k] = s[max(rank, 1)-1]
+	}
+	return out
+}
+
 // EndWindow closes the current evaluation window: the positions added
 // since the previous call form one unit of the standard errors. Positions
 // added after the last call form one more.

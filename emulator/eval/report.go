@@ -29,6 +29,38 @@ type RunInfo struct {
 type CandidateResult struct {
 	RunInfo
 	Rows []Row `json:"rows"`
+	// KLQuantiles is the per-position KL over all positions at the
+	// fractions 0, 0.01, …, 1 (Accumulator.KLQuantiles), for pictures.
+	KLQuantiles Quantiles `json:"kl_quantiles,omitempty"`
+}
+
+// Quantiles are KL values; JSON writes an infinite one as null and reads
+// null as +Inf.
+type Quantiles []float64
+
+// MarshalJSON writes non-finite values as null.
+func (q Quantiles) MarshalJSON() ([]byte, error) {
+	out := make([]*float64, len(q))
+	for i, v := range q {
+		out[i] = finite(v)
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads null as +Inf.
+func (q *Quantiles) UnmarshalJSON(b []byte) error {
+	var in []*float64
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*q = make(Quantiles, len(in))
+	for i, p := range in {
+		(*q)[i] = math.Inf(1)
+		if p != nil {
+			(*q)[i] = *p
+		}
+	}
+	return nil
 }
 
 // Result is the outcome of an evaluation, ready for JSON (WriteJSON) or a
@@ -57,7 +89,7 @@ func NewResult(ref RunInfo, cands []RunInfo, s *Scorer, data, settings any) (*Re
 	}
 	r := &Result{SchemaVersion: SchemaVersion, Reference: ref, Vocab: s.vocab, Positions: s.Positions(), Data: data, Settings: settings}
 	for i, c := range cands {
-		r.Candidates = append(r.Candidates, CandidateResult{RunInfo: c, Rows: acc.Rows(i)})
+		r.Candidates = append(r.Candidates, CandidateResult{RunInfo: c, Rows: acc.Rows(i), KLQuantiles: acc.KLQuantiles(i, 100)})
 	}
 	return r, nil
 }

@@ -8,13 +8,16 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model/builtin"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
@@ -120,6 +123,9 @@ type Result struct {
 	// Ranked is true when GPTQ's mean KL is below RTN's with error bars
 	// (± one standard error) that do not overlap.
 	Ranked bool `json:"ranked"`
+	// Pictures are the SVG files written into Out (none without Out):
+	// the per-layer held-out errors and drift, and the evaluation.
+	Pictures []string `json:"pictures,omitempty"`
 }
 
 // OK reports whether every checkpoint verified.
@@ -242,7 +248,45 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	res.Eval = rep
 	res.Reading, res.Ranked = reading(rep)
+	if opt.Out != "" {
+		if res.Pictures, err = pictures(root, res); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// pictures writes layers.svg (per layer: the held-out MoE block error of
+// GPTQ and of RTN, and the stream's drift) and eval.svg (the evaluation)
+// into dir.
+func pictures(dir string, res *Result) ([]string, error) {
+	c := eval.LineChart{Title: "held-out error per layer (relative to the block output's mean square)", XLabel: "layer",
+		YLabel: "relative mean squared error (log scale)", LogY: true}
+	g, r, d := eval.Series{Name: "GPTQ block error"}, eval.Series{Name: "RTN block error"}, eval.Series{Name: "drift of the stream"}
+	for _, l := range res.Layers {
+		c.X = append(c.X, float64(l.Layer))
+		g.Y, r.Y, d.Y = append(g.Y, l.GPTQRelErr), append(r.Y, l.RTNRelErr), append(d.Y, l.StreamRelMSE)
+	}
+	c.Series = []eval.Series{g, r, d}
+	var out []string
+	for _, p := range []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"layers.svg", func(w io.Writer) error { return eval.WriteLineSVG(w, c) }},
+		{"eval.svg", res.Eval.WriteSVG},
+	} {
+		var b bytes.Buffer
+		if err := p.write(&b); err != nil {
+			return nil, fmt.Errorf("demo: %s: %w", p.name, err)
+		}
+		path := filepath.Join(dir, p.name)
+		if _, err := atomicfile.WriteFile(path, b.Bytes()); err != nil {
+			return nil, err
+		}
+		out = append(out, path)
+	}
+	return out, nil
 }
 
 // reading compares the two candidates' mean KL over all positions, with
