@@ -64,14 +64,18 @@ type VerifyReport struct {
 	Dir string `json:"dir"`
 	OK  bool   `json:"ok"`
 	// Incomplete is set when the directory holds an unfinished build.
-	Incomplete    bool      `json:"incomplete"`
-	Identity      string    `json:"identity,omitempty"`
-	CacheKey      string    `json:"cache_key,omitempty"`
-	Files         int       `json:"files"`
-	Tensors       int       `json:"tensors"`
-	Bytes         int64     `json:"bytes"`
-	SourceChecked bool      `json:"source_checked"`
-	Failures      []Failure `json:"failures"`
+	Incomplete    bool   `json:"incomplete"`
+	Identity      string `json:"identity,omitempty"`
+	CacheKey      string `json:"cache_key,omitempty"`
+	Files         int    `json:"files"`
+	Tensors       int    `json:"tensors"`
+	Bytes         int64  `json:"bytes"`
+	SourceChecked bool   `json:"source_checked"`
+	// NonFinite lists the tensors stored although their source holds NaN
+	// or Inf (a build with --allow-nonfinite): they verify, but hold
+	// non-finite values a runtime must expect.
+	NonFinite []string  `json:"nonfinite_tensors"`
+	Failures  []Failure `json:"failures"`
 }
 
 // ErrNotCheckpoint is returned by Verify when the directory does not exist
@@ -167,6 +171,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	}
 	rep.Files = len(m.Files) + 1
 	rep.Tensors = len(m.Tensors)
+	rep.NonFinite = append([]string{}, m.TTQuant.NonFinite...)
 	for _, f := range checkSchema(m) {
 		fail(f)
 	}
