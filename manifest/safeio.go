@@ -85,13 +85,36 @@ func fileKind(m fs.FileMode) string {
 // HashFileContext returns the size and sha256 of a regular file, checking
 // ctx every cancelCheckBytes.
 func HashFileContext(ctx context.Context, path string) (int64, string, error) {
+	return HashFileScan(ctx, path, nil)
+}
+
+// scanWriter hands every chunk hashed to a scan function with its offset.
+type scanWriter struct {
+	off  int64
+	scan func(off int64, p []byte)
+}
+
+func (w *scanWriter) Write(p []byte) (int, error) {
+	w.scan(w.off, p)
+	w.off += int64(len(p))
+	return len(p), nil
+}
+
+// HashFileScan is HashFileContext that also hands every chunk it reads,
+// in order, with its offset in the file, to scan (when not nil): one pass
+// over the bytes for the hash and for whatever else must see them all.
+func HashFileScan(ctx context.Context, path string, scan func(off int64, p []byte)) (int64, string, error) {
 	f, _, err := OpenRegular(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20))
+	var dst io.Writer = h
+	if scan != nil {
+		dst = io.MultiWriter(h, &scanWriter{scan: scan})
+	}
+	n, err := io.CopyBuffer(dst, ctxReader{ctx, f}, make([]byte, 1<<20))
 	if err != nil {
 		if ctx.Err() != nil {
 			return n, "", ctx.Err()

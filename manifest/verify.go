@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,14 +64,18 @@ type VerifyReport struct {
 	Dir string `json:"dir"`
 	OK  bool   `json:"ok"`
 	// Incomplete is set when the directory holds an unfinished build.
-	Incomplete    bool      `json:"incomplete"`
-	Identity      string    `json:"identity,omitempty"`
-	CacheKey      string    `json:"cache_key,omitempty"`
-	Files         int       `json:"files"`
-	Tensors       int       `json:"tensors"`
-	Bytes         int64     `json:"bytes"`
-	SourceChecked bool      `json:"source_checked"`
-	Failures      []Failure `json:"failures"`
+	Incomplete    bool   `json:"incomplete"`
+	Identity      string `json:"identity,omitempty"`
+	CacheKey      string `json:"cache_key,omitempty"`
+	Files         int    `json:"files"`
+	Tensors       int    `json:"tensors"`
+	Bytes         int64  `json:"bytes"`
+	SourceChecked bool   `json:"source_checked"`
+	// NonFinite lists the tensors stored although their source holds NaN
+	// or Inf (a build with --allow-nonfinite): they verify, but hold
+	// non-finite values a runtime must expect.
+	NonFinite []string  `json:"nonfinite_tensors"`
+	Failures  []Failure `json:"failures"`
 }
 
 // ErrNotCheckpoint is returned by Verify when the directory does not exist
@@ -166,6 +171,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 	}
 	rep.Files = len(m.Files) + 1
 	rep.Tensors = len(m.Tensors)
+	rep.NonFinite = append([]string{}, m.TTQuant.NonFinite...)
 	for _, f := range checkSchema(m) {
 		fail(f)
 	}
@@ -340,6 +346,11 @@ func checkSchema(m *Manifest) []Failure {
 	}
 	if m.Layout.ExpertsPerFile <= 0 {
 		bad(ManifestName, "", "schema: layout.experts_per_file must be positive")
+	}
+	if c := m.TTQuant.Calibration; c != nil {
+		for _, w := range calibrationPaths(c.Data) {
+			bad(ManifestName, "", "schema: ttquant.calibration.data records %s: the manifest records content only, never a path or spec as typed (docs/checkpoint.md)", w)
+		}
 	}
 	files := map[string]FileEntry{}
 	sawSums := false
@@ -648,6 +659,44 @@ func checkHeader(path string, fe FileEntry, ts []TensorEntry) []Failure {
 	sort.Strings(names)
 	for _, n := range names {
 		bad(n, "in the manifest but not in the file's header")
+	}
+	return out
+}
+
+// calibrationPaths lists what a calibration section's text provenance
+// records of how the text was named (the spec as typed, a source's path, a
+// jsonl or txt source's file path), which a manifest must not hold: its
+// identity would depend on the directory the build ran in.
+func calibrationPaths(data json.RawMessage) []string {
+	if len(data) == 0 {
+		return nil
+	}
+	var p struct {
+		Spec    string `json:"spec"`
+		Sources []struct {
+			Kind  string `json:"kind"`
+			Path  string `json:"path"`
+			Files []struct {
+				Path string `json:"path"`
+			} `json:"files"`
+		} `json:"sources"`
+	}
+	if json.Unmarshal(data, &p) != nil {
+		return []string{"a text provenance that does not decode"}
+	}
+	var out []string
+	if p.Spec != "" {
+		out = append(out, fmt.Sprintf("the spec %q", p.Spec))
+	}
+	for i, s := range p.Sources {
+		if s.Path != "" {
+			out = append(out, fmt.Sprintf("source %d's path %q", i, s.Path))
+		}
+		for _, f := range s.Files {
+			if s.Kind != "dir" && f.Path != "" {
+				out = append(out, fmt.Sprintf("source %d's file path %q", i, f.Path))
+			}
+		}
 	}
 	return out
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"encoding/xml"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,9 +18,14 @@ import (
 // its own, then rejects it once a byte is changed.
 func TestDemoThenVerify(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "demo")
-	// Smaller calibration and evaluation sets than the defaults keep the
-	// test quick.
-	code, out, errs := runCLI(t, "demo", "--out", root, "--json", "--quiet", "--workers", "2", "--sequences", "10", "--seq-len", "128", "--held-out", "2", "--eval-sequences", "4", "--eval-seq-len", "64")
+	// At its defaults the demo's table ranks GPTQ above RTN on mean KL
+	// with error bars that do not overlap; under -short, smaller
+	// calibration and evaluation sets keep the test quick.
+	args := []string{"demo", "--out", root, "--json", "--quiet", "--workers", "2"}
+	if testing.Short() {
+		args = append(args, "--sequences", "10", "--seq-len", "128", "--held-out", "2", "--eval-sequences", "4", "--eval-seq-len", "64")
+	}
+	code, out, errs := runCLI(t, args...)
 	if code != exitOK {
 		t.Fatalf("demo: status %d\n%s\n%s", code, out, errs)
 	}
@@ -43,6 +50,9 @@ func TestDemoThenVerify(t *testing.T) {
 		Eval struct {
 			Candidates []json.RawMessage `json:"candidates"`
 		} `json:"eval"`
+		Reading  string   `json:"reading"`
+		Ranked   bool     `json:"ranked"`
+		Pictures []string `json:"pictures"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("demo --json: %v\n%s", err, out)
@@ -66,6 +76,18 @@ func TestDemoThenVerify(t *testing.T) {
 		if l.GPTQRelErr >= l.RTNRelErr {
 			t.Errorf("layer %d: GPTQ's held-out error %g is not below RTN's %g on the trained model", l.Layer, l.GPTQRelErr, l.RTNRelErr)
 		}
+	}
+	if len(rep.Pictures) != 2 {
+		t.Errorf("pictures %q, want layers.svg and eval.svg", rep.Pictures)
+	}
+	for _, p := range rep.Pictures {
+		checkSVG(t, p, "polyline")
+	}
+	if !strings.Contains(rep.Reading, "Read mean KL") {
+		t.Errorf("the demo does not say which metric it reads: %q", rep.Reading)
+	}
+	if !testing.Short() && !rep.Ranked {
+		t.Errorf("at its defaults the demo does not rank GPTQ above RTN outside the error bars: %s", rep.Reading)
 	}
 	if !strings.Contains(out, `"label":"RTN"`) && !strings.Contains(out, `"label": "RTN"`) {
 		t.Errorf("the evaluation does not list the RTN candidate:\n%.2000s", out)
@@ -175,5 +197,36 @@ func TestGPTQDryRunOnReplica(t *testing.T) {
 	}
 	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || !r.DryRun || r.Work.ExpertFiles != 1312 {
 		t.Errorf("dry run --json: status %d\n%s", code, out)
+	}
+}
+
+// checkSVG parses an SVG file as XML and wants an svg root holding the
+// element named.
+func checkSVG(t *testing.T, path, want string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := xml.NewDecoder(f)
+	root, found := "", false
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: not XML: %v", path, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			found = found || se.Name.Local == want
+		}
+	}
+	if root != "svg" || !found {
+		t.Errorf("%s: root %q, %s found: %v", path, root, want, found)
 	}
 }

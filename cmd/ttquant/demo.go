@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ttquant/ttquant/internal/demo"
 )
@@ -108,5 +109,14 @@ func printDemo(e *env, r *demo.Result) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	return r.Eval.WriteMarkdown(w)
+	if err := r.Eval.WriteMarkdown(w); err != nil {
+		return err
+	}
+	if r.Reading != "" {
+		fmt.Fprintf(w, "\n%s\n", r.Reading)
+	}
+	if len(r.Pictures) > 0 {
+		fmt.Fprintf(w, "\npictures: %s\n", strings.Join(r.Pictures, ", "))
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
 
@@ -22,12 +24,13 @@ func init() {
 }
 
 func runEval(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "eval", "--model SRC --data SPEC --eval-sequences N [--eval-mode pack|record --eval-seq-len L] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
+	fs := newFlagSet(e, "eval", "--model SRC --data SPEC [--eval-seq-len L] [--eval-sequences N --eval-mode pack|record] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
 	model := fs.String("model", "", "Hugging Face source `directory` (config.json, safetensors, tokenizer.json): the reference (required)")
 	calibData := fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
 	calibFraction := fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
-	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when evaluation and calibration text overlap")
-	overlapRun := fs.Int("overlap-run", 32, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096)")
+	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when more than --max-overlap of the scored tokens is calibration text")
+	maxOverlap := fs.Float64("max-overlap", harness.DefaultMaxOverlap, "largest share of the scored tokens that may lie in text shared with the calibration text (the fingerprint in the checkpoints' manifests, or --calib-data), 0 < f < 1")
+	overlapRun := fs.Int("overlap-run", dataset.FingerprintRun, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096; a manifest's fingerprint records its own)")
 	labels := fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
 	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
 	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
@@ -36,6 +39,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	workers := addWorkersFlag(fs, "goroutines")
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
 	d := addDataFlags(fs, 0, 0)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -67,6 +71,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if *overlapRun < 8 || *overlapRun > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)
 	}
+	if !(*maxOverlap > 0 && *maxOverlap < 1) {
+		return usageErrorf("--max-overlap %v: want a share 0 < f < 1", *maxOverlap)
+	}
 	if _, err := harness.ParseNumerics(*numerics, ""); err != nil {
 		return usageErrorf("--numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4 (%v)", *numerics, err)
 	}
@@ -82,11 +89,33 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if dopt.Evaluation.Sequences == 0 {
-		return usageErrorf("--eval-sequences N is required: the number of evaluation sequences (with --eval-mode record, one per record; --eval-fraction 1 takes every record of text kept for evaluation)")
+	// Without --eval-sequences the data is scored as it is: every record
+	// its own window of up to --eval-seq-len tokens (longer ones split);
+	// without --eval-fraction every record, or, when the data holds a
+	// file a checkpoint was calibrated on, the records its split held out.
+	window := dopt.Evaluation.SeqLen
+	heldOut := false
+	if spec.Options == nil && d.evalSequences == 0 {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "eval-mode" || f.Name == "eval-short" {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return usageErrorf("%s shapes --eval-sequences N sequences; without it every record is scored as its own window", strings.Join(set, ", "))
+		}
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "eval-fraction" })
+		dopt.Evaluation = dataset.SetOptions{AllRecords: true}
+		if !given {
+			dopt.EvalFraction, heldOut = 1, true
+		}
+	} else if !dopt.Evaluation.Requested() {
+		return usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
 	}
-	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt,
-		AllowOverlap: *allowOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: dopt.Evaluation.SeqLen, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
+	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
+		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
 	// The flags that describe the calibration set only mean something with
 	// --calib-data, and only when its spec does not carry its own options:
 	// never ignore one silently.
@@ -141,13 +170,23 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var oe *harness.OverlapError
 	switch {
 	case errors.As(err, &oe):
-		return fmt.Errorf("%w (--allow-overlap)", err)
+		return fmt.Errorf("%w (--max-overlap %g is the limit; --allow-overlap evaluates anyway)", err, *maxOverlap)
 	case err != nil:
 		return err
+	}
+	if *svgOut != "" {
+		var b bytes.Buffer
+		if err := rep.WriteSVG(&b); err != nil {
+			return err
+		}
+		if _, err := atomicfile.WriteFile(*svgOut, b.Bytes()); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		return rep.WriteJSON(e.stdout)
 	}
+	fmt.Fprintf(e.stdout, "Scored: %s.\n\n", rep.Data.(harness.DataInfo).Selection)
 	if err := rep.WriteMarkdown(e.stdout); err != nil {
 		return err
 	}

@@ -38,7 +38,10 @@ func TestEvalUsageErrors(t *testing.T) {
 		{append(ok[:len(ok):len(ok)], "--seq-len", "256", "x"), "--seq-len"},
 		{append(ok[:len(ok):len(ok)], "--calib-fraction", "0.2", "x"), "--calib-fraction"},
 		{append(ok[:len(ok):len(ok)], "--eval-mode", "window", "x"), "--eval-mode"},
-		{[]string{"eval", "--model", model, "--data", data, "--eval-fraction", "1", "x"}, "--eval-sequences"},
+		// Without --eval-sequences every record is its own window: the
+		// flags that shape sequences do not apply.
+		{[]string{"eval", "--model", model, "--data", data, "--eval-mode", "record", "x"}, "--eval-sequences"},
+		{append(ok[:len(ok):len(ok)], "--max-overlap", "1", "x"), "--max-overlap"},
 		{[]string{"eval", "--model", model, "--eval-sequences", "1", "x"}, "--data"},
 		{[]string{"eval", "--bogus"}, ""},
 	} {

@@ -115,6 +115,9 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 			m := res.Work.MoE
 			w := kernels.DefaultMoEWorkload()
 			w.Layers, w.ExpertsPerLayer, w.Hidden, w.ExpertWidth, w.BlockSize = m.Layers, m.ExpertsPerLayer, m.Hidden, m.ExpertWidth, g.BlockSize
+			if sq := res.Work.Sequential; sq != nil {
+				w.RoutedRowsPerLayer = sq.RoutedRowsPerLayer
+			}
 			e := rep.EstimateMoE(w)
 			est = &e
 		}
@@ -123,7 +126,11 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		}
 		printWork(e, opt.Plan, res.Work)
 		if est != nil {
-			fmt.Fprintf(e.stdout, "  estimated kernel time  %s (Hessians %s, factors %s, updates %s; %d routed rows per layer assumed,\n", estSeconds(est.TotalSeconds), estSeconds(est.HessianSeconds), estSeconds(est.FactorSeconds), estSeconds(est.UpdateSeconds), kernels.DefaultMoEWorkload().RoutedRowsPerLayer)
+			rows, from := kernels.DefaultMoEWorkload().RoutedRowsPerLayer, "assumed"
+			if sq := res.Work.Sequential; sq != nil {
+				rows, from = sq.RoutedRowsPerLayer, "from --sequences and --seq-len"
+			}
+			fmt.Fprintf(e.stdout, "  estimated kernel time  %s (Hessians %s, factors %s, updates %s; %d routed rows per layer %s,\n", estSeconds(est.TotalSeconds), estSeconds(est.HessianSeconds), estSeconds(est.FactorSeconds), estSeconds(est.UpdateSeconds), rows, from)
 			fmt.Fprintf(e.stdout, "                         kernels measured for %s on this machine; I/O, routing and forward passes not included)\n", *estimate)
 		}
 		return nil
@@ -150,6 +157,12 @@ func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 	fmt.Fprintf(e.stdout, "  GPTQ matrices    %d (about %.3g GFLOP of solver work)\n", w.GPTQMatrices, w.GPTQFlops/1e9)
 	if m := w.MoE; m != nil {
 		fmt.Fprintf(e.stdout, "  GPTQ experts     %d layers × %d experts, hidden %d, expert width %d\n", m.Layers, m.ExpertsPerLayer, m.Hidden, m.ExpertWidth)
+	}
+	if sq := w.Sequential; sq != nil {
+		fmt.Fprintf(e.stdout, "  calibration      %d × %d tokens (%d held out): %d tokens, %d routed rows per layer\n", sq.Sequences, sq.SeqLen, sq.HeldOut, sq.Tokens, sq.RoutedRowsPerLayer)
+		fmt.Fprintf(e.stdout, "  forward passes   %d layers, %d token-layers (the quantized stream and the source model's)\n", sq.Layers, sq.ForwardTokenLayers)
+		fmt.Fprintf(e.stdout, "  fits             %d matrices fitted to the source model's outputs\n", sq.Fits)
+		fmt.Fprintf(e.stdout, "  scratch disk     %s in the output directory's bookkeeping (two layers' residual streams), besides the %s written\n", humanBytes(sq.ScratchBytes), humanBytes(w.OutputBytes))
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
@@ -67,6 +68,9 @@ func printVerify(e *env, rep *manifest.VerifyReport) {
 		}
 		fmt.Fprintf(e.stdout, "OK  %s: %d files, %d tensors, %s%s\n", rep.Dir, rep.Files, rep.Tensors, humanBytes(rep.Bytes), src)
 		fmt.Fprintf(e.stdout, "identity   %s\ncache key  %s\n", rep.Identity, rep.CacheKey)
+		if n := len(rep.NonFinite); n > 0 {
+			fmt.Fprintf(e.stdout, "NONFINITE  %d tensors stored from NaN or Inf source values (built with --allow-nonfinite); they decode to non-finite values: %s\n", n, strings.Join(rep.NonFinite, ", "))
+		}
 	case rep.Incomplete:
 		fmt.Fprintf(e.stdout, "INCOMPLETE  %s: %d failed checks\n", rep.Dir, len(rep.Failures))
 	default:

@@ -33,6 +33,40 @@ type Row struct {
 	// P99KL is the 99th percentile of the per-position KL (nearest rank: the
 	// smallest value that at least 99% of the positions do not exceed).
 	P99KL float64 `json:"p99_kl"`
+	// Windows is the number of evaluation windows the positions came
+	// from; the standard errors treat the windows as the independent
+	// units (positions within a window are correlated): for a ratio
+	// mean m = ΣY_w / ΣN_w over windows w, SE² = W/(W−1)·Σ(Y_w − m·N_w)²
+	// / (ΣN_w)². DeltaPPLSE is in percentage points (the delta method on
+	// 100·(exp(d) − 1), d the mean NLL difference). NaN with fewer than
+	// two windows.
+	Windows    int     `json:"windows"`
+	DeltaPPLSE float64 `json:"delta_ppl_percent_se"`
+	Top1SE     float64 `json:"top1_agreement_se"`
+	MeanKLSE   float64 `json:"mean_kl_se"`
+}
+
+// cluster accumulates the moments of one ratio mean's per-window sums Y_w
+// over per-window counts N_w.
+type cluster struct {
+	w             int
+	sy2, syn, sn2 float64
+}
+
+func (c *cluster) add(y, n float64) {
+	c.w++
+	c.sy2 += y * y
+	c.syn += y * n
+	c.sn2 += n * n
+}
+
+// se is the standard error of the ratio mean m over total counts.
+func (c *cluster) se(m, total float64) float64 {
+	if c.w < 2 || total <= 0 || math.IsNaN(m) || math.IsInf(m, 0) {
+		return math.NaN()
+	}
+	v := (c.sy2 - 2*m*c.syn + m*m*c.sn2) * float64(c.w) / float64(c.w-1) / (total * total)
+	return math.Sqrt(max(v, 0))
 }
 
 // sums accumulates one candidate over one corpus.
@@ -40,20 +74,42 @@ type sums struct {
 	tokens, pplTokens, agree int64
 	refNLL, candNLL, kl      float64
 	kls                      []float64 // every position's KL, for the percentile
+	// The open window's sums and the closed windows' moments.
+	wTokens, wPPL       int64
+	wAgree, wKL, wDelta float64
+	klC, agreeC, deltaC cluster
 }
 
 func (s *sums) add(q *TokenQuality) {
 	s.tokens++
+	s.wTokens++
 	if q.RefTop1 == q.CandTop1 {
 		s.agree++
+		s.wAgree++
 	}
 	s.kl += q.KL
+	s.wKL += q.KL
 	s.kls = append(s.kls, q.KL)
 	if !math.IsNaN(q.RefNLL) {
 		s.pplTokens++
 		s.refNLL += q.RefNLL
 		s.candNLL += q.CandNLL
+		s.wPPL++
+		s.wDelta += q.CandNLL - q.RefNLL
 	}
+}
+
+// endWindow closes the open window (nothing when it is empty).
+func (s *sums) endWindow() {
+	if s.wTokens == 0 {
+		return
+	}
+	s.klC.add(s.wKL, float64(s.wTokens))
+	s.agreeC.add(s.wAgree, float64(s.wTokens))
+	if s.wPPL > 0 {
+		s.deltaC.add(s.wDelta, float64(s.wPPL))
+	}
+	s.wTokens, s.wPPL, s.wAgree, s.wKL, s.wDelta = 0, 0, 0, 0, 0
 }
 
 // Percentile returns the nearest-rank p-th percentile (1 ≤ p ≤ 100) of xs:
@@ -70,12 +126,17 @@ func Percentile(xs []float64, p int) float64 {
 }
 
 func (s *sums) row(corpus string) Row {
+	c := *s // positions after the last EndWindow form one more window
+	c.endWindow()
 	r := Row{Corpus: corpus, Tokens: s.tokens, PPLTokens: s.pplTokens,
-		RefPPL: math.NaN(), CandPPL: math.NaN(), DeltaPPLPercent: math.NaN(), Top1: math.NaN(), MeanKL: math.NaN(), P99KL: math.NaN()}
+		RefPPL: math.NaN(), CandPPL: math.NaN(), DeltaPPLPercent: math.NaN(), Top1: math.NaN(), MeanKL: math.NaN(), P99KL: math.NaN(),
+		Windows: c.klC.w, DeltaPPLSE: math.NaN(), Top1SE: math.NaN(), MeanKLSE: math.NaN()}
 	if s.tokens > 0 {
 		r.Top1 = float64(s.agree) / float64(s.tokens)
 		r.MeanKL = s.kl / float64(s.tokens)
 		r.P99KL = Percentile(s.kls, 99)
+		r.Top1SE = c.agreeC.se(r.Top1, float64(s.tokens))
+		r.MeanKLSE = c.klC.se(r.MeanKL, float64(s.tokens))
 	}
 	if s.pplTokens > 0 {
 		r.RefPPL = math.Exp(s.refNLL / float64(s.pplTokens))
@@ -84,6 +145,8 @@ func (s *sums) row(corpus string) Row {
 		if r.CandPPL == r.RefPPL { // also covers both +Inf
 			r.DeltaPPLPercent = 0
 		}
+		d := (s.candNLL - s.refNLL) / float64(s.pplTokens)
+		r.DeltaPPLSE = 100 * math.Exp(d) * c.deltaC.se(d, float64(s.pplTokens))
 	}
 	return r
 }
@@ -160,6 +223,38 @@ func (a *Accumulator) Add(q []TokenQuality, label string) error {
 		}
 	}
 	return nil
+}
+
+// KLQuantiles returns candidate i's per-position KL over all positions at
+// n+1 evenly spaced fractions 0, 1/n, …, 1 (nearest rank; the first is the
+// smallest value), or nil when no position was scored.
+func (a *Accumulator) KLQuantiles(i, n int) []float64 {
+	kls := a.overall[i].kls
+	if len(kls) == 0 || n < 1 {
+		return nil
+	}
+	s := slices.Clone(kls)
+	slices.Sort(s)
+	out := make([]float64, n+1)
+	for k := range out {
+		rank := int(math.Ceil(float64(k) * float64(len(s)) / float64(n)))
+		out[k] = s[max(rank, 1)-1]
+	}
+	return out
+}
+
+// EndWindow closes the current evaluation window: the positions added
+// since the previous call form one unit of the standard errors. Positions
+// added after the last call form one more.
+func (a *Accumulator) EndWindow() {
+	for i := range a.overall {
+		a.overall[i].endWindow()
+	}
+	for _, per := range a.labels {
+		for i := range per {
+			per[i].endWindow()
+		}
+	}
 }
 
 // Corpora returns the corpus labels in row order (see SetOrder), without

@@ -18,8 +18,7 @@
 // record scored on masked (assistant) tokens (chat, instruct). Evaluate runs
 // a reference and candidate Models (anything that turns a window into
 // logits, a chunk of positions at a time) over the windows in lockstep,
-// with progress and an ETA. OverlapIndex finds windows that share text with
-// calibration sequences. Result holds the tables with the runs' identities
+// with progress and an ETA. Result holds the tables with the runs' identities
 // and the data's provenance, written as JSON (with a schema version) or as
 // Markdown in the published layout.
 //

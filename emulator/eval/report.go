@@ -29,6 +29,38 @@ type RunInfo struct {
 type CandidateResult struct {
 	RunInfo
 	Rows []Row `json:"rows"`
+	// KLQuantiles is the per-position KL over all positions at the
+	// fractions 0, 0.01, …, 1 (Accumulator.KLQuantiles), for pictures.
+	KLQuantiles Quantiles `json:"kl_quantiles,omitempty"`
+}
+
+// Quantiles are KL values; JSON writes an infinite one as null and reads
+// null as +Inf.
+type Quantiles []float64
+
+// MarshalJSON writes non-finite values as null.
+func (q Quantiles) MarshalJSON() ([]byte, error) {
+	out := make([]*float64, len(q))
+	for i, v := range q {
+		out[i] = finite(v)
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads null as +Inf.
+func (q *Quantiles) UnmarshalJSON(b []byte) error {
+	var in []*float64
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*q = make(Quantiles, len(in))
+	for i, p := range in {
+		(*q)[i] = math.Inf(1)
+		if p != nil {
+			(*q)[i] = *p
+		}
+	}
+	return nil
 }
 
 // Result is the outcome of an evaluation, ready for JSON (WriteJSON) or a
@@ -57,7 +89,7 @@ func NewResult(ref RunInfo, cands []RunInfo, s *Scorer, data, settings any) (*Re
 	}
 	r := &Result{SchemaVersion: SchemaVersion, Reference: ref, Vocab: s.vocab, Positions: s.Positions(), Data: data, Settings: settings}
 	for i, c := range cands {
-		r.Candidates = append(r.Candidates, CandidateResult{RunInfo: c, Rows: acc.Rows(i)})
+		r.Candidates = append(r.Candidates, CandidateResult{RunInfo: c, Rows: acc.Rows(i), KLQuantiles: acc.KLQuantiles(i, 100)})
 	}
 	return r, nil
 }
@@ -83,6 +115,10 @@ type rowJSON struct {
 	Top1            *float64 `json:"top1_agreement"`
 	MeanKL          *float64 `json:"mean_kl"`
 	P99KL           *float64 `json:"p99_kl"`
+	Windows         int      `json:"windows"`
+	DeltaPPLSE      *float64 `json:"delta_ppl_percent_se"`
+	Top1SE          *float64 `json:"top1_agreement_se"`
+	MeanKLSE        *float64 `json:"mean_kl_se"`
 }
 
 func finite(v float64) *float64 {
@@ -102,7 +138,8 @@ func orNaN(p *float64) float64 {
 // MarshalJSON writes NaN and infinite values as null (JSON has neither).
 func (r Row) MarshalJSON() ([]byte, error) {
 	return json.Marshal(rowJSON{r.Corpus, r.Tokens, r.PPLTokens, finite(r.RefPPL), finite(r.CandPPL),
-		finite(r.DeltaPPLPercent), finite(r.Top1), finite(r.MeanKL), finite(r.P99KL)})
+		finite(r.DeltaPPLPercent), finite(r.Top1), finite(r.MeanKL), finite(r.P99KL),
+		r.Windows, finite(r.DeltaPPLSE), finite(r.Top1SE), finite(r.MeanKLSE)})
 }
 
 // UnmarshalJSON reads null numbers as NaN.
@@ -111,8 +148,9 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*r = Row{j.Corpus, j.Tokens, j.PPLTokens, orNaN(j.RefPPL), orNaN(j.CandPPL), orNaN(j.DeltaPPLPercent),
-		orNaN(j.Top1), orNaN(j.MeanKL), orNaN(j.P99KL)}
+	*r = Row{Corpus: j.Corpus, Tokens: j.Tokens, PPLTokens: j.PPLTokens, RefPPL: orNaN(j.RefPPL), CandPPL: orNaN(j.CandPPL),
+		DeltaPPLPercent: orNaN(j.DeltaPPLPercent), Top1: orNaN(j.Top1), MeanKL: orNaN(j.MeanKL), P99KL: orNaN(j.P99KL),
+		Windows: j.Windows, DeltaPPLSE: orNaN(j.DeltaPPLSE), Top1SE: orNaN(j.Top1SE), MeanKLSE: orNaN(j.MeanKLSE)}
 	return nil
 }
 
@@ -157,6 +195,29 @@ func FormatKL(v float64) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
+// withSE appends " ± se" (formatted by f) to a formatted value when the
+// standard error is defined.
+func withSE(v string, se float64, f func(float64) string) string {
+	if math.IsNaN(se) || math.IsInf(se, 0) {
+		return v
+	}
+	return v + " ± " + f(se)
+}
+
+// FormatDeltaSE formats a ΔPPL percentage with its standard error in
+// percentage points.
+func FormatDeltaSE(v, se float64) string {
+	return withSE(FormatDelta(v), se, func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) })
+}
+
+// FormatTop1SE formats a top-1 agreement with its standard error.
+func FormatTop1SE(v, se float64) string { return withSE(FormatTop1(v), se, FormatTop1) }
+
+// FormatKLSE formats a mean KL with its standard error.
+func FormatKLSE(v, se float64) string {
+	return withSE(FormatKL(v), se, func(x float64) string { return strconv.FormatFloat(x, 'g', 2, 64) })
+}
+
 // escapeCell makes a string safe inside a Markdown table cell.
 func escapeCell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ").Replace(s)
@@ -164,8 +225,9 @@ func escapeCell(s string) string {
 
 // WriteMarkdown writes the published table layout: one table per candidate
 // (per corpus: scored tokens, PPL reference → candidate, ΔPPL, top-1
-// agreement, mean and p99 KL) and, with more than one candidate, a
-// comparison table with one column group per candidate.
+// agreement, mean and p99 KL; ΔPPL, top-1 and mean KL ± their standard
+// errors over windows) and, with more than one candidate, a comparison
+// table with one column group per candidate.
 func (r *Result) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	ref := escapeCell(r.Reference.Label)
@@ -183,8 +245,8 @@ func (r *Result) WriteMarkdown(w io.Writer) error {
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range c.Rows {
 			fmt.Fprintf(&b, "| %s | %d | %s → %s | %s | %s | %s | %s |\n", corpusCell(row.Corpus, c.Rows),
-				row.Tokens, FormatPPL(row.RefPPL), FormatPPL(row.CandPPL), FormatDelta(row.DeltaPPLPercent),
-				FormatTop1(row.Top1), FormatKL(row.MeanKL), FormatKL(row.P99KL))
+				row.Tokens, FormatPPL(row.RefPPL), FormatPPL(row.CandPPL), FormatDeltaSE(row.DeltaPPLPercent, row.DeltaPPLSE),
+				FormatTop1SE(row.Top1, row.Top1SE), FormatKLSE(row.MeanKL, row.MeanKLSE), FormatKL(row.P99KL))
 		}
 	}
 	if len(r.Candidates) > 1 {
@@ -202,8 +264,8 @@ func (r *Result) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %d | %s", corpusCell(row.Corpus, first), row.Tokens, FormatPPL(row.RefPPL))
 			for _, c := range r.Candidates {
 				cr := c.Rows[j]
-				fmt.Fprintf(&b, " | %s | %s | %s | %s | %s", FormatPPL(cr.CandPPL), FormatDelta(cr.DeltaPPLPercent),
-					FormatTop1(cr.Top1), FormatKL(cr.MeanKL), FormatKL(cr.P99KL))
+				fmt.Fprintf(&b, " | %s | %s | %s | %s | %s", FormatPPL(cr.CandPPL), FormatDeltaSE(cr.DeltaPPLPercent, cr.DeltaPPLSE),
+					FormatTop1SE(cr.Top1, cr.Top1SE), FormatKLSE(cr.MeanKL, cr.MeanKLSE), FormatKL(cr.P99KL))
 			}
 			b.WriteString(" |\n")
 		}

@@ -133,6 +133,7 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 				return fmt.Errorf("eval: window %d (%s record %d at %d): %w", wi, w.Corpus, w.Record, w.Start, err)
 			}
 		}
+		s.acc.EndWindow()
 		report(w)
 	}
 	return nil

@@ -106,6 +106,7 @@ func TestEvaluate(t *testing.T) {
 		if err := d.Score(w.Batch(0, n, buf[0], buf[1:])); err != nil {
 			t.Fatal(err)
 		}
+		d.Accumulator().EndWindow() // each window one unit of the standard errors, as Evaluate does
 	}
 	for k := 0; k < 2; k++ {
 		if a, b := fmt.Sprint(s.Accumulator().Rows(k)), fmt.Sprint(d.Accumulator().Rows(k)); a != b {

@@ -8,12 +8,16 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model/builtin"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
@@ -114,6 +118,14 @@ type Result struct {
 	Fallbacks []manifest.MatrixStats `json:"fallbacks,omitempty"`
 	// Eval is the quality table: the BF16 model against each checkpoint.
 	Eval *harness.Report `json:"eval"`
+	// Reading says which metric ranks the checkpoints and what it says.
+	Reading string `json:"reading,omitempty"`
+	// Ranked is true when GPTQ's mean KL is below RTN's with error bars
+	// (± one standard error) that do not overlap.
+	Ranked bool `json:"ranked"`
+	// Pictures are the SVG files written into Out (none without Out):
+	// the per-layer held-out errors and drift, and the evaluation.
+	Pictures []string `json:"pictures,omitempty"`
 }
 
 // OK reports whether every checkpoint verified.
@@ -228,14 +240,77 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		EvalFraction: 1, Seed: 1,
 	}
 	rep, err := harness.Run(ctx, harness.Options{Model: src, Checkpoints: []string{rdir, gdir}, Labels: []string{"RTN", "GPTQ"},
-		Data: evalSpec, DataOptions: eopt, Calib: calibSpec, CalibOptions: dopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log,
-		// The evaluation files were never trained on, but share license
-		// headers and boilerplate with the calibration files; the
-		// windows that share a run of tokens are counted in the report.
-		AllowOverlap: true})
+		// The overlap with the calibration text is checked against the
+		// fingerprint the GPTQ checkpoint's manifest records.
+		Data: evalSpec, DataOptions: eopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log})
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
 	res.Eval = rep
+	res.Reading, res.Ranked = reading(rep)
+	if opt.Out != "" {
+		if res.Pictures, err = pictures(root, res); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// pictures writes layers.svg (per layer: the held-out MoE block error of
+// GPTQ and of RTN, and the stream's drift) and eval.svg (the evaluation)
+// into dir.
+func pictures(dir string, res *Result) ([]string, error) {
+	c := eval.LineChart{Title: "held-out error per layer (relative to the block output's mean square)", XLabel: "layer",
+		YLabel: "relative mean squared error (log scale)", LogY: true}
+	g, r, d := eval.Series{Name: "GPTQ block error"}, eval.Series{Name: "RTN block error"}, eval.Series{Name: "drift of the stream"}
+	for _, l := range res.Layers {
+		c.X = append(c.X, float64(l.Layer))
+		g.Y, r.Y, d.Y = append(g.Y, l.GPTQRelErr), append(r.Y, l.RTNRelErr), append(d.Y, l.StreamRelMSE)
+	}
+	c.Series = []eval.Series{g, r, d}
+	var out []string
+	for _, p := range []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"layers.svg", func(w io.Writer) error { return eval.WriteLineSVG(w, c) }},
+		{"eval.svg", res.Eval.WriteSVG},
+	} {
+		var b bytes.Buffer
+		if err := p.write(&b); err != nil {
+			return nil, fmt.Errorf("demo: %s: %w", p.name, err)
+		}
+		path := filepath.Join(dir, p.name)
+		if _, err := atomicfile.WriteFile(path, b.Bytes()); err != nil {
+			return nil, err
+		}
+		out = append(out, path)
+	}
+	return out, nil
+}
+
+// reading compares the two candidates' mean KL over all positions, with
+// their standard errors, and says why mean KL is the metric read.
+func reading(rep *harness.Report) (string, bool) {
+	if len(rep.Candidates) != 2 {
+		return "", false
+	}
+	last := func(i int) eval.Row { rows := rep.Candidates[i].Rows; return rows[len(rows)-1] }
+	rtn, gptq := last(0), last(1)
+	kl := func(r eval.Row) string { return eval.FormatKLSE(r.MeanKL, r.MeanKLSE) }
+	s := "Read mean KL: it compares each position's whole next-token distribution with the BF16 model's, " +
+		"so it measures what the weight error does to the model, and its noise is small. ΔPPL looks at the " +
+		"observed token only, where gains and losses of opposite sign cancel: here its standard errors (" +
+		eval.FormatDeltaSE(rtn.DeltaPPLPercent, rtn.DeltaPPLSE) + " for RTN, " + eval.FormatDeltaSE(gptq.DeltaPPLPercent, gptq.DeltaPPLSE) +
+		" for GPTQ) are as large as the differences. Standard errors are over the " + fmt.Sprint(gptq.Windows) + " windows. "
+	ranked := gptq.MeanKL+gptq.MeanKLSE < rtn.MeanKL-rtn.MeanKLSE
+	switch {
+	case ranked:
+		s += fmt.Sprintf("GPTQ's mean KL %s is below RTN's %s, and the error bars do not overlap: GPTQ is the better checkpoint.", kl(gptq), kl(rtn))
+	case rtn.MeanKL+rtn.MeanKLSE < gptq.MeanKL-gptq.MeanKLSE:
+		s += fmt.Sprintf("RTN's mean KL %s is below GPTQ's %s, and the error bars do not overlap: RTN is the better checkpoint.", kl(rtn), kl(gptq))
+	default:
+		s += fmt.Sprintf("The error bars of GPTQ's mean KL %s and RTN's %s overlap: score more text (--eval-sequences) to rank them.", kl(gptq), kl(rtn))
+	}
+	return s, ranked
 }

@@ -184,6 +184,9 @@ type WorkSummary struct {
 	Layers    []int   `json:"layers"`
 	// MoE sizes the routed experts that GPTQ handles (nil when none).
 	MoE *MoEWork `json:"moe,omitempty"`
+	// Sequential sizes a sequential build from text (dry runs with
+	// BuildOptions.Data; nil otherwise).
+	Sequential *SequentialWork `json:"sequential,omitempty"`
 }
 
 // MoEWork is the shape of the GPTQ expert work: layers, experts per layer,
@@ -238,9 +241,11 @@ type builder struct {
 	// wasFinished is set when the output directory held a finished build
 	// of the same inputs.
 	wasFinished bool
-	// srcInfo and srcConfigs are the source's hashes, computed once.
+	// srcInfo and srcConfigs are the source's hashes, computed once;
+	// srcBad the non-finite elements the hashing found, per source tensor.
 	srcInfo    *manifest.SourceInfo
 	srcConfigs []string
+	srcBad     map[string]*sourceBad
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.
@@ -412,6 +417,13 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	work := b.summary()
 	if opt.DryRun {
+		if kind == kindGPTQ && work.GPTQMatrices > 0 && opt.Data != nil {
+			cfg, _, _, err := b.sequentialInputs()
+			if err != nil {
+				return nil, err
+			}
+			work.Sequential = b.sequentialWork(cfg, work.GPTQMatrices)
+		}
 		return &BuildResult{Work: work}, nil
 	}
 	if kind == kindGPTQ && work.GPTQMatrices > 0 {
@@ -578,9 +590,24 @@ func (b *builder) hashSource(ctx context.Context) (manifest.SourceInfo, []string
 	if index != "" {
 		all = append(all, index)
 	}
+	// The hashing pass reads every byte of the shards: it also finds the
+	// float tensors' NaN and Inf, so that a damaged source is refused
+	// before the first layer (checkSourcesFinite).
+	byPath := map[string]*safetensors.File{}
+	if b.model != nil {
+		for _, f := range b.model.Files() {
+			byPath[filepath.Clean(f.Path())] = f
+		}
+	}
 	entries := make([]manifest.FileEntry, len(all))
+	scans := make([]*finiteScan, len(all))
 	err = par.For(ctx, len(all), b.opt.Workers, func(i int) error {
-		n, sum, err := manifest.HashFileContext(ctx, all[i])
+		var scan func(int64, []byte)
+		if f := byPath[filepath.Clean(all[i])]; f != nil && i < len(shards) {
+			scans[i] = newFiniteScan(f)
+			scan = scans[i].chunk
+		}
+		n, sum, err := manifest.HashFileScan(ctx, all[i], scan)
 		if err != nil {
 			return err
 		}
@@ -589,6 +616,14 @@ func (b *builder) hashSource(ctx context.Context) (manifest.SourceInfo, []string
 	})
 	if err != nil {
 		return manifest.SourceInfo{}, nil, err
+	}
+	b.srcBad = map[string]*sourceBad{}
+	for _, sc := range scans {
+		if sc != nil {
+			for name, bad := range sc.bad {
+				b.srcBad[name] = bad
+			}
+		}
 	}
 	si := manifest.SourceInfo{Format: "safetensors"}
 	for i, p := range all {

@@ -18,6 +18,7 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -95,7 +96,7 @@ func (b *builder) openCalibration(ctx context.Context) error {
 	}
 	b.store = st
 	b.calib = &manifest.CalibInfo{Sequences: int64(prov.Sequences), Tokens: prov.Tokens, HeldOutSequences: int64(b.opt.HeldOutSequences), SHA256: id,
-		Mode: manifest.CalibModeStore, TokenIDsSHA256: prov.TokenIDsSHA256, Data: compactJSON(prov.Data)}
+		Mode: manifest.CalibModeStore, TokenIDsSHA256: prov.TokenIDsSHA256, Data: contentJSON(prov.Data)}
 	// Expert layers without MoE inputs in the store fall back to RTN,
 	// matrix by matrix, with the reason recorded.
 	for l := range b.gptqLayers {
@@ -349,6 +350,22 @@ func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, 
 
 // compactJSON returns data without insignificant white space (nil for
 // none), so that the manifest's bytes do not depend on how it was spelled.
+// contentJSON is the compact JSON of a calibration store's text
+// provenance without its paths and spec as typed (dataset.Provenance's
+// Content), which is what the manifest records; a provenance that does
+// not decode as one is recorded as it is.
+func contentJSON(data []byte) json.RawMessage {
+	var p dataset.Provenance
+	if len(data) == 0 || json.Unmarshal(data, &p) != nil {
+		return compactJSON(data)
+	}
+	b, err := json.Marshal(p.Content())
+	if err != nil {
+		return compactJSON(data)
+	}
+	return b
+}
+
 func compactJSON(data []byte) json.RawMessage {
 	if len(data) == 0 {
 		return nil

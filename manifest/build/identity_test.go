@@ -108,3 +108,28 @@ func TestIdentityIgnoresTool(t *testing.T) {
 
 // integrityKey opens the manifest's integrity field.
 const integrityKey = `"integrity": "`
+
+// TestVerifyRefusesRecordedPaths: docs/checkpoint.md promises that the
+// calibration provenance is content only; verify holds a manifest to it.
+// A checkpoint whose calibration data records the spec as typed or a
+// source's path (as manifests written before the change did) fails.
+func TestVerifyRefusesRecordedPaths(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	copyTree(t, reference(t, "gptq1"), dir)
+	m, err := manifest.DecodeManifest(readManifestBytes(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.TTQuant.Calibration == nil {
+		t.Fatal("the GPTQ reference records no calibration")
+	}
+	if rep := mustVerify(t, dir, VerifyOptions{}); !rep.OK {
+		t.Fatalf("the reference does not verify: %v", rep.Failures)
+	}
+	m.TTQuant.Calibration.Data = []byte(`{"schema_version":1,"spec":"calib=../texts.jsonl","sources":[{"label":"calib","kind":"jsonl","path":"../texts.jsonl","files":[{"path":"../texts.jsonl","sha256":"00"}]}]}`)
+	rewriteManifest(t, dir, m)
+	rep := mustVerify(t, dir, VerifyOptions{})
+	wantFailure(t, rep, manifest.ManifestName, "the spec", "calib=../texts.jsonl")
+	wantFailure(t, rep, manifest.ManifestName, "source 0's path")
+	wantFailure(t, rep, manifest.ManifestName, "file path")
+}

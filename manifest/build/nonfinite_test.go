@@ -97,6 +97,15 @@ func TestNonFiniteSourceRefused(t *testing.T) {
 			t.Errorf("%s: %v; want ErrNonFinite naming %s, element %s and %s", c.name, err, st.name, idx, c.want)
 			continue
 		}
+		// Refused by the hashing pass, before the first layer: nothing
+		// is written (a GPTQ layer 1 used to be reached after layer 0's
+		// files).
+		if !strings.Contains(err.Error(), "before any work") {
+			t.Errorf("%s: refused late: %v", c.name, err)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the refused build left %s (%v)", c.name, out, err)
+		}
 
 		if c.gptq {
 			// GPTQ cannot run on it, allowed or not.
@@ -131,6 +140,38 @@ func TestNonFiniteSourceRefused(t *testing.T) {
 			if treeHash(t, out2) != before {
 				t.Error("the refused rerun changed the checkpoint")
 			}
+		}
+	}
+}
+
+// TestFiniteScanChunks: the hashing pass's scan finds the same non-finite
+// elements whatever the chunk boundaries, an element split between two
+// chunks included.
+func TestFiniteScanChunks(t *testing.T) {
+	src, st := poisonedSource(t, func(s *storedTensor) bool { return s.isBFP && !s.isExpertMatrix() }, 11, bf16NaN)
+	path := filepath.Join(src, filepath.Base(st.parts[0].file.Path()))
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := newFiniteScan(f)
+	whole.chunk(0, b)
+	if len(whole.bad) != 1 || whole.bad[st.parts[0].tensor] == nil {
+		t.Fatalf("whole file: %v", whole.bad)
+	}
+	want := fmt.Sprint(whole.bad[st.parts[0].tensor].offsets)
+	for _, step := range []int{1, 3, 7, 13, 4096 + 1} {
+		s := newFiniteScan(f)
+		for off := 0; off < len(b); off += step {
+			s.chunk(int64(off), b[off:min(off+step, len(b))])
+		}
+		if got := s.bad[st.parts[0].tensor]; len(s.bad) != 1 || got == nil || fmt.Sprint(got.offsets) != want {
+			t.Errorf("chunks of %d bytes: %v, want offsets %s", step, s.bad, want)
 		}
 	}
 }

@@ -235,6 +235,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := b.checkSourcesFinite(); err != nil {
+		return nil, err
+	}
 	fp := b.fingerprint(si)
 	recs, err := b.prepareDir(fp)
 	if err != nil {

@@ -59,6 +59,69 @@ type sequential struct {
 	done map[string]*produced // the current layer's GPTQ'd dense tensors
 }
 
+// sequentialInputs reads what a sequential build needs besides the
+// tensors, refusing as a real run would: the model's config.json (for the
+// forward pass) and its tokenizer. A dry run checks them too.
+func (b *builder) sequentialInputs() (*model.Config, *tokenizer.Tokenizer, string, error) {
+	dir := b.opt.Source
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		dir = filepath.Dir(dir)
+	}
+	cfg := b.modelCfg
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("sequential GPTQ tokenizes the calibration text with the model's tokenizer: %w", err)
+	}
+	return cfg, tok, dir, nil
+}
+
+// SequentialWork sizes a sequential build from its calibration options:
+// the tokens, the forward passes, the fits and the scratch disk.
+type SequentialWork struct {
+	Sequences int `json:"sequences"`
+	SeqLen    int `json:"seq_len"`
+	HeldOut   int `json:"held_out_sequences"`
+	// Tokens is Sequences × SeqLen: exact in mode pack, at most that in
+	// mode record.
+	Tokens     int64 `json:"tokens"`
+	Layers     int   `json:"layers"`
+	Asymmetric bool  `json:"asymmetric"`
+	// RoutedRowsPerLayer is the calibration tokens (held-out ones
+	// excluded) times the experts chosen per token.
+	RoutedRowsPerLayer int64 `json:"routed_rows_per_layer"`
+	// ForwardTokenLayers counts the layer passes of single tokens: every
+	// layer runs the quantized stream over all sequences, and the source
+	// model's stream over all of them (asymmetric) or the held-out ones.
+	ForwardTokenLayers int64 `json:"forward_token_layers"`
+	// Fits is the number of GPTQ matrices fitted to the source model's
+	// outputs (asymmetric), 0 otherwise.
+	Fits int `json:"fits"`
+	// ScratchBytes is the peak of the residual streams kept in the output
+	// directory's bookkeeping: two layers' streams (the quantized and the
+	// source one), float32 × hidden per token.
+	ScratchBytes int64 `json:"scratch_bytes"`
+}
+
+// sequentialWork sizes the sequential build a dry run describes.
+func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int) *SequentialWork {
+	so := b.opt.DataOptions.Calibration
+	w := &SequentialWork{Sequences: so.Sequences, SeqLen: so.SeqLen, HeldOut: b.opt.HeldOutSequences, Asymmetric: b.opt.Asymmetric,
+		Tokens: int64(so.Sequences) * int64(so.SeqLen), Layers: cfg.NumLayers()}
+	if cfg.MTPLayers > 0 {
+		w.Layers = cfg.Layers + 1 // the pass runs the first MTP layer only
+	}
+	held := int64(b.opt.HeldOutSequences) * int64(so.SeqLen)
+	w.RoutedRowsPerLayer = (w.Tokens - held) * int64(cfg.TopK)
+	ref := held
+	if b.opt.Asymmetric {
+		ref = w.Tokens
+		w.Fits = gptqMatrices
+	}
+	w.ForwardTokenLayers = int64(w.Layers) * (w.Tokens + ref)
+	w.ScratchBytes = 2 * (w.Tokens + ref) * int64(cfg.Hidden) * 4
+	return w
+}
+
 // errSeqStop ends a forward pass once the wanted sites are collected.
 var errSeqStop = errors.New("sequential: sites collected")
 
@@ -66,19 +129,14 @@ var errSeqStop = errors.New("sequential: sites collected")
 // tokenizer and the calibration text. Everything that can refuse the build
 // happens here, before the output directory is touched.
 func (b *builder) openSequential(ctx context.Context) error {
-	dir := b.opt.Source
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		dir = filepath.Dir(dir)
+	cfg, tok, _, err := b.sequentialInputs()
+	if err != nil {
+		return err
 	}
-	cfg := b.modelCfg
 	src := forward.NewCheckpoint(b.model)
 	ref, err := forward.New(cfg, src)
 	if err != nil {
 		return err
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		return fmt.Errorf("sequential GPTQ tokenizes the calibration text with the model's tokenizer: %w", err)
 	}
 	if b.opt.DataOptions.Calibration.Sequences <= 0 {
 		return errors.New("manifest: the data options build no calibration sequences")
@@ -107,7 +165,9 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if s.m, err = forward.New(cfg, forward.Overlay{s.w, src}); err != nil {
 		return err
 	}
-	provJSON, err := json.Marshal(res.Provenance)
+	// The manifest records the text's content, not where it was read
+	// from: the same text gives the same identity from any directory.
+	provJSON, err := json.Marshal(res.Provenance.Content())
 	if err != nil {
 		return err
 	}

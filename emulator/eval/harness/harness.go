@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -45,18 +44,31 @@ type Options struct {
 	// ignored).
 	Data        *dataset.Spec
 	DataOptions dataset.Options
+	// HeldOutOfCalibration: when a file of Data is a file a candidate's
+	// manifest records as its calibration text, only the records that
+	// calibration's seeded split held out are scored (its eval fraction
+	// and seed replace DataOptions'). For a default that scores a
+	// dedicated evaluation file whole and the held-out share of a
+	// calibration file.
+	HeldOutOfCalibration bool
 	// Calib and CalibOptions give the calibration text the checkpoints
 	// were made with (the calibration set dataset.Build makes of them):
-	// the overlap check indexes it. Nil: the checkpoints' manifests are
-	// consulted, and a checkpoint calibrated on text that is not given is
-	// reported as unchecked.
+	// the overlap check fingerprints it. Nil: the fingerprints the
+	// checkpoints' manifests record are used, and a checkpoint calibrated
+	// on text its manifest does not fingerprint is reported as unchecked.
 	Calib        *dataset.Spec
 	CalibOptions dataset.Options
-	// AllowOverlap turns an overlap between evaluation and calibration
-	// text from an error into a warning.
+	// MaxOverlap is the largest share of the scored tokens that may lie
+	// in text shared with the calibration text (0: DefaultMaxOverlap).
+	MaxOverlap float64
+	// AllowOverlap turns an overlap above MaxOverlap from an error into a
+	// warning; AllowedBy names who allowed it, for the messages (empty:
+	// "the caller").
 	AllowOverlap bool
+	AllowedBy    string
 	// OverlapRun is the length in tokens of a shared run that counts as
-	// overlap (0: eval.DefaultOverlapRun).
+	// overlap with Calib's text (0: dataset.FingerprintRun); a manifest's
+	// fingerprint carries its own.
 	OverlapRun int
 
 	// Window is the longest window in tokens (0: eval.DefaultWindow);
@@ -124,6 +136,8 @@ type DataInfo struct {
 	// Window is the longest window; Windows the number run; Split the
 	// number of sequences cut into several windows; Unscorable the masked
 	// tokens nothing predicts (each window's first token).
+	// Selection says which records were scored and why.
+	Selection  string      `json:"selection"`
 	Window     int         `json:"window"`
 	Windows    int         `json:"windows"`
 	Split      int         `json:"split_sequences"`
@@ -131,21 +145,54 @@ type DataInfo struct {
 	Overlap    OverlapInfo `json:"overlap"`
 }
 
+// DefaultMaxOverlap is the largest share of the scored tokens that may lie
+// in text shared with the calibration text.
+const DefaultMaxOverlap = 0.01
+
 // OverlapInfo records the check of evaluation against calibration text.
 type OverlapInfo struct {
-	// Checked says whether calibration text was indexed; Calibration is
-	// its provenance.
-	Checked     bool                `json:"checked"`
-	Run         int                 `json:"run_tokens,omitempty"`
-	Calibration *dataset.Provenance `json:"calibration,omitempty"`
-	// Windows is the number of evaluation windows sharing a run with it,
+	// Checked says whether a calibration fingerprint was checked against;
+	// From says where each came from ("--calib-data", or the manifest of
+	// a candidate) and Shingles how many sampled runs they hold.
+	Checked  bool     `json:"checked"`
+	Run      int      `json:"run_tokens,omitempty"`
+	From     []string `json:"from,omitempty"`
+	Shingles int      `json:"calibration_shingles,omitempty"`
+	// SharedTokens of the ScoredTokens lie in a run shared with the
+	// calibration text (boilerplate excepted): Share of them, refused
+	// above MaxShare unless AllowedBy allowed it.
+	ScoredTokens int64   `json:"scored_tokens"`
+	SharedTokens int64   `json:"shared_tokens"`
+	Share        float64 `json:"share"`
+	MaxShare     float64 `json:"max_share"`
+	AllowedBy    string  `json:"allowed_by,omitempty"`
+	// Windows is the number of evaluation windows with a shared token,
 	// First up to 10 of them.
-	Windows int            `json:"windows"`
-	First   []eval.Overlap `json:"first,omitempty"`
-	// Unchecked lists the candidates whose manifest records a
-	// calibration whose text was not given.
+	Windows int         `json:"windows"`
+	First   []OverlapAt `json:"first,omitempty"`
+	// Unchecked lists the candidates calibrated on text this run has no
+	// fingerprint of, with why.
 	Unchecked []string `json:"unchecked,omitempty"`
 	Warnings  []string `json:"warnings,omitempty"`
+}
+
+// OverlapAt names an evaluation window holding text shared with the
+// calibration text: the sequence it was cut from, the position of its
+// first shared token in it, and the data file (and line) of that text.
+type OverlapAt struct {
+	Window   int    `json:"window"`
+	Corpus   string `json:"corpus"`
+	Sequence int    `json:"sequence"`
+	At       int    `json:"at"`
+	Where    string `json:"where,omitempty"`
+}
+
+func (o OverlapAt) String() string {
+	s := fmt.Sprintf("%s sequence %d, token %d", o.Corpus, o.Sequence, o.At)
+	if o.Where != "" {
+		s += " (" + o.Where + ")"
+	}
+	return s
 }
 
 // Settings is recorded as the result's Settings.
@@ -157,25 +204,26 @@ type Settings struct {
 	Chunk    int    `json:"chunk"`
 }
 
-// OverlapError is returned when evaluation windows share text with the
-// calibration text and AllowOverlap is not set.
+// OverlapError is returned when more than the allowed share of the scored
+// tokens lies in text shared with the calibration text and AllowOverlap is
+// not set.
 type OverlapError struct {
-	Windows int
-	Run     int
-	// Where is the data file (and line) of the first window's text.
-	Where string
-	First []eval.Overlap
+	Info OverlapInfo
 }
 
 func (e *OverlapError) Error() string {
-	s := fmt.Sprintf("%d evaluation windows share text (runs of %d tokens) with the calibration text", e.Windows, e.Run)
-	if len(e.First) > 0 {
-		s += ", first at " + e.First[0].String()
-		if e.Where != "" {
-			s += " (" + e.Where + ")"
-		}
+	return overlapText(&e.Info) + "; evaluate on other text"
+}
+
+// overlapText says how much of the evaluation text is shared, with what,
+// and the limit.
+func overlapText(o *OverlapInfo) string {
+	s := fmt.Sprintf("%.2f%% of the scored tokens (%d of %d, in %d windows) lie in runs of %d tokens shared with the calibration text (fingerprint from %s)",
+		100*o.Share, o.SharedTokens, o.ScoredTokens, o.Windows, o.Run, strings.Join(o.From, ", "))
+	if len(o.First) > 0 {
+		s += ", first at " + o.First[0].String()
 	}
-	return s + "; evaluate on other text, or allow it explicitly"
+	return s + fmt.Sprintf(", above the %.2f%% allowed", 100*o.MaxShare)
 }
 
 func (o *Options) log(format string, args ...any) {
@@ -197,14 +245,17 @@ func (o *Options) check() error {
 	if o.Data == nil {
 		return errors.New("harness: no evaluation data")
 	}
-	if o.DataOptions.Evaluation.Sequences <= 0 {
+	if !o.DataOptions.Evaluation.Requested() {
 		return errors.New("harness: the data options request no evaluation sequences")
 	}
-	if o.Calib != nil && o.CalibOptions.Calibration.Sequences <= 0 {
+	if o.Calib != nil && !o.CalibOptions.Calibration.Requested() {
 		return errors.New("harness: the calibration data options request no calibration sequences")
 	}
 	if _, err := ParseNumerics(o.Numerics, o.KVCache); err != nil {
 		return err
+	}
+	if !(o.MaxOverlap >= 0 && o.MaxOverlap < 1) {
+		return fmt.Errorf("harness: maximum overlap %v: want a share 0 ≤ f < 1", o.MaxOverlap)
 	}
 	if o.OverlapRun < 0 || o.OverlapRun == 1 {
 		return fmt.Errorf("harness: overlap runs of %d tokens; want at least 2", o.OverlapRun)
@@ -293,7 +344,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			calibed = append(calibed, label)
 			calibInfos = append(calibInfos, mf.TTQuant.Calibration)
 		}
-		opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, ns.Len(), id.Identity)
+		if n := len(mf.Tensors); n != ns.Len() {
+			opt.log("candidate %s: %s (%d stored tensors substituted under %d names: a stored fused expert gate_up is also the expert's gate and up; identity %.16s)", label, dir, n, ns.Len(), id.Identity)
+		} else {
+			opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, n, id.Identity)
+		}
 		cands = append(cands, newRunner(m))
 		infos = append(infos, eval.RunInfo{Label: label, Identity: id, Numerics: num.String()})
 		names = append(names, label)
@@ -327,7 +382,22 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	info := DataInfo{Provenance: data.Provenance, Window: window}
+	selection := selectionText(dopt, window)
+	if opt.HeldOutOfCalibration {
+		if label, cp, ok := calibrationFile(data.Provenance, calibed, calibInfos); ok {
+			dopt.EvalFraction, dopt.Seed = cp.Options.EvalFraction, cp.Options.Seed
+			if dopt.EvalFraction >= 1 {
+				return nil, fmt.Errorf("harness: the evaluation data is candidate %s's calibration text, with no records held out", label)
+			}
+			if data, err = dataset.Build(opt.Data, tok, dopt); err != nil {
+				return nil, err
+			}
+			selection = fmt.Sprintf("the %g%% of the records that candidate %s's calibration split held out (eval fraction %g, seed %d): the evaluation data holds its calibration file; ",
+				100*dopt.EvalFraction, label, dopt.EvalFraction, dopt.Seed) + selectionText(dopt, window)
+		}
+	}
+	opt.log("scoring %s", selection)
+	info := DataInfo{Provenance: data.Provenance, Selection: selection, Window: window}
 	var windows []eval.Window
 	var labels []string
 	for i, s := range data.Evaluation.Sequences {
@@ -360,6 +430,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 
 	// Overlap with the calibration text, before anything runs.
 	var warnings []string
+	var idx *dataset.FingerprintIndex
+	var from []string
+	shingles := 0
 	if opt.Calib != nil {
 		copt := opt.CalibOptions
 		copt.Evaluation = dataset.SetOptions{}
@@ -371,40 +444,43 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("calibration data: %w", err)
 		}
-		w, err := checkOverlap(cal.Calibration.IDs(), &cal.Provenance, windows, data, &opt, &info)
+		fp, err := dataset.NewFingerprint(cal.Calibration, opt.OverlapRun)
+		if err != nil {
+			return nil, err
+		}
+		if idx, err = fp.Index(); err != nil {
+			return nil, err
+		}
+		from, shingles = []string{"the calibration data given"}, fp.Shingles
+	} else if len(calibed) > 0 {
+		var unchecked []string
+		for i, label := range calibed {
+			fp, why := manifestFingerprint(calibInfos[i], tok)
+			if why != "" {
+				unchecked = append(unchecked, label+": "+why)
+				continue
+			}
+			x, err := fp.Index()
+			if err == nil && idx != nil {
+				x, err = idx.Merge(x)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("candidate %s: %w", label, err)
+			}
+			idx = x
+			from, shingles = append(from, "the manifest of "+label), shingles+fp.Shingles
+		}
+		if len(unchecked) > 0 {
+			info.Overlap.Unchecked = unchecked
+			warnings = append(warnings, fmt.Sprintf("overlap with the calibration text not checked for %s", strings.Join(unchecked, "; ")))
+		}
+	}
+	if idx != nil {
+		w, err := checkOverlap(idx, from, shingles, windows, data, &opt, &info)
 		if err != nil {
 			return nil, err
 		}
 		warnings = append(warnings, w...)
-	} else if len(calibed) > 0 {
-		// The manifests record the calibration text's provenance: where
-		// its files are still there, with the recorded hashes, the
-		// calibration sequences are rebuilt and checked.
-		var seqs [][]int32
-		var unchecked, reasons []string
-		var provs []dataset.Provenance
-		for i, label := range calibed {
-			ids, prov, why := rebuildCalibration(calibInfos[i], tok, workers)
-			if why != "" {
-				unchecked = append(unchecked, label)
-				reasons = append(reasons, label+": "+why)
-				continue
-			}
-			opt.log("candidate %s: calibration text rebuilt from its manifest (%d sequences, token ids sha256 %.16s)", label, len(ids), prov.Calibration.TokenIDsSHA256)
-			seqs = append(seqs, ids...)
-			provs = append(provs, *prov)
-		}
-		if len(seqs) > 0 {
-			w, err := checkOverlap(seqs, &provs[0], windows, data, &opt, &info)
-			if err != nil {
-				return nil, err
-			}
-			warnings = append(warnings, w...)
-		}
-		if len(unchecked) > 0 {
-			info.Overlap.Unchecked = unchecked
-			warnings = append(warnings, fmt.Sprintf("candidates %q were calibrated on text this evaluation was not given and that could not be rebuilt from their manifests (%s): overlap not checked", unchecked, strings.Join(reasons, "; ")))
-		}
 	}
 	info.Overlap.Warnings = warnings
 	for _, w := range warnings {
@@ -502,84 +578,120 @@ func (r *runner) Logits(dst []float32, lo, hi int) error {
 	})
 }
 
-// checkOverlap indexes the calibration sequences and checks every
-// evaluation window against them, recording the outcome in info: an
-// overlap is an *OverlapError unless allowed, then a warning.
-func checkOverlap(seqs [][]int32, prov *dataset.Provenance, windows []eval.Window, data *dataset.Result, opt *Options, info *DataInfo) ([]string, error) {
-	x, err := eval.NewOverlapIndex(seqs, opt.OverlapRun)
-	if err != nil {
-		return nil, err
+// selectionText says how the evaluation set is cut into windows.
+func selectionText(dopt dataset.Options, window int) string {
+	e := dopt.Evaluation
+	what := "the evaluation records"
+	if dopt.EvalFraction == 1 {
+		what = "every record"
 	}
-	first, total := x.CheckOverlap(windows, 10)
-	info.Overlap = OverlapInfo{Checked: true, Run: x.Run(), Calibration: prov, Windows: total, First: first}
-	if total == 0 {
-		return nil, nil
+	if e.AllRecords {
+		return fmt.Sprintf("%s, each its own window of up to %d tokens (longer ones split)", what, window)
 	}
-	oe := &OverlapError{Windows: total, Run: x.Run(), First: first}
-	if recs := data.Evaluation.Sequences[first[0].Record].Records; len(recs) > 0 {
-		oe.Where = recs[0].Where
-	}
-	if !opt.AllowOverlap {
-		return nil, oe
-	}
-	return []string{"allowed: " + oe.Error()}, nil
+	return fmt.Sprintf("%d sequences (%s, %d tokens) of %s, windows of up to %d tokens", e.Sequences, e.Mode, e.SeqLen, what, window)
 }
 
-// rebuildCalibration rebuilds the calibration sequences a checkpoint's
-// manifest records: the dataset provenance names the sources, their files'
-// sha256s and the options; the sequences count only if their token-id hash
-// is the one recorded. It returns why not otherwise.
-func rebuildCalibration(ci *manifest.CalibInfo, tok *tokenizer.Tokenizer, workers int) ([][]int32, *dataset.Provenance, string) {
+// calibrationFile reports the first calibrated candidate whose recorded
+// calibration text shares a file (by sha256) with the evaluation data,
+// and that calibration's provenance.
+func calibrationFile(data dataset.Provenance, labels []string, infos []*manifest.CalibInfo) (string, *dataset.Provenance, bool) {
+	files := map[string]bool{}
+	for _, s := range data.Sources {
+		for _, f := range s.Files {
+			files[f.SHA256] = true
+		}
+	}
+	for i, ci := range infos {
+		var p dataset.Provenance
+		if len(ci.Data) == 0 || json.Unmarshal(ci.Data, &p) != nil {
+			continue
+		}
+		for _, s := range p.Sources {
+			for _, f := range s.Files {
+				if files[f.SHA256] {
+					return labels[i], &p, true
+				}
+			}
+		}
+	}
+	return "", nil, false
+}
+
+// checkOverlap checks the evaluation text against a calibration
+// fingerprint, recording the outcome in info: a shared share above the
+// maximum is an *OverlapError unless allowed, then a warning naming who
+// allowed it.
+func checkOverlap(idx *dataset.FingerprintIndex, from []string, shingles int, windows []eval.Window, data *dataset.Result, opt *Options, info *DataInfo) ([]string, error) {
+	maxShare := opt.MaxOverlap
+	if maxShare == 0 {
+		maxShare = DefaultMaxOverlap
+	}
+	unchecked := info.Overlap.Unchecked
+	o := OverlapInfo{Checked: true, Run: idx.Run(), From: from, Shingles: shingles, MaxShare: maxShare, Unchecked: unchecked}
+	shared := idx.Shared(data.Evaluation)
+	for i := range windows {
+		w := &windows[i]
+		seq := shared[w.Record]
+		first := -1
+		for k, sc := range w.Score {
+			if !sc {
+				continue
+			}
+			o.ScoredTokens++
+			// Position k predicts token k+1 of the window.
+			if seq[w.Start+k+1] {
+				o.SharedTokens++
+				if first < 0 {
+					first = w.Start + k + 1
+				}
+			}
+		}
+		if first >= 0 {
+			o.Windows++
+			if len(o.First) < 10 {
+				at := OverlapAt{Window: i, Corpus: w.Corpus, Sequence: w.Record, At: first}
+				if recs := data.Evaluation.Sequences[w.Record].Records; len(recs) > 0 {
+					at.Where = recs[0].Where
+				}
+				o.First = append(o.First, at)
+			}
+		}
+	}
+	if o.ScoredTokens > 0 {
+		o.Share = float64(o.SharedTokens) / float64(o.ScoredTokens)
+	}
+	info.Overlap = o
+	opt.log("overlap: %d of %d scored tokens (%.2f%%) shared with the calibration text (fingerprint from %s; at most %.2f%% allowed)",
+		o.SharedTokens, o.ScoredTokens, 100*o.Share, strings.Join(from, ", "), 100*maxShare)
+	if o.Share <= maxShare {
+		return nil, nil
+	}
+	if !opt.AllowOverlap {
+		return nil, &OverlapError{Info: o}
+	}
+	by := opt.AllowedBy
+	if by == "" {
+		by = "the caller"
+	}
+	info.Overlap.AllowedBy = by
+	return []string{overlapText(&o) + "; allowed by " + by}, nil
+}
+
+// manifestFingerprint returns the calibration fingerprint a checkpoint's
+// manifest records, or why there is none to check against.
+func manifestFingerprint(ci *manifest.CalibInfo, tok *tokenizer.Tokenizer) (*dataset.Fingerprint, string) {
 	if len(ci.Data) == 0 {
-		return nil, nil, "the manifest does not record the calibration text (a calibration store without text provenance)"
+		return nil, "its manifest records no calibration text (a calibration store without text provenance)"
 	}
 	var prov dataset.Provenance
 	if err := json.Unmarshal(ci.Data, &prov); err != nil {
-		return nil, nil, "the manifest's calibration provenance does not decode: " + err.Error()
+		return nil, "its manifest's calibration provenance does not decode: " + err.Error()
 	}
-	if prov.Calibration == nil || len(prov.Sources) == 0 {
-		return nil, nil, "the manifest's calibration provenance names no calibration set"
+	if prov.Calibration == nil || prov.Calibration.Fingerprint == nil {
+		return nil, "its manifest records no fingerprint of the calibration text (built before fingerprints were recorded)"
 	}
 	if prov.Tokenizer.SHA256 != "" && prov.Tokenizer.SHA256 != tok.SHA256() {
-		return nil, nil, "the checkpoint was calibrated with another tokenizer"
+		return nil, "it was calibrated with another tokenizer"
 	}
-	spec := &dataset.Spec{}
-	for _, src := range prov.Sources {
-		spec.Sources = append(spec.Sources, src.Source)
-		if _, err := os.Stat(src.Path); err != nil {
-			return nil, nil, fmt.Sprintf("calibration source %s is not here", src.Path)
-		}
-	}
-	dopt := prov.Options
-	dopt.Evaluation = dataset.SetOptions{}
-	dopt.Workers = workers
-	res, err := dataset.Build(spec, tok, dopt)
-	if err != nil {
-		return nil, nil, "rebuilding the calibration text: " + err.Error()
-	}
-	for i, src := range res.Provenance.Sources {
-		if i >= len(prov.Sources) || !sameFiles(src.Files, prov.Sources[i].Files) {
-			return nil, nil, fmt.Sprintf("calibration source %s changed since the checkpoint was built", src.Path)
-		}
-	}
-	want := ci.TokenIDsSHA256
-	if want == "" {
-		want = prov.Calibration.TokenIDsSHA256
-	}
-	if res.Calibration == nil || res.Provenance.Calibration.TokenIDsSHA256 != want {
-		return nil, nil, "the rebuilt calibration sequences do not have the recorded token-id hash"
-	}
-	return res.Calibration.IDs(), &res.Provenance, ""
-}
-
-func sameFiles(a, b []dataset.FileInfo) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].SHA256 != b[i].SHA256 || a[i].Path != b[i].Path {
-			return false
-		}
-	}
-	return true
+	return prov.Calibration.Fingerprint, ""
 }

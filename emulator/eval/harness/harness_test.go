@@ -140,24 +140,34 @@ func TestReferenceAndSelf(t *testing.T) {
 	}
 }
 
-// TestOverlapRefused: evaluation text that shares runs of tokens with the
-// calibration text is refused before anything runs, or allowed with a
-// warning (the run then stops at once on the cancelled context).
+// TestOverlapRefused: evaluation text of which more than the allowed
+// share is calibration text is refused before anything runs, or allowed
+// with a warning naming who allowed it (the run then stops at once on the
+// cancelled context).
 func TestOverlapRefused(t *testing.T) {
 	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
 	spec, dopt := perRecord(t, filepath.Join(dir, "eval-dev.jsonl"), 80)
 	// A calibration set cut from the same file: every record of it is
 	// also an evaluation record.
-	copt := dataset.Options{EvalFraction: 0.5, Seed: 3, Calibration: dataset.SetOptions{Sequences: 2, SeqLen: 256}}
+	copt := dataset.Options{EvalFraction: 0.5, Seed: 3, Calibration: dataset.SetOptions{Sequences: 8, SeqLen: 256}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	opt := Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Calib: spec, CalibOptions: copt, Window: 8192}
 	_, err := Run(ctx, opt)
 	var oe *OverlapError
-	if !errors.As(err, &oe) || oe.Windows == 0 || len(oe.First) == 0 {
+	if !errors.As(err, &oe) || oe.Info.Windows == 0 || len(oe.Info.First) == 0 || oe.Info.Share <= DefaultMaxOverlap {
 		t.Fatalf("overlapping calibration text: error %v, want an OverlapError", err)
 	}
-	opt.AllowOverlap = true
+	// 8 × 256 calibration tokens are all in the evaluation text; the
+	// sampled runs find most of them (not the ends of each record's part,
+	// nor parts shorter than two runs).
+	if oe.Info.SharedTokens < 1024 || oe.Info.SharedTokens > 2048 {
+		t.Errorf("%d shared tokens, want most of the 2048 calibration tokens", oe.Info.SharedTokens)
+	}
+	if !strings.Contains(err.Error(), "% of the scored tokens") || !strings.Contains(err.Error(), "the calibration data given") {
+		t.Errorf("message %q does not say the share and where the fingerprint came from", err)
+	}
+	opt.AllowOverlap, opt.AllowedBy = true, "--allow-overlap"
 	var logged []string
 	opt.Log = func(s string) { logged = append(logged, s) }
 	if _, err := Run(ctx, opt); !errors.Is(err, context.Canceled) {
@@ -165,27 +175,79 @@ func TestOverlapRefused(t *testing.T) {
 	}
 	found := false
 	for _, l := range logged {
-		found = found || len(l) > 8 && l[:8] == "warning:"
+		found = found || strings.HasPrefix(l, "warning:") && strings.Contains(l, "allowed by --allow-overlap")
 	}
 	if !found {
-		t.Errorf("with AllowOverlap no warning was logged: %q", logged)
+		t.Errorf("with AllowOverlap no warning names who allowed it: %q", logged)
 	}
-
-	// Disjoint text passes the check. (calib.jsonl does not: its Go files
-	// share their licence header with eval-dev's.)
-	other := filepath.Join(t.TempDir(), "other.txt")
-	text := "Quantization error is measured against the reference run, position by position, never on stored logits. "
-	if err := os.WriteFile(other, []byte(text+text+text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cspec, err := dataset.ParseSpec("other=txt:" + other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.AllowOverlap, opt.Calib = false, cspec
-	opt.CalibOptions = dataset.Options{EvalFraction: 1e-9, Calibration: dataset.SetOptions{Sequences: 1, SeqLen: 40}}
+	// A larger maximum lets it pass.
+	opt.AllowOverlap, opt.MaxOverlap = false, 0.5
 	if _, err := Run(ctx, opt); !errors.Is(err, context.Canceled) {
-		t.Fatalf("disjoint calibration text: error %v, want the cancelled context", err)
+		t.Fatalf("with MaxOverlap 0.5: error %v, want the cancelled context", err)
+	}
+}
+
+// TestNoOverlapOnDisjointText: the trained model's calibration text
+// (calib.jsonl, as the demo builds it) against its evaluation file, and
+// against other Go files (this repository's), is not refused and draws no
+// warning: the licence headers and boilerplate they have in common occur
+// in many documents and do not count. The one text eval-dev really shares
+// with calib.jsonl is a Debian changelog shipped identically by two
+// packages (libdrm-amdgpu1 in calib.jsonl, libdrm-nouveau2 in
+// eval-dev.jsonl line 51): about 0.6% of the scored tokens, and nothing
+// else.
+func TestNoOverlapOnDisjointText(t *testing.T) {
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	cspec := must(dataset.ParseSpec("calib=" + filepath.Join(dir, "calib.jsonl")))
+	copt := dataset.Options{Seed: 1, Calibration: dataset.SetOptions{Sequences: 48, SeqLen: 512}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		data    string
+		records int
+		where   string // the one record allowed to share text
+	}{
+		{filepath.Join(dir, "eval-dev.jsonl"), 80, "eval-dev.jsonl:51"},
+		{"code=dir:" + filepath.Join(testdata.RepoRoot(), "emulator"), 40, ""},
+	} {
+		spec := must(dataset.ParseSpec(c.data))
+		dopt := dataset.Options{EvalFraction: 1, Seed: 1, Evaluation: dataset.SetOptions{Sequences: c.records, SeqLen: 8192, Mode: dataset.ModeRecord, Short: dataset.ShortKeep}}
+		var logged []string
+		opt := Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Calib: cspec, CalibOptions: copt, Window: 8192,
+			Log: func(s string) { logged = append(logged, s) }}
+		_, err := Run(ctx, opt)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: error %v, want the cancelled context", c.data, err)
+		}
+		for _, l := range logged {
+			if strings.HasPrefix(l, "warning:") {
+				t.Errorf("%s: %s", c.data, l)
+			}
+			if strings.HasPrefix(l, "overlap:") {
+				t.Logf("%s: %s", filepath.Base(c.data), l)
+			}
+		}
+		// The first shared windows, from the check's record.
+		tok := must(tokenizer.Load(dir))
+		data := must(dataset.Build(spec, tok, dopt))
+		fp := must(dataset.NewFingerprint(must(dataset.Build(cspec, tok, copt)).Calibration, 0))
+		idx := must(fp.Index())
+		var shared, total int
+		for i, m := range idx.Shared(data.Evaluation) {
+			for _, b := range m {
+				total++
+				if !b {
+					continue
+				}
+				shared++
+				if w := data.Evaluation.Sequences[i].Records[0].Where; c.where == "" || !strings.HasSuffix(w, c.where) {
+					t.Fatalf("%s: text shared with the calibration text in %s", c.data, w)
+				}
+			}
+		}
+		if float64(shared) > 0.01*float64(total) {
+			t.Errorf("%s: %d of %d tokens shared", c.data, shared, total)
+		}
 	}
 }
 
@@ -219,51 +281,39 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// TestOverlapFromManifest evaluates a sequential GPTQ checkpoint on the
-// text it was calibrated on, without giving the calibration text: the
-// manifest's provenance is enough to rebuild the calibration sequences
-// and refuse. Once the calibration file is gone, the overlap is reported as
-// unchecked instead.
+// TestOverlapFromManifest evaluates a sequential GPTQ checkpoint on text
+// that repeats part of its calibration text, without giving the
+// calibration text: the fingerprint the manifest records is enough to
+// refuse.
 func TestOverlapFromManifest(t *testing.T) {
 	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
 	lines := strings.SplitAfter(string(must(os.ReadFile(filepath.Join(dir, "eval-dev.jsonl")))), "\n")
 	file := filepath.Join(t.TempDir(), "text.jsonl")
-	if err := os.WriteFile(file, []byte(strings.Join(lines[:6], "")), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(strings.Join(lines[:12], "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cspec := must(dataset.ParseSpec("text=" + file))
 	p := must(plan.Preset(plan.PresetQwen36MoE))
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
 	_, err := build.GPTQ(context.Background(), build.BuildOptions{Source: dir, Out: ckpt, Plan: p, Data: cspec,
-		DataOptions: dataset.Options{EvalFraction: 0.5, Seed: 3, Calibration: dataset.SetOptions{Sequences: 2, SeqLen: 64}},
+		DataOptions: dataset.Options{EvalFraction: 0.5, Seed: 3, Calibration: dataset.SetOptions{Sequences: 6, SeqLen: 256}},
 		Layers:      `layers\.0\.mlp\.experts\..*`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, dopt := perRecord(t, file, 6)
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(t.TempDir(), "moved.jsonl")
+	if err := os.WriteFile(moved, []byte(strings.Join(lines[:12], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, dopt := perRecord(t, moved, 12)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	opt := Options{Model: dir, Checkpoints: []string{ckpt}, Data: spec, DataOptions: dopt, Window: 8192}
 	var oe *OverlapError
-	if _, err := Run(ctx, opt); !errors.As(err, &oe) || oe.Windows == 0 {
-		t.Fatalf("evaluation on the calibration text: error %v, want an OverlapError", err)
-	}
-	moved := filepath.Join(filepath.Dir(file), "moved.jsonl")
-	if err := os.Rename(file, moved); err != nil {
-		t.Fatal(err)
-	}
-	spec, dopt = perRecord(t, moved, 6)
-	opt.Data, opt.DataOptions = spec, dopt
-	var logged []string
-	opt.Log = func(s string) { logged = append(logged, s) }
-	if _, err := Run(ctx, opt); !errors.Is(err, context.Canceled) {
-		t.Fatalf("calibration text gone: error %v, want the cancelled context", err)
-	}
-	found := false
-	for _, l := range logged {
-		found = found || strings.Contains(l, "could not be rebuilt") && strings.Contains(l, "is not here")
-	}
-	if !found {
-		t.Errorf("no warning names the missing calibration file: %q", logged)
+	if _, err := Run(ctx, opt); !errors.As(err, &oe) || oe.Info.SharedTokens == 0 || !strings.Contains(err.Error(), "the manifest of ckpt") {
+		t.Fatalf("evaluation on the calibration text: error %v, want an OverlapError naming the manifest", err)
 	}
 }

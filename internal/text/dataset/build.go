@@ -41,11 +41,18 @@ const (
 
 // SetOptions shape one set of sequences.
 type SetOptions struct {
-	Sequences int   `json:"sequences"` // N; 0: the set is not built
+	Sequences int   `json:"sequences"` // N; 0: the set is not built (unless AllRecords)
 	SeqLen    int   `json:"seq_len"`   // L
 	Mode      Mode  `json:"mode,omitempty"`
 	Short     Short `json:"short,omitempty"`
+	// AllRecords makes one sequence of every record of the set's share,
+	// whole (ModeRecord without truncation): Sequences and SeqLen are
+	// then 0. It scores a file kept for evaluation as it is.
+	AllRecords bool `json:"all_records,omitempty"`
 }
+
+// Requested reports whether the set is to be built.
+func (so SetOptions) Requested() bool { return so.Sequences > 0 || so.AllRecords }
 
 // Options of Build. The zero value builds nothing.
 type Options struct {
@@ -89,10 +96,10 @@ func (o *Options) normalize() error {
 	if !(o.EvalFraction > 0 && o.EvalFraction <= 1) {
 		return fmt.Errorf("dataset: eval fraction %v: want 0 < f < 1 (or 1 when no calibration set is built)", o.EvalFraction)
 	}
-	if o.EvalFraction == 1 && o.Calibration.Sequences > 0 {
+	if o.EvalFraction == 1 && o.Calibration.Requested() {
 		return fmt.Errorf("dataset: eval fraction 1 leaves no calibration records, but %d calibration sequences are requested", o.Calibration.Sequences)
 	}
-	if o.Calibration.Sequences == 0 && o.Evaluation.Sequences == 0 {
+	if !o.Calibration.Requested() && !o.Evaluation.Requested() {
 		return fmt.Errorf("dataset: no sequences requested for calibration or evaluation")
 	}
 	for _, s := range []struct {
@@ -101,6 +108,18 @@ func (o *Options) normalize() error {
 	}{{"calibration", &o.Calibration}, {"evaluation", &o.Evaluation}} {
 		if s.o.Sequences < 0 || s.o.Sequences > 1<<24 {
 			return fmt.Errorf("dataset: %s sequences %d: want 0..%d", s.name, s.o.Sequences, 1<<24)
+		}
+		if s.o.AllRecords {
+			switch {
+			case s.o.Sequences != 0 || s.o.SeqLen != 0:
+				return fmt.Errorf("dataset: %s: every record (all records) with %d sequences of %d tokens: give one or the other", s.name, s.o.Sequences, s.o.SeqLen)
+			case s.o.Mode != "" && s.o.Mode != ModeRecord:
+				return fmt.Errorf("dataset: %s: every record (all records) is mode record, not %q", s.name, s.o.Mode)
+			case s.o.Short != "" && s.o.Short != ShortKeep:
+				return fmt.Errorf("dataset: %s: every record (all records) keeps every record; short %q does not apply", s.name, s.o.Short)
+			}
+			s.o.Mode, s.o.Short = ModeRecord, ShortKeep
+			continue
 		}
 		if s.o.Sequences == 0 {
 			continue
@@ -183,13 +202,40 @@ const ProvenanceSchemaVersion = 1
 
 // Provenance says exactly what text a set came from.
 type Provenance struct {
-	SchemaVersion int           `json:"schema_version"`
-	Spec          string        `json:"spec"`
-	Options       Options       `json:"options"`
-	Tokenizer     TokenizerInfo `json:"tokenizer"`
-	Sources       []SourceInfo  `json:"sources"`
-	Calibration   *SetInfo      `json:"calibration,omitempty"`
-	Evaluation    *SetInfo      `json:"evaluation,omitempty"`
+	SchemaVersion int `json:"schema_version"`
+	// Spec is the spec as typed (inline string or file path); empty in a
+	// content-only provenance (Content).
+	Spec        string        `json:"spec,omitempty"`
+	Options     Options       `json:"options"`
+	Tokenizer   TokenizerInfo `json:"tokenizer"`
+	Sources     []SourceInfo  `json:"sources"`
+	Calibration *SetInfo      `json:"calibration,omitempty"`
+	Evaluation  *SetInfo      `json:"evaluation,omitempty"`
+}
+
+// Content returns the provenance without what depends only on how the
+// data was named: the spec as typed, every source's path and the path of
+// every file of a jsonl or txt source. A dir source's files keep their
+// paths relative to the source's root, which order its records. What is
+// left (kinds, labels, weights, options, the tokenizer, every file's
+// sha256, size and record count, the sets) is the same for the same text
+// whatever directory it was read from or how its path was typed; it is
+// what a checkpoint's manifest records (docs/checkpoint.md).
+func (p Provenance) Content() Provenance {
+	p.Spec = ""
+	srcs := make([]SourceInfo, len(p.Sources))
+	for i, s := range p.Sources {
+		s.Path = ""
+		s.Files = append([]FileInfo(nil), s.Files...)
+		if s.Kind != KindDir {
+			for k := range s.Files {
+				s.Files[k].Path = ""
+			}
+		}
+		srcs[i] = s
+	}
+	p.Sources = srcs
+	return p
 }
 
 // TokenizerInfo identifies the tokenizer.
@@ -218,6 +264,9 @@ type SetInfo struct {
 	TokenIDsSHA256 string         `json:"token_ids_sha256"`
 	ByLabel        map[string]int `json:"sequences_by_label"`
 	Records        int            `json:"records_used"`
+	// Fingerprint samples the calibration set's text (not made for an
+	// evaluation set): what an evaluation checks its text against.
+	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
 }
 
 // HashTokenIDs is the calibration store's identity of a token-id set: the
@@ -263,11 +312,11 @@ func Build(spec *Spec, tok *tokenizer.Tokenizer, opt Options) (*Result, error) {
 		}
 		sep = id
 	}
-	packs := opt.Calibration.Sequences > 0 && opt.Calibration.Mode == ModePack || opt.Evaluation.Sequences > 0 && opt.Evaluation.Mode == ModePack
+	packs := opt.Calibration.Requested() && opt.Calibration.Mode == ModePack || opt.Evaluation.Requested() && opt.Evaluation.Mode == ModePack
 	if packs && sep < 0 {
 		return nil, fmt.Errorf("dataset: mode pack needs a separator: the tokenizer has no EOS token; name one with the separator option")
 	}
-	pads := opt.Calibration.Sequences > 0 && opt.Calibration.Short == ShortPad || opt.Evaluation.Sequences > 0 && opt.Evaluation.Short == ShortPad
+	pads := opt.Calibration.Requested() && opt.Calibration.Short == ShortPad || opt.Evaluation.Requested() && opt.Evaluation.Short == ShortPad
 	if pads && tok.PAD() < 0 {
 		return nil, fmt.Errorf("dataset: short pad needs the tokenizer's PAD token, and it has none")
 	}
@@ -313,12 +362,12 @@ func Build(spec *Spec, tok *tokenizer.Tokenizer, opt Options) (*Result, error) {
 
 	b := builder{spec: spec, tok: tok, opt: opt, sep: sep}
 	var err error
-	if opt.Calibration.Sequences > 0 {
+	if opt.Calibration.Requested() {
 		if res.Calibration, res.Provenance.Calibration, err = b.buildSet("calibration", opt.Calibration, streams); err != nil {
 			return nil, err
 		}
 	}
-	if opt.Evaluation.Sequences > 0 {
+	if opt.Evaluation.Requested() {
 		if res.Evaluation, res.Provenance.Evaluation, err = b.buildSet("evaluation", opt.Evaluation, streams); err != nil {
 			return nil, err
 		}
@@ -465,6 +514,14 @@ func (b *builder) buildSet(name string, so SetOptions, streams []*stream) (*Set,
 		weights[i] = st.weight
 	}
 	counts := apportion(so.Sequences, weights)
+	if so.AllRecords {
+		for i, st := range streams {
+			counts[i] = len(st.cal)
+			if name == "evaluation" {
+				counts[i] = len(st.eval)
+			}
+		}
+	}
 	set := &Set{Name: name, Options: so}
 	used := 0
 	for i, st := range streams {
@@ -492,6 +549,9 @@ func (b *builder) buildSet(name string, so SetOptions, streams []*stream) (*Set,
 		used += n
 		set.Sequences = append(set.Sequences, seqs...)
 	}
+	if so.AllRecords && len(set.Sequences) == 0 {
+		return nil, nil, fmt.Errorf("dataset: %s set: every record asked for, but the sources have no %s records (eval fraction %v): %w", name, name, b.opt.EvalFraction, ErrEmpty)
+	}
 	// Interleave the streams' sequences in a seeded order.
 	rng := rand.New(rand.NewPCG(b.opt.Seed, streamKey(name+"/order", nil)))
 	rng.Shuffle(len(set.Sequences), func(i, j int) { set.Sequences[i], set.Sequences[j] = set.Sequences[j], set.Sequences[i] })
@@ -507,6 +567,12 @@ func (b *builder) buildSet(name string, so SetOptions, streams []*stream) (*Set,
 		info.ByLabel[s.Label]++
 	}
 	info.TokenIDsSHA256 = HashTokenIDs(set.IDs())
+	if name == "calibration" {
+		var err error
+		if info.Fingerprint, err = NewFingerprint(set, 0); err != nil {
+			return nil, nil, err
+		}
+	}
 	b.opt.progress("%s set: %d sequences, %d tokens from %d records", name, info.Sequences, info.Tokens, info.Records)
 	return set, info, nil
 }
@@ -532,6 +598,9 @@ func (b *builder) fill(so SetOptions, st *stream, order []*Record, want int) ([]
 	tokens, next, usedRecs := 0, 0, 0
 	for len(seqs) < want {
 		if next >= len(order) {
+			if so.AllRecords {
+				break // every record, the empty ones making none
+			}
 			if so.Mode == ModePack {
 				return nil, 0, fmt.Errorf("%d records give %d tokens with separators, %d sequences of %d tokens need %d: %w",
 					len(order), tokens, want, so.SeqLen, want*so.SeqLen, ErrNotEnoughText)
@@ -551,10 +620,10 @@ func (b *builder) fill(so SetOptions, st *stream, order []*Record, want int) ([]
 					break
 				}
 				ids, mask := e.ids, e.mask
-				if len(ids) > so.SeqLen {
+				if len(ids) > so.SeqLen && !so.AllRecords {
 					ids, mask = ids[:so.SeqLen], mask[:so.SeqLen]
 				}
-				if len(ids) < so.SeqLen {
+				if len(ids) < so.SeqLen && !so.AllRecords {
 					switch so.Short {
 					case ShortSkip:
 						continue

@@ -450,3 +450,36 @@ func TestApportion(t *testing.T) {
 		}
 	}
 }
+
+// TestAllRecords: every record of every source becomes one whole
+// sequence, whatever the weights; sizes with it are refused.
+func TestAllRecords(t *testing.T) {
+	tok := tiny(t)
+	dir := t.TempDir()
+	long := strings.Repeat("long text ", 500)
+	write(t, filepath.Join(dir, "a.jsonl"), "{\"text\": \"a short one\"}\n{\"text\": \""+long+"\"}\n{\"text\": \"tiny\"}\n")
+	write(t, filepath.Join(dir, "b.txt"), "another file")
+	spec, err := ParseSpec("a=" + filepath.Join(dir, "a.jsonl") + ",b=txt:" + filepath.Join(dir, "b.txt") + ":5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(spec, tok, Options{Evaluation: SetOptions{AllRecords: true}, EvalFraction: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Evaluation.Sequences); n != 4 {
+		t.Fatalf("%d sequences, want one per record (4)", n)
+	}
+	whole := false
+	for _, s := range res.Evaluation.Sequences {
+		whole = whole || len(s.IDs) == len(tok.Encode(long))
+	}
+	if !whole {
+		t.Error("the long record was cut")
+	}
+	for _, so := range []SetOptions{{AllRecords: true, Sequences: 2}, {AllRecords: true, SeqLen: 16}, {AllRecords: true, Mode: ModePack}, {AllRecords: true, Short: ShortPad}} {
+		if _, err := Build(spec, tok, Options{Evaluation: so, EvalFraction: 1}); err == nil {
+			t.Errorf("%+v accepted", so)
+		}
+	}
+}

@@ -87,7 +87,9 @@ func (r *Record) where(src *Source) string {
 
 // FileInfo is the provenance of one file read.
 type FileInfo struct {
-	Path    string `json:"path"` // relative to the source path for dir sources
+	// Path is relative to the source path for dir sources; empty for the
+	// file of a jsonl or txt source in a content-only provenance.
+	Path    string `json:"path,omitempty"`
 	SHA256  string `json:"sha256"`
 	Bytes   int64  `json:"bytes"`
 	Records int    `json:"records"`

@@ -82,8 +82,9 @@ type Source struct {
 	Label string `json:"label,omitempty"`
 	Kind  Kind   `json:"kind"`
 	// Path of the file or directory; relative paths in a spec file are
-	// relative to the spec file's directory.
-	Path string `json:"path"`
+	// relative to the spec file's directory. Empty in a content-only
+	// provenance (Provenance.Content).
+	Path string `json:"path,omitempty"`
 	// Weight is the source's share of each set's sequences, relative to
 	// the other sources' weights (docs/data.md, "Mixture"). Zero means 1.
 	Weight float64 `json:"weight,omitempty"`
