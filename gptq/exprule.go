@@ -162,3 +162,83 @@ func choose[T float](c *expChoice, x []T, wts []float64, emax uint8) uint8 {
 	}
 	return bestE
 }
+
+// expScratch is one row chunk's work space for chooseRows.
+type expScratch[T float] struct {
+	tmp  []T
+	cand []uint8
+	err  []float64
+}
+
+func (sc *expScratch[T]) size(n, cands int) {
+	if len(sc.tmp) < n {
+		sc.tmp, sc.cand = make([]T, n), make([]uint8, n)
+	}
+	if len(sc.err) < cands*n {
+		sc.err = make([]float64, cands*n)
+	}
+}
+
+// chooseRows is choose for many groups at once, on the vector rounding
+// rule: group i has the values xs[j][i*per : (i+1)*per] of every column j
+// (per = 1: one value per column, the input axis; per = 16: 16 rows of one
+// column, the output axis), weight wts[j] per column (nil: 1), and on entry
+// exp[i] holds its largest exponent; on return exp[i] holds the choice. The
+// errors are summed in the order choose sums them (columns, then rows of
+// the group), so the result is choose's exactly.
+func chooseRows[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float64, per int, exp []uint8) {
+	if c.steps == 0 {
+		return
+	}
+	if !c.weighted {
+		wts = nil
+	}
+	n := len(xs[0])
+	ng := len(exp)
+	nc := c.steps + 1
+	sc.size(n, nc)
+	errs := sc.err[:nc*ng]
+	clear(errs)
+	tmp, cand := sc.tmp[:n], sc.cand[:n]
+	for k := 0; k < nc; k++ {
+		ek := errs[k*ng : (k+1)*ng]
+		for r := range cand {
+			e := exp[r/per]
+			if int(e) >= k {
+				e -= uint8(k)
+			}
+			cand[r] = e
+		}
+		for j, x := range xs {
+			bfpRoundVec(c.rd, x, tmp, cand)
+			wj := 1.0
+			if wts != nil {
+				wj = wts[j]
+			}
+			for r, v := range x {
+				d := float64(v) - float64(tmp[r])
+				if wts != nil {
+					ek[r/per] += wj * d * d
+				} else {
+					ek[r/per] += d * d
+				}
+			}
+		}
+	}
+	for i, emax := range exp {
+		if !c.rd.fast(emax) {
+			continue
+		}
+		best, bestE := errs[i], emax
+		for k := 1; k < nc; k++ {
+			e := emax - uint8(k)
+			if !c.rd.fast(e) {
+				break
+			}
+			if l := errs[k*ng+i]; l < best {
+				best, bestE = l, e
+			}
+		}
+		exp[i] = bestE
+	}
+}

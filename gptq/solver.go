@@ -630,7 +630,13 @@ type rowChunk[T float] struct {
 	s1, s2 int // current sub-block [i1+s1, i1+s2)
 	done   int // columns of the block already quantized (block-local)
 	cur    []T // scratch column of r1−r0 values
-	grp    []T // scratch for the 16 columns of a group (exponent search), allocated on first use
+	// Scratch of the exponent search, allocated on first use: the 16
+	// columns of a group (input axis), views of them, group exponents
+	// (output axis) and chooseRows's space.
+	grp  []T
+	cols [][]T
+	gexp []uint8
+	es   expScratch[T]
 	// w1 holds the chunk's rows of the block's columns with the
 	// in-block updates, column-major with leading dimension r1−r0: the
 	// chunk's own contiguous copy, so that the column loop's updates stay

@@ -179,10 +179,22 @@ func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 			bfpRoundGroups(st.rd, w, q)
 			return
 		}
-		for r0 := 0; r0 < len(w); r0 += bfp.GroupSize {
-			g := w[r0:min(r0+bfp.GroupSize, len(w))]
-			bfpRoundConst(st.rd, g, q[r0:r0+len(g)], choose(&st.ec, g, nil, maxExponent(g)))
+		n := len(w)
+		ng := (n + bfp.GroupSize - 1) / bfp.GroupSize
+		if len(ch.gexp) < ng {
+			ch.gexp, ch.cols = make([]uint8, ng), make([][]T, 1)
 		}
+		exps := ch.gexp[:ng]
+		for i := range exps {
+			exps[i] = maxExponent(w[i*bfp.GroupSize : min((i+1)*bfp.GroupSize, n)])
+		}
+		ch.cols[0] = w
+		chooseRows(&st.ec, &ch.es, ch.cols[:1], nil, bfp.GroupSize, exps)
+		cand := ch.es.cand[:n]
+		for r := range cand {
+			cand[r] = exps[r/bfp.GroupSize]
+		}
+		bfpRoundVec(st.rd, w, q, cand)
 		return
 	}
 	cols := st.s.cols
@@ -310,15 +322,15 @@ func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 			// taken as they stand, before the feedback of the group's
 			// earlier columns).
 			var wts [bfp.GroupSize]float64
-			var x [bfp.GroupSize]T
 			m := c1 - c0
 			st.weights(c0, c1, wts[:])
-			for r := range exp {
-				for jj := 0; jj < m; jj++ {
-					x[jj] = ch.grp[jj*n+r]
-				}
-				exp[r] = choose(&st.ec, x[:m], wts[:m], exp[r])
+			if ch.cols == nil {
+				ch.cols = make([][]T, bfp.GroupSize)
 			}
+			for jj := 0; jj < m; jj++ {
+				ch.cols[jj] = ch.grp[jj*n : (jj+1)*n]
+			}
+			chooseRows(&st.ec, &ch.es, ch.cols[:m], wts[:m], 1, exp)
 		}
 	}
 	bfpRoundVec(st.rd, w, q, exp)
