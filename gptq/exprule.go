@@ -202,12 +202,13 @@ func chooseRows[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float6
 	tmp, cand := sc.tmp[:n], sc.cand[:n]
 	for k := 0; k < nc; k++ {
 		ek := errs[k*ng : (k+1)*ng]
-		for r := range cand {
-			e := exp[r/per]
+		for i, e := range exp {
 			if int(e) >= k {
 				e -= uint8(k)
 			}
-			cand[r] = e
+			for r := i * per; r < min((i+1)*per, n); r++ {
+				cand[r] = e
+			}
 		}
 		for j, x := range xs {
 			bfpRoundVec(c.rd, x, tmp, cand)
@@ -215,13 +216,29 @@ func chooseRows[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float6
 			if wts != nil {
 				wj = wts[j]
 			}
-			for r, v := range x {
-				d := float64(v) - float64(tmp[r])
-				if wts != nil {
-					ek[r/per] += wj * d * d
-				} else {
-					ek[r/per] += d * d
+			if per == 1 {
+				for r, v := range x {
+					d := float64(v) - float64(tmp[r])
+					if wts != nil {
+						ek[r] += wj * d * d
+					} else {
+						ek[r] += d * d
+					}
 				}
+				continue
+			}
+			for i := range ek {
+				g, gq := x[i*per:min((i+1)*per, n)], tmp[i*per:]
+				l := ek[i]
+				for r, v := range g {
+					d := float64(v) - float64(gq[r])
+					if wts != nil {
+						l += wj * d * d
+					} else {
+						l += d * d
+					}
+				}
+				ek[i] = l
 			}
 		}
 	}
