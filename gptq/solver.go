@@ -69,7 +69,8 @@ const (
 	MaxPercDamp = 1.0
 )
 
-// Validate reports an option out of range, wrapping ErrOptions: BlockSize
+// Validate reports an option out of range, wrapping ErrOptions: Exponent
+// must be 0 or a valid ExponentRule, BlockSize
 // and SubBlock must be 0 (the default) to MaxBlockSize, PercDamp a finite
 // value from 0 to MaxPercDamp. Quantize and NewFactor call it; an invalid
 // option is an error, never a fallback.
