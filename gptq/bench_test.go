@@ -169,3 +169,33 @@ func BenchmarkGPTQVariants(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGPTQExponent times the 768×2048 and 2048×768 BFP4 solves of
+// BenchmarkGPTQ (no proxy-loss report) on both axes with the default
+// exponent rule and with ExpSearch: the cost of the search is the ratio of
+// the two s/solve figures.
+func BenchmarkGPTQExponent(b *testing.B) {
+	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
+		rows, cols := shape[0], shape[1]
+		for _, axis := range []Axis{InputAxis, OutputAxis} {
+			for _, r := range []ExponentRule{ExpMax, ExpSearch} {
+				b.Run(fmt.Sprintf("%dx%d/%v/%v", rows, cols, axis, r), func(b *testing.B) {
+					w, h := benchProblem(b, rows, cols)
+					g := NewBFPGrid(bfp.BFP4, axis)
+					opt := DefaultOptions()
+					opt.NoProxyLoss = true
+					opt.Exponent = r
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						if _, err := Quantize(w, rows, cols, h, g, opt); err != nil {
+							b.Fatal(err)
+						}
+					}
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					b.ReportMetric(sec, "s/solve")
+					b.ReportMetric(solveFLOPs(rows, cols, opt.BlockSize, false)/sec/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}

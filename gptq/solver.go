@@ -49,6 +49,12 @@ type Options struct {
 	// which are then 0. Each costs about rows·cols² multiply-adds, as much
 	// as the solver's own block updates.
 	NoProxyLoss bool
+	// Exponent is the rule choosing each BFP group's shared exponent when
+	// the solver reaches the group (see ExponentRule); 0 means ExpMax, the
+	// packer's rule. Setting a rule for an integer grid is an error
+	// (ValidateFor, Quantize). Result.RTNProxyLoss stays that of RTN with
+	// ExpMax, the baseline.
+	Exponent ExponentRule
 	// Name identifies the matrix in error messages (e.g. a tensor name).
 	Name string
 }
@@ -63,7 +69,8 @@ const (
 	MaxPercDamp = 1.0
 )
 
-// Validate reports an option out of range, wrapping ErrOptions: BlockSize
+// Validate reports an option out of range, wrapping ErrOptions: Exponent
+// must be 0 or a valid ExponentRule, BlockSize
 // and SubBlock must be 0 (the default) to MaxBlockSize, PercDamp a finite
 // value from 0 to MaxPercDamp. Quantize and NewFactor call it; an invalid
 // option is an error, never a fallback.
@@ -76,7 +83,16 @@ func (o Options) Validate() error {
 	case math.IsNaN(o.PercDamp) || o.PercDamp < 0 || o.PercDamp > MaxPercDamp:
 		return fmt.Errorf("%w: damping %g%s: want 0 to %g", ErrOptions, o.PercDamp, label(o.Name), MaxPercDamp)
 	}
-	return nil
+	return checkRule(o.Exponent, nil, o.Name)
+}
+
+// ValidateFor is Validate plus the checks that depend on the grid: an
+// exponent rule needs a BFP grid.
+func (o Options) ValidateFor(g Grid) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	return checkRule(o.Exponent, g, o.Name)
 }
 
 // DefaultOptions returns block size 128, 1% damping, no act-order, float32.
@@ -277,6 +293,9 @@ func Quantize(w []float32, rows, cols int, h []float64, g Grid, opt Options) (*R
 		return nil, err
 	}
 	if err := checkGrid(g, opt.Name); err != nil {
+		return nil, err
+	}
+	if err := opt.ValidateFor(g); err != nil {
 		return nil, err
 	}
 	// RTN's proxy loss needs neither the factorization nor the solve: it
@@ -529,6 +548,9 @@ func (f *Factor) Quantize(w []float32, rows int, g Grid, opt Options) (*Result, 
 	if err := checkGrid(g, opt.Name); err != nil {
 		return nil, err
 	}
+	if err := opt.ValidateFor(g); err != nil {
+		return nil, err
+	}
 	if opt.PercDamp != f.opt.PercDamp || opt.ActOrder != f.opt.ActOrder || opt.Float64 != f.opt.Float64 {
 		return nil, fmt.Errorf("%w%s: damping %g, act-order %v, float64 %v differ from the factor's %g, %v, %v",
 			ErrOptions, label(opt.Name), opt.PercDamp, opt.ActOrder, opt.Float64, f.opt.PercDamp, f.opt.ActOrder, f.opt.Float64)
@@ -609,6 +631,13 @@ type rowChunk[T float] struct {
 	s1, s2 int // current sub-block [i1+s1, i1+s2)
 	done   int // columns of the block already quantized (block-local)
 	cur    []T // scratch column of r1−r0 values
+	// Scratch of the exponent search, allocated on first use: the 16
+	// columns of a group (input axis), views of them, group exponents
+	// (output axis) and chooseRows's space.
+	grp  []T
+	cols [][]T
+	gexp []uint8
+	es   expScratch[T]
 	// w1 holds the chunk's rows of the block's columns with the
 	// in-block updates, column-major with leading dimension r1−r0: the
 	// chunk's own contiguous copy, so that the column loop's updates stay

@@ -29,7 +29,8 @@ func bind[T float](g Grid, s *solver[T]) colQuantizer[T] {
 		if g.Axis == InputAxis {
 			return newBFPInputState(g, s)
 		}
-		return &bfpOutputState[T]{rd: newBFPRounder(g.Format), s: s}
+		rd := newBFPRounder(g.Format)
+		return &bfpOutputState[T]{rd: rd, s: s, ec: newExpChoice(rd, s.opt.Exponent)}
 	}
 	panic("gptq: unknown grid type")
 }
@@ -159,6 +160,7 @@ func bfpNearest(f bfp.Format, x float32, e uint8) float32 {
 type bfpOutputState[T float] struct {
 	rd *bfpRounder
 	s  *solver[T]
+	ec expChoice
 }
 
 // blockLocal is true: a column's exponents come from the column alone.
@@ -167,11 +169,34 @@ func (st *bfpOutputState[T]) blockLocal(int) bool { return true }
 // column fixes the exponent of each 16-row group of the column from its
 // current values (from the original column with StaticGroups), then rounds
 // onto it. Chunks start at multiples of 16 rows (chunkRows), so groups
-// never straddle them.
+// never straddle them. With an exponent rule other than ExpMax the
+// exponent is chosen by the group's squared error: every row of a column
+// has GPTQ's weight 1/U_kk², so the weighted and unweighted errors agree.
 func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 	if !st.s.opt.StaticGroups {
-		// Each 16-row group's exponent from its own current values.
-		bfpRoundGroups(st.rd, w, q)
+		if st.ec.steps == 0 {
+			// Each 16-row group's exponent from its own current values.
+			bfpRoundGroups(st.rd, w, q)
+			return
+		}
+		n := len(w)
+		ng := (n + bfp.GroupSize - 1) / bfp.GroupSize
+		if len(ch.gexp) < ng {
+			ch.gexp, ch.cols = make([]uint8, ng), make([][]T, 1)
+		}
+		exps := ch.gexp[:ng]
+		for i := range exps {
+			exps[i] = maxExponent(w[i*bfp.GroupSize : min((i+1)*bfp.GroupSize, n)])
+		}
+		ch.cols[0] = w
+		chooseRows(&st.ec, &ch.es, ch.cols[:1], nil, bfp.GroupSize, exps)
+		cand := ch.es.cand[:n]
+		for i, e := range exps {
+			for r := i * bfp.GroupSize; r < min((i+1)*bfp.GroupSize, n); r++ {
+				cand[r] = e
+			}
+		}
+		bfpRoundVec(st.rd, w, q, cand)
 		return
 	}
 	cols := st.s.cols
@@ -183,12 +208,17 @@ func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 		for r := r0; r < r1; r++ {
 			g[r-r0] = float32(src[r*stride])
 		}
-		bfpRoundConst(st.rd, w[r0:r1], q[r0:r1], bfp.SharedExponent(g))
+		e := bfp.SharedExponent(g)
+		if st.ec.steps > 0 {
+			e = choose(&st.ec, g, nil, e)
+		}
+		bfpRoundConst(st.rd, w[r0:r1], q[r0:r1], e)
 	}
 }
 
 type bfpInputState[T float] struct {
 	rd    *bfpRounder
+	ec    expChoice
 	s     *solver[T]
 	ng    int     // groups per row
 	first []int   // working position at which each group's exponent is fixed
@@ -198,7 +228,8 @@ type bfpInputState[T float] struct {
 func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 	rows, cols := s.rows, s.cols
 	ng := (cols + bfp.GroupSize - 1) / bfp.GroupSize
-	st := &bfpInputState[T]{rd: newBFPRounder(g.Format), s: s, ng: ng, first: make([]int, ng),
+	rd := newBFPRounder(g.Format)
+	st := &bfpInputState[T]{rd: rd, ec: newExpChoice(rd, s.opt.Exponent), s: s, ng: ng, first: make([]int, ng),
 		exp: make([]uint8, rows*ng)}
 	for gi := range st.first {
 		st.first[gi] = math.MaxInt
@@ -209,13 +240,19 @@ func newBFPInputState[T float](g *BFPGrid, s *solver[T]) *bfpInputState[T] {
 	}
 	if s.opt.StaticGroups {
 		var buf [bfp.GroupSize]float32
-		for r := 0; r < rows; r++ {
-			for gi := 0; gi < ng; gi++ {
-				c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, cols)
+		var wts [bfp.GroupSize]float64
+		for gi := 0; gi < ng; gi++ {
+			c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, cols)
+			st.weights(c0, c1, wts[:])
+			for r := 0; r < rows; r++ {
 				for c := c0; c < c1; c++ {
 					buf[c-c0] = float32(s.w0[r*cols+c])
 				}
-				st.exp[gi*rows+r] = bfp.SharedExponent(buf[:c1-c0])
+				e := bfp.SharedExponent(buf[:c1-c0])
+				if st.ec.steps > 0 {
+					e = choose(&st.ec, buf[:c1-c0], wts[:c1-c0], e)
+				}
+				st.exp[gi*rows+r] = e
 			}
 		}
 		for gi := range st.first {
@@ -232,6 +269,19 @@ func (st *bfpInputState[T]) blockLocal(bs int) bool {
 	return st.s.opt.StaticGroups || (!st.s.opt.ActOrder && bs%bfp.GroupSize == 0)
 }
 
+// weights sets wts[c−c0] to GPTQ's weight 1/U_kk² of each original column
+// c in [c0, c1), k its working position: the factor by which the solver's
+// error (and the proxy loss it equals) counts that column's squared
+// rounding error when the column is quantized.
+func (st *bfpInputState[T]) weights(c0, c1 int, wts []float64) {
+	s := st.s
+	for c := c0; c < c1; c++ {
+		k := s.invperm[c]
+		d := float64(s.u[k*s.cols+k])
+		wts[c-c0] = 1 / (d * d)
+	}
+}
+
 func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 	s := st.s
 	c := s.perm[k]
@@ -240,6 +290,11 @@ func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 	if st.first[gi] == k {
 		// Fix the group's exponents from the current values of its columns.
 		c0, c1 := gi*bfp.GroupSize, min((gi+1)*bfp.GroupSize, s.cols)
+		n := ch.r1 - ch.r0
+		search := st.ec.steps > 0
+		if search && ch.grp == nil {
+			ch.grp = make([]T, bfp.GroupSize*n)
+		}
 		clear(exp)
 		for cc := c0; cc < c1; cc++ {
 			j := s.invperm[cc]
@@ -249,7 +304,9 @@ func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 			} else {
 				s.current(j, ch.cur, ch)
 				col = ch.cur
-
+			}
+			if search {
+				copy(ch.grp[(cc-c0)*n:(cc-c0+1)*n], col)
 			}
 			if c32, ok := any(col).([]float32); ok {
 				kernels.MaxExponents32(c32, exp)
@@ -260,6 +317,32 @@ func (st *bfpInputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 				exp[r] = max(exp[r], e)
 			}
 		}
+		if search {
+			// Per row, the exponent with the least error over the
+			// group's columns at their current values, each weighted by
+			// 1/U_kk² (docs/gptq.md: the columns not yet reached are
+			// taken as they stand, before the feedback of the group's
+			// earlier columns).
+			var wts [bfp.GroupSize]float64
+			m := c1 - c0
+			st.weights(c0, c1, wts[:])
+			if ch.cols == nil {
+				ch.cols = make([][]T, bfp.GroupSize)
+			}
+			for jj := 0; jj < m; jj++ {
+				ch.cols[jj] = ch.grp[jj*n : (jj+1)*n]
+			}
+			chooseRows(&st.ec, &ch.es, ch.cols[:m], wts[:m], 1, exp)
+		}
 	}
 	bfpRoundVec(st.rd, w, q, exp)
+}
+
+// maxExponent is bfp.SharedExponent of the values of x as float32.
+func maxExponent[T float](x []T) uint8 {
+	var m uint32
+	for _, v := range x {
+		m = max(m, math.Float32bits(float32(v))>>23&0xff)
+	}
+	return uint8(m)
 }
