@@ -36,3 +36,11 @@ var kernelVariants = struct {
 		dgemmKernAVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 	},
 }
+
+func microKernels32() []microKernel32 {
+	ks := []microKernel32{{"dispatch-6x16-" + implName(), sMR, sNR, sgemmKern}}
+	if kernelVariants.avx512 {
+		ks = append(ks, microKernel32{"avx2-6x16", sMR, sNR, kernelVariants.s2})
+	}
+	return ks
+}

@@ -9,3 +9,7 @@ var kernelVariants = struct {
 	s64x2, s64x5 func(kc int, a, b []float32, c []float64, ldc int)
 	d2, d5       func(kc int, a, b, c []float64, ldc int)
 }{}
+
+func microKernels32() []microKernel32 {
+	return []microKernel32{{"dispatch-6x16-" + implName(), sMR, sNR, sgemmKern}}
+}
