@@ -153,3 +153,118 @@ func randSPDFast(r *rand.Rand, n int) []float64 {
 	}
 	return h
 }
+
+var (
+	peakMu      sync.Mutex
+	peakWorkers = map[int]Peak{}
+)
+
+// peakFor measures the FMA peak of w goroutines once per test binary.
+func peakFor(w int) Peak {
+	peakMu.Lock()
+	defer peakMu.Unlock()
+	p, ok := peakWorkers[w]
+	if !ok {
+		p = MeasurePeak(500*time.Millisecond, w)
+		peakWorkers[w] = p
+	}
+	return p
+}
+
+// reportRate reports GFLOP/s for flops per iteration, the fraction of the
+// float32 FMA peak of w goroutines, and that peak.
+func reportRate(b *testing.B, flops float64, w int) {
+	g := flops * float64(b.N) / b.Elapsed().Seconds() / 1e9
+	p := peakFor(w).F32
+	b.ReportMetric(g, "GFLOP/s")
+	b.ReportMetric(g/p, "peak-frac")
+	b.ReportMetric(p, "peak-GFLOP/s")
+}
+
+// microKernel32 is one float32 micro-kernel for BenchmarkMicroKernel32:
+// a tile of mr×nr from packed operands (microKernels32 lists them).
+type microKernel32 struct {
+	name   string
+	mr, nr int
+	run    func(kc int, a, b, c []float32, ldc int)
+}
+
+// BenchmarkMicroKernel32 runs the dispatched float32 micro-kernel alone
+// on one goroutine, its packed operands (256 inner indices) and the tile
+// of C in L1: the kernel's own ceiling, against the one-goroutine peak.
+func BenchmarkMicroKernel32(b *testing.B) {
+	for _, v := range microKernels32() {
+		b.Run(v.name, func(b *testing.B) {
+			const kc = blockK
+			r := rand.New(rand.NewPCG(3, 4))
+			a := make([]float32, kc*v.mr)
+			bb := make([]float32, kc*v.nr)
+			for i := range a {
+				a[i] = float32(r.NormFloat64())
+			}
+			for i := range bb {
+				bb[i] = float32(r.NormFloat64())
+			}
+			c := make([]float32, v.mr*v.nr)
+			peakFor(1)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				v.run(kc, a, bb, c, v.nr)
+			}
+			reportRate(b, 2*kc*float64(v.mr*v.nr), 1)
+		})
+	}
+}
+
+// BenchmarkSgemmWorkers is the SGEMM headline case (C 4096×768 += A
+// 4096×2048 · B 2048×768) on 1 and 2 workers, each against the peak of
+// as many goroutines.
+func BenchmarkSgemmWorkers(b *testing.B) {
+	const m, n, k = 4096, 768, 2048
+	r := rand.New(rand.NewPCG(5, 6))
+	a, bb, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	for i := range a {
+		a[i] = float32(r.NormFloat64())
+	}
+	for i := range bb {
+		bb[i] = float32(r.NormFloat64())
+	}
+	for _, w := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			peakFor(w)
+			prev := SetWorkers(w)
+			defer SetWorkers(prev)
+			Sgemm(false, false, m, n, k, 1, a, k, bb, n, 1, c, n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				Sgemm(false, false, m, n, k, 1, a, k, bb, n, 1, c, n)
+			}
+			reportRate(b, 2*float64(m)*float64(n)*float64(k), w)
+		})
+	}
+}
+
+// BenchmarkHessianWorkers is the Hessian headline case (H += XᵀX, X
+// 4096×2048, the lower triangle counted) on 1 and 2 workers.
+func BenchmarkHessianWorkers(b *testing.B) {
+	const k, n = 4096, 2048
+	r := rand.New(rand.NewPCG(7, 8))
+	x := make([]float32, k*n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	h := make([]float64, n*n)
+	for _, w := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			peakFor(w)
+			prev := SetWorkers(w)
+			defer SetWorkers(prev)
+			SyrkLower64(n, k, x, n, h, n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				SyrkLower64(n, k, x, n, h, n)
+			}
+			reportRate(b, float64(k)*float64(n)*float64(n+1), w)
+		})
+	}
+}

@@ -49,6 +49,23 @@ func tile32to64(c []float64, ldc int, lowerC bool) tileFunc[float32] {
 	}
 }
 
+// tile32x2 and tile32to64x2 return the 12×32 tile step of a float32
+// product into C, or nil where no such micro-kernel exists (the 6×16
+// tiles then cover everything).
+func tile32x2(c []float32, ldc int) tile2Func[float32] {
+	if !useTile12 {
+		return nil
+	}
+	return func(kc int, ap, bp []float32, i, j int) { sgemmKern12(kc, ap, bp, c[i*ldc+j:], ldc) }
+}
+
+func tile32to64x2(c []float64, ldc int) tile2Func[float32] {
+	if !useTile12 {
+		return nil
+	}
+	return func(kc int, ap, bp []float32, i, j int) { sgemmKern12to64(kc, ap, bp, c[i*ldc+j:], ldc) }
+}
+
 func tile64(c []float64, ldc int, lowerC bool) tileFunc[float64] {
 	return func(kc int, ap, bp []float64, i, j, mv, nv int) {
 		if mv == dMR && nv == dNR && (!lowerC || i >= j+dNR-1) {
@@ -145,7 +162,7 @@ func sgemmMaskedA(transA, transB bool, m, n, k int, alpha float32, a []float32, 
 		a:      operand[float32]{data: a, ld: lda, trans: transA, mask: am},
 		b:      operand[float32]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,
-		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, lowerC)}
+		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, lowerC), tile2: tile32x2(c, ldc)}
 	pl.run()
 }
 
@@ -196,7 +213,7 @@ func SyrkLower64(n, k int, x []float32, ldx int, c []float64, ldc int) {
 		a:      operand[float32]{data: x, ld: ldx, trans: true},
 		b:      operand[float32]{data: x, ld: ldx},
 		lowerC: true,
-		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32to64(c, ldc, true)}
+		mr:     sMR, nr: sNR, mcMax: sMCMax, tile: tile32to64(c, ldc, true), tile2: tile32to64x2(c, ldc)}
 	pl.run()
 }
 

@@ -56,6 +56,11 @@ type operand[T float32 | float64] struct {
 // (kc×nr).
 type tileFunc[T float32 | float64] func(kc int, ap, bp []T, i, j, mv, nv int)
 
+// tile2Func computes one 2mr×2nr tile at rows [i, i+2mr), columns
+// [j, j+2nr) of C from the packed slivers ap (2 × kc×mr) and bp (2 ×
+// kc×nr).
+type tile2Func[T float32 | float64] func(kc int, ap, bp []T, i, j int)
+
 type gemmPlan[T float32 | float64] struct {
 	m, n, k int
 	alpha   T
@@ -64,6 +69,13 @@ type gemmPlan[T float32 | float64] struct {
 	mr, nr  int
 	mcMax   int
 	tile    tileFunc[T]
+	// tile2, when not nil, computes a whole 2mr×2nr tile at once (rows
+	// [i, i+2mr), columns [j, j+2nr)) from two consecutive A slivers
+	// and two consecutive B slivers, each element with the chain tile
+	// gives it: the wider register blocking of AVX-512. It is used only
+	// where the four mr×nr tiles would all be whole, off the diagonal
+	// and not skipped, so which one runs changes no bit.
+	tile2 tile2Func[T]
 	// side, when not nil, runs on the calling goroutine at the start of
 	// the first compute step while the other workers start on the tiles
 	// (once, and before the call returns; alone first with one worker).
@@ -296,7 +308,11 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 		if pl.lowerC {
 			tasks *= 2
 		}
-		if t := roundUp(ceilDiv(m, tasks), mr); t < mc {
+		step := mr
+		if pl.tile2 != nil {
+			step = 2 * mr // row blocks of whole 2mr-row tiles
+		}
+		if t := roundUp(ceilDiv(m, tasks), step); t < mc {
 			mc = t
 		}
 	}
@@ -396,26 +412,70 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				}
 				// Along a row block of C: the A sliver stays in L1, the B
 				// panel streams in order, C is walked row-wise.
-				for ir := 0; ir < mcc; ir += mr {
+				for ir := 0; ir < mcc; {
 					i := ic + ir
-					mv := min(mr, m-i)
-					as := ap[(ir/mr)*mr*kc : (ir/mr+1)*mr*kc]
-					for sl := s0; sl < s1; sl++ {
-						jr := sl * nr
-						j := jc + jr
-						if pl.lowerC && j > i+mv-1 {
-							break // the rest of the row block is above the diagonal
-						}
-						nv := min(nr, n-j)
-						if pl.skipTile(i, mv, j, pc, kc) {
-							continue
-						}
-						pl.tile(kc, as, panel[sl*nr*kc:(sl+1)*nr*kc], i, j, mv, nv)
+					if pl.tile2 != nil && ir+2*mr <= mcc {
+						pl.rowPair(kc, ap[(ir/mr)*mr*kc:(ir/mr+2)*mr*kc], panel, i, jc, pc, s0, s1)
+						ir += 2 * mr
+						continue
 					}
+					pl.rowSliver(kc, ap[(ir/mr)*mr*kc:(ir/mr+1)*mr*kc], panel, i, jc, pc, s0, s1)
+					ir += mr
 				}
 			}, side)
 			side = nil
 		}
+	}
+}
+
+// rowSliver runs the micro-tiles of the A sliver as (rows [i, i+mr))
+// against B slivers [s0, s1) of the panel starting at column jc.
+func (pl *gemmPlan[T]) rowSliver(kc int, as, panel []T, i, jc, pc, s0, s1 int) {
+	mr, nr := pl.mr, pl.nr
+	mv := min(mr, pl.m-i)
+	for sl := s0; sl < s1; sl++ {
+		j := jc + sl*nr
+		if pl.lowerC && j > i+mv-1 {
+			break // the rest of the row block is above the diagonal
+		}
+		if pl.skipTile(i, mv, j, pc, kc) {
+			continue
+		}
+		pl.tile(kc, as, panel[sl*nr*kc:(sl+1)*nr*kc], i, j, mv, min(nr, pl.n-j))
+	}
+}
+
+// rowPair is rowSliver for two consecutive whole A slivers as (rows [i,
+// i+2mr)): pairs of B slivers whose four mr×nr tiles are all whole, below
+// the diagonal and not skipped go to tile2 in one call; every other
+// column sliver gets the two tiles rowSliver would give it.
+func (pl *gemmPlan[T]) rowPair(kc int, as, panel []T, i, jc, pc, s0, s1 int) {
+	mr, nr := pl.mr, pl.nr
+	lo, hi := as[:mr*kc], as[mr*kc:]
+	for sl := s0; sl < s1; {
+		j := jc + sl*nr
+		if pl.lowerC && j > i+2*mr-1 {
+			return // the rest of both row slivers is above the diagonal
+		}
+		if sl+1 < s1 && j+2*nr <= pl.n && (!pl.lowerC || i >= j+2*nr-1) &&
+			!pl.skipTile(i, mr, j, pc, kc) && !pl.skipTile(i+mr, mr, j, pc, kc) &&
+			!pl.skipTile(i, mr, j+nr, pc, kc) && !pl.skipTile(i+mr, mr, j+nr, pc, kc) {
+			pl.tile2(kc, as, panel[sl*nr*kc:(sl+2)*nr*kc], i, j)
+			sl += 2
+			continue
+		}
+		bs := panel[sl*nr*kc : (sl+1)*nr*kc]
+		nv := min(nr, pl.n-j)
+		for h, a := range [2][]T{lo, hi} {
+			ih := i + h*mr
+			if pl.lowerC && j > ih+mr-1 {
+				continue
+			}
+			if !pl.skipTile(ih, mr, j, pc, kc) {
+				pl.tile(kc, a, bs, ih, j, mr, nv)
+			}
+		}
+		sl++
 	}
 }
 

@@ -30,6 +30,12 @@ func sgemmKern64AVX512(kc int, a, b *float32, c *float64, ldc int)
 //go:noescape
 func dgemmKernAVX512(kc int, a, b, c *float64, ldc int)
 
+//go:noescape
+func sgemmKern12AVX512(kc int, a, b, c *float32, ldc int)
+
+//go:noescape
+func sgemmKern12to64AVX512(kc int, a, b *float32, c *float64, ldc int)
+
 // useAsm selects the AVX2/FMA micro-kernels. It is fixed at start-up by
 // CPU feature detection.
 var useAsm = cpu.AVX2 && cpu.FMA
@@ -42,6 +48,11 @@ const noAVX512Env = "TTQUANT_NO_AVX512"
 // (bit-identical to the AVX2 ones). Fixed at start-up: AVX-512F with the
 // ZMM state enabled, unless TTQUANT_NO_AVX512 is set.
 var useAVX512 = useAsm && cpu.AVX512F && os.Getenv(noAVX512Env) == ""
+
+// useTile12 selects the 12×32 tiles (sgemmKern12, sgemmKern12to64) for
+// the whole tiles of float32 products: with AVX-512 only, where the 6×16
+// tile leaves too few independent accumulators.
+var useTile12 = useAVX512
 
 // implName names the micro-kernels in use.
 func implName() string {
@@ -90,6 +101,37 @@ func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) {
 		return
 	}
 	sgemmKern64AVX2(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+}
+
+// sgemmKern12 computes the 12×32 tile of two 6-row A slivers (a holds
+// 2·kc·sMR values) and two 16-column B slivers (b holds 2·kc·sNR): the
+// four sgemmKern calls in one, with the same bits.
+func sgemmKern12(kc int, a, b, c []float32, ldc int) {
+	if !useTile12 {
+		sgemmKern12Go(kc, a, b, c, ldc)
+		return
+	}
+	if kc > 0 {
+		_ = a[2*kc*sMR-1]
+		_ = b[2*kc*sNR-1]
+	}
+	_ = c[(2*sMR-1)*ldc+2*sNR-1]
+	sgemmKern12AVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
+}
+
+// sgemmKern12to64 is sgemmKern12 flushing into float64 (the four
+// sgemmKern64 calls in one).
+func sgemmKern12to64(kc int, a, b []float32, c []float64, ldc int) {
+	if !useTile12 {
+		sgemmKern12to64Go(kc, a, b, c, ldc)
+		return
+	}
+	if kc > 0 {
+		_ = a[2*kc*sMR-1]
+		_ = b[2*kc*sNR-1]
+	}
+	_ = c[(2*sMR-1)*ldc+2*sNR-1]
+	sgemmKern12to64AVX512(kc, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc)
 }
 
 func dgemmKern(kc int, a, b, c []float64, ldc int) {

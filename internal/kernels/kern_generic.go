@@ -103,6 +103,26 @@ func sgemmKern64Go(kc int, a, b []float32, c []float64, ldc int) {
 	}
 }
 
+// sgemmKern12Go is the twin of the 12×32 kernels: the four 6×16 tiles
+// of A slivers a[:kc·sMR], a[kc·sMR:] and B slivers b[:kc·sNR],
+// b[kc·sNR:], each by sgemmKernGo.
+func sgemmKern12Go(kc int, a, b, c []float32, ldc int) {
+	for h := 0; h < 2; h++ {
+		for v := 0; v < 2; v++ {
+			sgemmKernGo(kc, a[h*kc*sMR:(h+1)*kc*sMR], b[v*kc*sNR:(v+1)*kc*sNR], c[h*sMR*ldc+v*sNR:], ldc)
+		}
+	}
+}
+
+// sgemmKern12to64Go is sgemmKern12Go flushing into float64.
+func sgemmKern12to64Go(kc int, a, b []float32, c []float64, ldc int) {
+	for h := 0; h < 2; h++ {
+		for v := 0; v < 2; v++ {
+			sgemmKern64Go(kc, a[h*kc*sMR:(h+1)*kc*sMR], b[v*kc*sNR:(v+1)*kc*sNR], c[h*sMR*ldc+v*sNR:], ldc)
+		}
+	}
+}
+
 func sgemmAccGo(kc int, a, b []float32, acc *[sMR * sNR]float32) {
 	a = a[:kc*sMR]
 	b = b[:kc*sNR]

@@ -7,6 +7,14 @@ const useAsm = false
 
 func implName() string { return "go" }
 
+// useTile12 is false: the 6×16 tiles cover every product.
+const useTile12 = false
+
+func sgemmKern12(kc int, a, b, c []float32, ldc int) { sgemmKern12Go(kc, a, b, c, ldc) }
+func sgemmKern12to64(kc int, a, b []float32, c []float64, ldc int) {
+	sgemmKern12to64Go(kc, a, b, c, ldc)
+}
+
 func sgemmKern(kc int, a, b, c []float32, ldc int)             { sgemmKernGo(kc, a, b, c, ldc) }
 func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) { sgemmKern64Go(kc, a, b, c, ldc) }
 func dgemmKern(kc int, a, b, c []float64, ldc int)             { dgemmKernGo(kc, a, b, c, ldc) }

@@ -438,3 +438,56 @@ func TestAVX512KernelTwins(t *testing.T) {
 		}
 	}
 }
+
+// TestAVX512Tile12Twins compares the 12×32 AVX-512 kernels with their Go
+// twins (four 6×16 tiles of sgemmKernGo / sgemmKern64Go) on random and
+// special values, inner lengths up to 256, several strides of C. Skipped
+// where the AVX-512 kernels do not exist.
+func TestAVX512Tile12Twins(t *testing.T) {
+	if !kernelVariants.avx512 {
+		t.Skipf("no AVX-512 micro-kernels on this processor/build (%s)", implName())
+	}
+	r := rand.New(rand.NewPCG(73, 74))
+	for trial := 0; trial < 300; trial++ {
+		kc := r.IntN(40)
+		if trial%50 == 0 {
+			kc = 256
+		}
+		a, b := make([]float32, 2*kc*sMR), make([]float32, 2*kc*sNR)
+		for i := range a {
+			a[i] = randSpecial32(r)
+		}
+		for i := range b {
+			b[i] = randSpecial32(r)
+		}
+		if trial%7 == 0 && kc > 0 {
+			a[r.IntN(len(a))] = float32(math.Inf(-1))
+			b[r.IntN(len(b))] = float32(math.NaN())
+		}
+		ldc := 2*sNR + r.IntN(5)
+		c := make([]float32, 2*sMR*ldc)
+		for i := range c {
+			c[i] = randSpecial32(r)
+		}
+		c5 := slices.Clone(c)
+		kernelVariants.s12(kc, a, b, c5, ldc)
+		sgemmKern12Go(kc, a, b, c, ldc)
+		for i := range c {
+			if !bitsEqual32(c5[i], c[i]) {
+				t.Fatalf("float32 trial %d kc=%d element %d: avx512 12x32 %g go %g", trial, kc, i, c5[i], c[i])
+			}
+		}
+		d := make([]float64, 2*sMR*ldc)
+		for i := range d {
+			d[i] = r.NormFloat64()
+		}
+		d5 := slices.Clone(d)
+		kernelVariants.s12x64(kc, a, b, d5, ldc)
+		sgemmKern12to64Go(kc, a, b, d, ldc)
+		for i := range d {
+			if !bitsEqual64(d5[i], d[i]) {
+				t.Fatalf("float32→64 trial %d kc=%d element %d: avx512 12x32 %g go %g", trial, kc, i, d5[i], d[i])
+			}
+		}
+	}
+}

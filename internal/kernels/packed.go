@@ -92,7 +92,7 @@ func SgemmPacked(transA bool, m int, alpha float32, a []float32, lda int, pb *Pa
 	}
 	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha,
 		a:  operand[float32]{data: a, ld: lda, trans: transA},
-		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false)}
+		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false), tile2: tile32x2(c, ldc)}
 	pl.runPacked(pb.data)
 }
 
@@ -119,6 +119,6 @@ func SgemmPackedAcc(transA bool, m int, alpha float32, a []float32, lda int, pb 
 	}
 	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side,
 		a:  operand[float32]{data: a, ld: lda, trans: transA},
-		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false)}
+		mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, ldc, false), tile2: tile32x2(c, ldc)}
 	pl.runPacked(pb.data)
 }
