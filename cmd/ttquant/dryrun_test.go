@@ -15,11 +15,7 @@ import (
 // scratch disk), and refuses, as the real run would, a model without
 // tokenizer.json.
 func TestGPTQDryRunSequential(t *testing.T) {
-	root := t.TempDir()
-	model, err := builtin.Write(filepath.Join(root, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := builtinModel(t)
 	data := "calib=" + filepath.Join(model, builtin.CalibText)
 	work := func(seqs, seqLen string) map[string]any {
 		t.Helper()

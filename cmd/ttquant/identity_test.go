@@ -38,11 +38,7 @@ func firstLineDiff(a, b []byte) string {
 // byte-identical manifests (and so one identity): the manifest records
 // what the text is, not where it was read from.
 func TestIdentityFromContent(t *testing.T) {
-	root := t.TempDir()
-	model, err := builtin.Write(filepath.Join(root, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := builtinModel(t)
 	calib := filepath.Join(model, builtin.CalibText)
 	for _, d := range []string{"w1", "w2/deeper", "links"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {

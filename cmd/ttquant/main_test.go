@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/model/builtin"
 )
 
 // runCLI runs the command line in-process and returns its exit status and
@@ -92,4 +95,16 @@ func TestHelpExitsZero(t *testing.T) {
 	if code, _, errs := runCLI(t, "gptq", "--bogus"); code != exitUsage || !strings.Contains(errs, "usage: ttquant gptq") {
 		t.Errorf("bad flag: status %d, stderr %q", code, errs)
 	}
+}
+
+// builtinModel writes the built-in trained model into a new temporary
+// directory and returns that directory and the model's folder in it.
+func builtinModel(t *testing.T) (root, model string) {
+	t.Helper()
+	root = t.TempDir()
+	model, err := builtin.Write(filepath.Join(root, "model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, model
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ttquant/ttquant/internal/model/builtin"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -16,11 +15,7 @@ import (
 // from a source holding a NaN verifies, and verify says which tensors hold
 // non-finite values, in text and in --json.
 func TestVerifyReportsNonFinite(t *testing.T) {
-	root := t.TempDir()
-	model, err := builtin.Write(filepath.Join(root, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := builtinModel(t)
 	path := filepath.Join(model, "model.safetensors")
 	f, err := safetensors.Open(path)
 	if err != nil {

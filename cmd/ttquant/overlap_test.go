@@ -18,11 +18,7 @@ import (
 // fingerprint in the manifest is enough, and eval refuses, saying how much
 // is shared, with what, and what allows it.
 func TestEvalRefusesCalibrationText(t *testing.T) {
-	root := t.TempDir()
-	model, err := builtin.Write(filepath.Join(root, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := builtinModel(t)
 	work := filepath.Join(root, "work")
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)

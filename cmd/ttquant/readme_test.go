@@ -52,11 +52,7 @@ func TestREADMERealModelBlock(t *testing.T) {
 	if len(cmds) != 3 || cmds[0][0] != "gptq" || cmds[1][0] != "verify" || cmds[2][0] != "eval" {
 		t.Fatalf("README's real-model block is %q; want gptq, verify and eval", cmds)
 	}
-	root := t.TempDir()
-	model, err := builtin.Write(filepath.Join(root, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := builtinModel(t)
 	// The held-back evaluation text: the first 6 records of eval-dev, a
 	// file of its own.
 	dev, err := os.ReadFile(filepath.Join(model, builtin.EvalText))
@@ -108,11 +104,7 @@ func TestREADMERealModelBlock(t *testing.T) {
 // calibration split held out and says so; --eval-fraction 1 asks for
 // every record, and the overlap check refuses it.
 func TestEvalHeldOutOfCalibrationFile(t *testing.T) {
-	root := t.TempDir()
-	model, err := builtin.Write(filepath.Join(root, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := builtinModel(t)
 	b, err := os.ReadFile(filepath.Join(model, builtin.CalibText))
 	if err != nil {
 		t.Fatal(err)
