@@ -418,11 +418,10 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	work := b.summary()
 	if opt.DryRun {
 		if kind == kindGPTQ && work.GPTQMatrices > 0 && opt.Data != nil {
-			cfg, _, _, err := b.sequentialInputs()
-			if err != nil {
+			if _, err := b.sequentialTokenizer(); err != nil {
 				return nil, err
 			}
-			work.Sequential = b.sequentialWork(cfg, work.GPTQMatrices)
+			work.Sequential = b.sequentialWork(b.modelCfg, work.GPTQMatrices)
 		}
 		return &BuildResult{Work: work}, nil
 	}

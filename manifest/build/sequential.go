@@ -59,20 +59,19 @@ type sequential struct {
 	done map[string]*produced // the current layer's GPTQ'd dense tensors
 }
 
-// sequentialInputs reads what a sequential build needs besides the
-// tensors, refusing as a real run would: the model's config.json (for the
-// forward pass) and its tokenizer. A dry run checks them too.
-func (b *builder) sequentialInputs() (*model.Config, *tokenizer.Tokenizer, string, error) {
+// sequentialTokenizer loads the model's tokenizer, which a sequential build
+// needs besides the tensors and the config the build already read,
+// refusing as a real run would; a dry run checks it too.
+func (b *builder) sequentialTokenizer() (*tokenizer.Tokenizer, error) {
 	dir := b.opt.Source
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		dir = filepath.Dir(dir)
 	}
-	cfg := b.modelCfg
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("sequential GPTQ tokenizes the calibration text with the model's tokenizer: %w", err)
+		return nil, fmt.Errorf("sequential GPTQ tokenizes the calibration text with the model's tokenizer: %w", err)
 	}
-	return cfg, tok, dir, nil
+	return tok, nil
 }
 
 // SequentialWork sizes a sequential build from its calibration options:
@@ -129,7 +128,8 @@ var errSeqStop = errors.New("sequential: sites collected")
 // tokenizer and the calibration text. Everything that can refuse the build
 // happens here, before the output directory is touched.
 func (b *builder) openSequential(ctx context.Context) error {
-	cfg, tok, _, err := b.sequentialInputs()
+	cfg := b.modelCfg
+	tok, err := b.sequentialTokenizer()
 	if err != nil {
 		return err
 	}
