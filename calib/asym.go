@@ -5,6 +5,7 @@ import (
 
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // AsymmetricMinRowsPerColumn is the number of calibration rows per input
@@ -42,13 +43,13 @@ func RowsOf(x, t []float32, cols int) AsymmetricRows {
 // silu(t·gᵀ) ⊙ (t·uᵀ) with the original ones (x and t rows of hidden
 // values; inter columns out). Rows are formed a chunk at a time.
 func SwiGLURowsOf(x, t []float32, hidden int, gq, uq, g, u []float32, inter int) AsymmetricRows {
-	wq := &ExpertWeights{Gate: gq, Up: uq}
-	w := &ExpertWeights{Gate: g, Up: u}
-	var sq, so expertScratch
+	wq := &ffn.ExpertWeights{Gate: gq, Up: uq}
+	w := &ffn.ExpertWeights{Gate: g, Up: u}
+	var sq, so ffn.Scratch
 	return func(r0, r1 int) ([]float32, []float32, error) {
 		n := r1 - r0
-		a := sq.intermediate(wq, x[r0*hidden:r1*hidden], n, hidden, inter)
-		b := so.intermediate(w, t[r0*hidden:r1*hidden], n, hidden, inter)
+		a := sq.Intermediate(wq, x[r0*hidden:r1*hidden], n, hidden, inter)
+		b := so.Intermediate(w, t[r0*hidden:r1*hidden], n, hidden, inter)
 		return a, b, nil
 	}
 }

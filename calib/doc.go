@@ -18,7 +18,7 @@
 //
 // Route reproduces Qwen3 MoE routing exactly (float32 softmax, top-k with
 // ties to the lower expert index, optional renormalisation) and is
-// deterministic. MoELayer.Forward computes the whole block (router, top-k,
+// deterministic. ffn.MoE.Forward computes the whole block (router, top-k,
 // SwiGLU experts, weighted sum in expert order, sigmoid-gated shared
 // expert). LoadMoELayer reads a block from a checkpoint, routed experts on
 // demand.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"strings"
 	"sync"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // Method is how the expert matrices are quantized.
@@ -255,8 +256,8 @@ type ExpertStats struct {
 // ExpertResult is one quantized expert, handed to the emit callback of
 // QuantizeMoELayer.
 type ExpertResult struct {
-	Expert    int            // 0 … experts−1, or SharedExpert
-	Quantized *ExpertWeights // the quantized matrices, [out, in] row-major, values on the grid
+	Expert    int                // 0 … experts−1, or SharedExpert
+	Quantized *ffn.ExpertWeights // the quantized matrices, [out, in] row-major, values on the grid
 	Stats     ExpertStats
 }
 
@@ -314,7 +315,7 @@ type Activations struct {
 //     same gate/up-then-down order.
 //  4. When heldOut has tokens, the block output on them is computed with
 //     the original, the quantized and the round-to-nearest experts, through
-//     the same computation as MoELayer.Forward, and compared (LayerReport.HeldOut).
+//     the same computation as ffn.MoE.Forward, and compared (LayerReport.HeldOut).
 //
 // emit, when non-nil, receives every routed expert in ascending order and
 // then the shared expert, on the calling goroutine; it must not keep the
@@ -327,7 +328,7 @@ type Activations struct {
 //
 // A matrix whose GPTQ fails (non-finite data, an unusable Hessian) is
 // rounded to nearest and the reason recorded; bad input shapes are errors.
-func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, heldOut Activations, opt LayerOptions, emit func(*ExpertResult) error) (*LayerReport, error) {
+func QuantizeMoELayer(ctx context.Context, layer *ffn.MoE, calib Activations, heldOut Activations, opt LayerOptions, emit func(*ExpertResult) error) (*LayerReport, error) {
 	if err := layer.Check(); err != nil {
 		return nil, err
 	}
@@ -367,11 +368,11 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 	if opt.Grids == nil && opt.SharedGrids == nil {
 		rep.Format, rep.Axis = opt.Format.String(), opt.Axis.String()
 	}
-	if d.route, err = Route(calib.X, calib.Tokens, layer.Router, cfg); err != nil {
+	if d.route, err = ffn.Route(calib.X, calib.Tokens, layer.Router, cfg); err != nil {
 		return nil, err
 	}
 	if heldOut.Tokens > 0 {
-		if d.hroute, err = Route(heldOut.X, heldOut.Tokens, layer.Router, cfg); err != nil {
+		if d.hroute, err = ffn.Route(heldOut.X, heldOut.Tokens, layer.Router, cfg); err != nil {
 			return nil, err
 		}
 		n := heldOut.Tokens * cfg.Hidden
@@ -406,12 +407,11 @@ func QuantizeMoELayer(ctx context.Context, layer *MoELayer, calib Activations, h
 	}
 	if cfg.SharedInter > 0 && opt.SkipShared && heldOut.Tokens > 0 {
 		// The shared expert stays in full precision in every variant; it is
-		// added after the routed experts, as in MoELayer.Forward.
-		var ws expertScratch
+		// added after the routed experts, as in ffn.MoE.Forward.
+		var ws ffn.Scratch
 		for _, out := range [][]float32{d.outRef, d.outQ, d.outRTN} {
-			if err := layer.addShared(out, heldOut.X, heldOut.Tokens, layer.Shared, &ws); err != nil {
-				return nil, err
-			}
+			y := ws.Forward(layer.Shared, heldOut.X, heldOut.Tokens, cfg.Hidden, cfg.SharedInter)
+			layer.AddShared(out, y, heldOut.X, heldOut.Tokens)
 		}
 	}
 	if heldOut.Tokens > 0 {
@@ -474,19 +474,19 @@ func expertName(e int) string {
 // (built under its sync.Once) and the output accumulators (touched only by
 // the emitting goroutine).
 type driver struct {
-	layer  *MoELayer
+	layer  *ffn.MoE
 	cfg    model.MoEConfig
 	opt    LayerOptions
 	grid   gptq.Grid
 	calib  Activations
 	held   Activations
-	route  *Routing
-	hroute *Routing
+	route  *ffn.Routing
+	hroute *ffn.Routing
 
 	all   allTokenHessian
 	ident identityHessian
 
-	// scratch holds *expertScratch buffers for reuse between jobs, so that
+	// scratch holds *ffn.Scratch buffers for reuse between jobs, so that
 	// a worker does not allocate its gathered tokens and intermediate
 	// activations anew for every expert.
 	scratch sync.Pool
@@ -494,14 +494,14 @@ type driver struct {
 	outRef, outQ, outRTN []float32
 }
 
-func (d *driver) getScratch() *expertScratch {
-	if s, ok := d.scratch.Get().(*expertScratch); ok {
+func (d *driver) getScratch() *ffn.Scratch {
+	if s, ok := d.scratch.Get().(*ffn.Scratch); ok {
 		return s
 	}
-	return new(expertScratch)
+	return new(ffn.Scratch)
 }
 
-func (d *driver) putScratch(s *expertScratch) { d.scratch.Put(s) }
+func (d *driver) putScratch(s *ffn.Scratch) { d.scratch.Put(s) }
 
 // jobResult is what a job hands to the emitter.
 type jobResult struct {

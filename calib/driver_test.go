@@ -3,7 +3,6 @@ package calib
 import (
 	"context"
 	"encoding/json"
-	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"reflect"
 	"strings"
@@ -11,10 +10,12 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // testLayer builds a small MoE block with deterministic weights.
-func testLayer(cfg model.MoEConfig, seed uint64) *MoELayer {
+func testLayer(cfg model.MoEConfig, seed uint64) *ffn.MoE {
 	rng := splitmix{State: seed}
 	mat := func(rows, cols int) []float32 {
 		w := make([]float32, rows*cols)
@@ -24,15 +25,15 @@ func testLayer(cfg model.MoEConfig, seed uint64) *MoELayer {
 		}
 		return w
 	}
-	l := &MoELayer{Config: cfg, Router: mat(cfg.Experts, cfg.Hidden)}
-	var experts ExpertList
+	l := &ffn.MoE{Config: cfg, Router: mat(cfg.Experts, cfg.Hidden)}
+	var experts ffn.ExpertList
 	for e := 0; e < cfg.Experts; e++ {
-		experts = append(experts, &ExpertWeights{Gate: mat(cfg.ExpertInter, cfg.Hidden),
+		experts = append(experts, &ffn.ExpertWeights{Gate: mat(cfg.ExpertInter, cfg.Hidden),
 			Up: mat(cfg.ExpertInter, cfg.Hidden), Down: mat(cfg.Hidden, cfg.ExpertInter)})
 	}
 	l.Experts = experts
 	if cfg.SharedInter > 0 {
-		l.Shared = &ExpertWeights{Gate: mat(cfg.SharedInter, cfg.Hidden),
+		l.Shared = &ffn.ExpertWeights{Gate: mat(cfg.SharedInter, cfg.Hidden),
 			Up: mat(cfg.SharedInter, cfg.Hidden), Down: mat(cfg.Hidden, cfg.SharedInter)}
 		l.SharedGate = mat(1, cfg.Hidden)
 	}
@@ -54,7 +55,7 @@ func activations(t testing.TB, first, tokens, hidden int, seed uint64) Activatio
 
 // collect runs QuantizeMoELayer and returns the report and the emitted
 // experts (shared expert last).
-func collect(t *testing.T, l *MoELayer, cal, held Activations, opt LayerOptions) (*LayerReport, []*ExpertResult) {
+func collect(t *testing.T, l *ffn.MoE, cal, held Activations, opt LayerOptions) (*LayerReport, []*ExpertResult) {
 	t.Helper()
 	var got []*ExpertResult
 	rep, err := QuantizeMoELayer(context.Background(), l, cal, held, opt, func(r *ExpertResult) error {
@@ -68,9 +69,9 @@ func collect(t *testing.T, l *MoELayer, cal, held Activations, opt LayerOptions)
 }
 
 // quantizedLayer returns l with its experts replaced by the results.
-func quantizedLayer(l *MoELayer, res []*ExpertResult) *MoELayer {
+func quantizedLayer(l *ffn.MoE, res []*ExpertResult) *ffn.MoE {
 	q := *l
-	var experts ExpertList
+	var experts ffn.ExpertList
 	for _, r := range res {
 		if r.Expert == SharedExpert {
 			q.Shared = r.Quantized
@@ -117,7 +118,7 @@ func TestQuantizeMoELayerHeldOut(t *testing.T) {
 			w, _ = l.Experts.Expert(r.Expert)
 		}
 		g := gptq.NewBFPGrid(rep.formatValue(t), gptq.InputAxis)
-		q := &ExpertWeights{}
+		q := &ffn.ExpertWeights{}
 		q.Gate, _ = gptq.RTN(w.Gate, len(w.Gate)/cfg.Hidden, cfg.Hidden, g)
 		q.Up, _ = gptq.RTN(w.Up, len(w.Up)/cfg.Hidden, cfg.Hidden, g)
 		q.Down, _ = gptq.RTN(w.Down, cfg.Hidden, len(w.Down)/cfg.Hidden, g)
@@ -158,7 +159,7 @@ func (r *LayerReport) formatValue(t *testing.T) bfpFormat {
 // token ("bias"), channel 1 is 3 in tokens 10, 500 and 1500 and 0
 // elsewhere; the router rows of experts 6 and 7 read only those channels,
 // and no other row reads them.
-func starvedLayer(t *testing.T) (*MoELayer, Activations, Activations) {
+func starvedLayer(t *testing.T) (*ffn.MoE, Activations, Activations) {
 	cfg := model.MoEConfig{Hidden: 64, Experts: 8, TopK: 2, ExpertInter: 32, SharedInter: 32, NormTopK: true}
 	l := testLayer(cfg, 7)
 	cal := activations(t, 0, 2048, cfg.Hidden, 300)
@@ -185,7 +186,7 @@ func starvedLayer(t *testing.T) (*MoELayer, Activations, Activations) {
 
 func TestStarvedExperts(t *testing.T) {
 	l, cal, held := starvedLayer(t)
-	r, err := Route(cal.X, cal.Tokens, l.Router, l.Config)
+	r, err := ffn.Route(cal.X, cal.Tokens, l.Router, l.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func TestQuantizeMoELayerErrors(t *testing.T) {
 		t.Errorf("NaN activation: %v", err)
 	}
 	broken := *l
-	broken.Experts = ExpertList{l.Experts.(ExpertList)[0], l.Experts.(ExpertList)[1], {Gate: make([]float32, 5)}, l.Experts.(ExpertList)[3]}
+	broken.Experts = ffn.ExpertList{l.Experts.(ffn.ExpertList)[0], l.Experts.(ffn.ExpertList)[1], {Gate: make([]float32, 5)}, l.Experts.(ffn.ExpertList)[3]}
 	if _, err := QuantizeMoELayer(ctx, &broken, cal, Activations{}, LayerOptions{Workers: 2}, nil); err == nil || !strings.Contains(err.Error(), "expert 2: gate_proj") {
 		t.Errorf("bad expert shape: %v", err)
 	}
@@ -348,7 +349,7 @@ func TestExpertOrder(t *testing.T) {
 	l := testLayer(cfg, 21)
 	cal := activations(t, 0, 512, 64, 8)
 	_, res := collect(t, l, cal, Activations{}, LayerOptions{})
-	r, _ := Route(cal.X, cal.Tokens, l.Router, cfg)
+	r, _ := ffn.Route(cal.X, cal.Tokens, l.Router, cfg)
 	const e = 2
 	toks, _ := r.ExpertTokens(e)
 	var xe []float32

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // allTokenHessian is the Hessian of every calibration token of the layer,
@@ -77,7 +78,7 @@ func (d *driver) allHessian() ([]float64, error) {
 // downHessianAll accumulates the down_proj Hessian of all calibration
 // tokens passed through the quantized gate q.Gate and up q.Up, in chunks so
 // that only a chunk of intermediate activations is held.
-func (d *driver) downHessianAll(q *ExpertWeights, inter int) ([]float64, int64, error) {
+func (d *driver) downHessianAll(q *ffn.ExpertWeights, inter int) ([]float64, int64, error) {
 	// A multiple of the kernels' inner block (256), so the sums do not
 	// depend on the chunk size.
 	const chunk = 2048
@@ -90,34 +91,12 @@ func (d *driver) downHessianAll(q *ExpertWeights, inter int) ([]float64, int64, 
 	pu := kernels.PackB32(true, h, inter, q.Up, h)
 	for t := 0; t < d.calib.Tokens; t += chunk {
 		n := min(chunk, d.calib.Tokens-t)
-		a := ws.intermediatePacked(pg, pu, d.calib.X[t*h:(t+n)*h], n, h, inter)
+		a := ws.IntermediatePacked(pg, pu, d.calib.X[t*h:(t+n)*h], n, h, inter)
 		if err := hs.Add(a, n); err != nil {
 			return nil, 0, err
 		}
 	}
 	return hs.Finish(), hs.Tokens(), nil
-}
-
-// intermediate computes silu(x·Gateᵀ) ⊙ (x·Upᵀ) into the scratch buffer.
-func (s *expertScratch) intermediate(w *ExpertWeights, x []float32, rows, hidden, inter int) []float32 {
-	s.g = grow(s.g, rows*inter)
-	s.u = grow(s.u, rows*inter)
-	matmulT(s.g, x, rows, hidden, w.Gate, inter)
-	matmulT(s.u, x, rows, hidden, w.Up, inter)
-	swiglu(s.g, s.g, s.u)
-	return s.g
-}
-
-// intermediatePacked is intermediate with gate and up already packed.
-func (s *expertScratch) intermediatePacked(gate, up *kernels.PackedB32, x []float32, rows, hidden, inter int) []float32 {
-	s.g = grow(s.g, rows*inter)
-	s.u = grow(s.u, rows*inter)
-	if rows > 0 {
-		kernels.SgemmPacked(false, rows, 1, x, hidden, gate, 0, s.g, inter)
-		kernels.SgemmPacked(false, rows, 1, x, hidden, up, 0, s.u, inter)
-	}
-	swiglu(s.g, s.g, s.u)
-	return s.g
 }
 
 func identity(n int) []float64 {
@@ -211,11 +190,11 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // down to the original expert's intermediate on tgt.t through the
 // quantized gate and up on tgt.x (AsymmetricTarget). A matrix whose
 // Hessian cannot be factored keeps its symmetric path and reason.
-func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *gptq.Factor, srcGU string, nGU int64,
-	downH func(q *ExpertWeights) ([]float64, string, int64, error), tgt *asymRows) (*ExpertWeights, [3]MatrixStats, error) {
+func (qz quantizer) gateUpDown(w *ffn.ExpertWeights, inter int, hGU []float64, fGU *gptq.Factor, srcGU string, nGU int64,
+	downH func(q *ffn.ExpertWeights) ([]float64, string, int64, error), tgt *asymRows) (*ffn.ExpertWeights, [3]MatrixStats, error) {
 	var st [3]MatrixStats
 	h := qz.d.cfg.Hidden
-	q := &ExpertWeights{}
+	q := &ffn.ExpertWeights{}
 	var err error
 	opt := *qz.d.opt.GPTQ
 	if fGU == nil {
@@ -280,10 +259,10 @@ type asymRows struct {
 func aliases(a, b []float32) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
 // allRTN rounds the three matrices to nearest.
-func (qz quantizer) allRTN(w *ExpertWeights, inter int, fallback string) (*ExpertWeights, [3]MatrixStats, error) {
+func (qz quantizer) allRTN(w *ffn.ExpertWeights, inter int, fallback string) (*ffn.ExpertWeights, [3]MatrixStats, error) {
 	var st [3]MatrixStats
 	h := qz.d.cfg.Hidden
-	q := &ExpertWeights{}
+	q := &ffn.ExpertWeights{}
 	var err error
 	if q.Gate, st[0], err = qz.rtn(0, w.Gate, inter, h, fallback); err != nil {
 		return nil, st, err
@@ -305,14 +284,14 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("calib: %s: %w", what, err)
 	}
-	if err := w.check(what, h, inter); err != nil {
+	if err := w.Check(what, h, inter); err != nil {
 		return nil, err
 	}
 	toks, _ := d.route.ExpertTokens(e)
 	n := len(toks)
 	st := ExpertStats{Expert: e, Tokens: n}
 	qz := quantizer{d: d, expert: e, what: what}
-	var q *ExpertWeights
+	var q *ffn.ExpertWeights
 	starved := n == 0 || n < d.opt.MinTokens
 	switch {
 	case d.opt.Method == MethodRTN:
@@ -329,7 +308,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		case StarvedIdentity:
 			hi, fi := d.identityHidden()
 			q, st.Matrices, err = qz.gateUpDown(w, inter, hi, fi, HessianIdentity, 0,
-				func(*ExpertWeights) ([]float64, string, int64, error) {
+				func(*ffn.ExpertWeights) ([]float64, string, int64, error) {
 					return identity(inter), HessianIdentity, 0, nil
 				}, nil)
 		case StarvedAllTokens:
@@ -338,7 +317,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 				return nil, herr
 			}
 			q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, d.allFactor(hAll), HessianAllTokens, int64(d.calib.Tokens),
-				func(q *ExpertWeights) ([]float64, string, int64, error) {
+				func(q *ffn.ExpertWeights) ([]float64, string, int64, error) {
 					hd, nd, err := d.downHessianAll(q, inter)
 					return hd, HessianAllTokens, nd, err
 				}, d.allRows())
@@ -348,14 +327,14 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		// each for gate/up and for down.
 		ws := d.getScratch()
 		defer d.putScratch(ws)
-		ws.x = gatherRows(ws.x, d.calib.X, h, toks)
-		xe := ws.x
+		ws.X = ffn.GatherRows(ws.X, d.calib.X, h, toks)
+		xe := ws.X
 		var tgt *asymRows
 		if d.calib.Target != nil {
 			if aliases(d.calib.Target, d.calib.X) {
 				tgt = &asymRows{x: xe, t: xe, n: n, same: true}
 			} else {
-				tgt = &asymRows{x: xe, t: gatherRows(nil, d.calib.Target, h, toks), n: n}
+				tgt = &asymRows{x: xe, t: ffn.GatherRows(nil, d.calib.Target, h, toks), n: n}
 			}
 		}
 		hs := gptq.NewHessian(h)
@@ -366,8 +345,8 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		hs = nil
 		defer gptq.RecycleMatrix(hGU)
 		q, st.Matrices, err = qz.gateUpDown(w, inter, hGU, nil, HessianRouted, int64(n),
-			func(q *ExpertWeights) ([]float64, string, int64, error) {
-				a := ws.intermediate(q, xe, n, h, inter)
+			func(q *ffn.ExpertWeights) ([]float64, string, int64, error) {
+				a := ws.Intermediate(q, xe, n, h, inter)
 				hd := gptq.NewHessian(inter)
 				if err := hd.Add(a, n); err != nil {
 					return nil, "", 0, err
@@ -396,7 +375,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 
 // heldOutPart evaluates expert w, its quantized version q and its
 // round-to-nearest version on the held-out tokens routed to it.
-func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts []float32, qz quantizer, st *ExpertStats) (*heldOutPart, error) {
+func (d *driver) heldOutPart(w, q *ffn.ExpertWeights, inter int, toks []int32, wts []float32, qz quantizer, st *ExpertStats) (*heldOutPart, error) {
 	h := d.cfg.Hidden
 	rtn, _, err := qz.allRTN(w, inter, "")
 	if err != nil {
@@ -410,13 +389,13 @@ func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts [
 		x = d.held.X
 		n = d.held.Tokens
 	} else {
-		ws.x = gatherRows(ws.x, d.held.X, h, toks)
-		x = ws.x
+		ws.X = ffn.GatherRows(ws.X, d.held.X, h, toks)
+		x = ws.X
 	}
 	p := &heldOutPart{tokens: toks, weights: wts, shared: toks == nil}
-	p.ref = append([]float32(nil), ws.forward(w, x, n, h, inter)...)
-	p.q = append([]float32(nil), ws.forward(q, x, n, h, inter)...)
-	p.rtn = append([]float32(nil), ws.forward(rtn, x, n, h, inter)...)
+	p.ref = append([]float32(nil), ws.Forward(w, x, n, h, inter)...)
+	p.q = append([]float32(nil), ws.Forward(q, x, n, h, inter)...)
+	p.rtn = append([]float32(nil), ws.Forward(rtn, x, n, h, inter)...)
 	// Contribution errors, scaled as the block-level MSE.
 	denom := float64(d.held.Tokens) * float64(h)
 	var sq, sr float64
@@ -451,7 +430,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 	w := d.layer.Shared
 	qz := quantizer{d: d, expert: SharedExpert, what: "shared expert"}
 	st := ExpertStats{Expert: SharedExpert, Tokens: d.calib.Tokens}
-	var q *ExpertWeights
+	var q *ffn.ExpertWeights
 	var err error
 	if d.opt.Method == MethodRTN {
 		q, st.Matrices, err = qz.allRTN(w, inter, "")
@@ -461,7 +440,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 			return nil, herr
 		}
 		q, st.Matrices, err = qz.gateUpDown(w, inter, hAll, d.allFactor(hAll), HessianAllTokens, int64(d.calib.Tokens),
-			func(q *ExpertWeights) ([]float64, string, int64, error) {
+			func(q *ffn.ExpertWeights) ([]float64, string, int64, error) {
 				hd, nd, err := d.downHessianAll(q, inter)
 				return hd, HessianAllTokens, nd, err
 			}, d.allRows())
@@ -471,8 +450,8 @@ func (d *driver) sharedJob() (*jobResult, error) {
 	}
 	r := &jobResult{res: &ExpertResult{Expert: SharedExpert, Quantized: q}}
 	if d.held.Tokens > 0 {
-		// The gates MoELayer.addShared applies.
-		g := d.layer.sharedGates(d.held.X, d.held.Tokens)
+		// The gates ffn.MoE.AddShared applies.
+		g := d.layer.SharedGates(d.held.X, d.held.Tokens)
 		st.HeldOutTokens = d.held.Tokens
 		part, err := d.heldOutPart(w, q, inter, nil, g, qz, &st)
 		if err != nil {
@@ -485,7 +464,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 }
 
 // accumulate adds a job's held-out contribution to the three block outputs,
-// with exactly the operations MoELayer.Forward uses.
+// with exactly the operations ffn.MoE.Forward uses.
 func (d *driver) accumulate(r *jobResult) {
 	p := r.heldOut
 	h := d.cfg.Hidden
@@ -501,7 +480,7 @@ func (d *driver) accumulate(r *jobResult) {
 		}
 		return
 	}
-	scatterAdd(d.outRef, p.ref, h, p.tokens, p.weights)
-	scatterAdd(d.outQ, p.q, h, p.tokens, p.weights)
-	scatterAdd(d.outRTN, p.rtn, h, p.tokens, p.weights)
+	ffn.ScatterAdd(d.outRef, p.ref, h, p.tokens, p.weights)
+	ffn.ScatterAdd(d.outQ, p.q, h, p.tokens, p.weights)
+	ffn.ScatterAdd(d.outRTN, p.rtn, h, p.tokens, p.weights)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // SiteHessian accumulates the Hessian of the activations recorded at
@@ -45,14 +46,14 @@ func (s *Store) SwiGLUHessian(ctx context.Context, layer int, site string, token
 		return nil, fmt.Errorf("calib: SwiGLU Hessian of layer %d: gate and up have %d and %d values, want %d×%d (the site's width)", layer, len(gate), len(up), inter, hidden)
 	}
 	h := gptq.NewHessian(inter)
-	w := &ExpertWeights{Gate: gate, Up: up}
-	var ws expertScratch
+	w := &ffn.ExpertWeights{Gate: gate, Up: up}
+	var ws ffn.Scratch
 	err := s.Stream(layer, site, 0, s.RowsBefore(si, tokens), 1024, func(_ int64, rows []float32) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := len(rows) / hidden
-		return h.Add(ws.intermediate(w, rows, n, hidden, inter), n)
+		return h.Add(ws.Intermediate(w, rows, n, hidden, inter), n)
 	})
 	if err != nil {
 		return nil, err
@@ -92,8 +93,8 @@ func SwiGLURowsHessian(ctx context.Context, x []float32, hidden int, gate, up []
 		return nil, fmt.Errorf("calib: SwiGLU Hessian: gate and up have %d and %d values, want %d×%d", len(gate), len(up), inter, hidden)
 	}
 	h := gptq.NewHessian(inter)
-	w := &ExpertWeights{Gate: gate, Up: up}
-	var ws expertScratch
+	w := &ffn.ExpertWeights{Gate: gate, Up: up}
+	var ws ffn.Scratch
 	const chunk = 1024
 	rows := len(x) / hidden
 	for r0 := 0; r0 < rows; r0 += chunk {
@@ -102,7 +103,7 @@ func SwiGLURowsHessian(ctx context.Context, x []float32, hidden int, gate, up []
 		}
 		r1 := min(r0+chunk, rows)
 		n := r1 - r0
-		if err := h.Add(ws.intermediate(w, x[r0*hidden:r1*hidden], n, hidden, inter), n); err != nil {
+		if err := h.Add(ws.Intermediate(w, x[r0*hidden:r1*hidden], n, hidden, inter), n); err != nil {
 			return nil, err
 		}
 	}

@@ -3,13 +3,15 @@ package calib
 import (
 	"context"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"runtime"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // synthExperts generates expert weights on demand, deterministically from
@@ -19,7 +21,7 @@ type synthExperts struct {
 	seed          uint64
 }
 
-func (s synthExperts) Expert(e int) (*ExpertWeights, error) {
+func (s synthExperts) Expert(e int) (*ffn.ExpertWeights, error) {
 	rng := splitmix{State: s.seed + uint64(e)*0x9e3779b97f4a7c15}
 	mat := func(rows, cols int) []float32 {
 		w := make([]float32, rows*cols)
@@ -29,12 +31,12 @@ func (s synthExperts) Expert(e int) (*ExpertWeights, error) {
 		}
 		return w
 	}
-	return &ExpertWeights{Gate: mat(s.inter, s.hidden), Up: mat(s.inter, s.hidden), Down: mat(s.hidden, s.inter)}, nil
+	return &ffn.ExpertWeights{Gate: mat(s.inter, s.hidden), Up: mat(s.inter, s.hidden), Down: mat(s.hidden, s.inter)}, nil
 }
 
 // synthMoELayer builds a layer of the given shape with generated weights.
-func synthMoELayer(cfg model.MoEConfig) *MoELayer {
-	l := &MoELayer{Config: cfg, Experts: synthExperts{hidden: cfg.Hidden, inter: cfg.ExpertInter, seed: 77}}
+func synthMoELayer(cfg model.MoEConfig) *ffn.MoE {
+	l := &ffn.MoE{Config: cfg, Experts: synthExperts{hidden: cfg.Hidden, inter: cfg.ExpertInter, seed: 77}}
 	l.Router = synthRouter(cfg.Experts, cfg.Hidden, 3)
 	for i := range l.Router {
 		l.Router[i] *= 4

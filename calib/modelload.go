@@ -2,10 +2,11 @@ package calib
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"slices"
 	"strconv"
 
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -13,7 +14,7 @@ import (
 // model.ReadConfig); layers from cfg.Layers on are the MTP layers. The router, the shared expert and its gate are read
 // now; the routed experts are read one at a time when the returned layer's
 // Experts.Expert is called, so memory holds only the experts in use.
-func LoadMoELayer(m *safetensors.Model, cfg *model.Config, layer int) (*MoELayer, error) {
+func LoadMoELayer(m *safetensors.Model, cfg *model.Config, layer int) (*ffn.MoE, error) {
 	if layer < 0 || layer >= cfg.NumLayers() {
 		return nil, fmt.Errorf("calib: layer %d outside 0..%d", layer, cfg.NumLayers()-1)
 	}
@@ -26,7 +27,7 @@ func LoadMoELayer(m *safetensors.Model, cfg *model.Config, layer int) (*MoELayer
 // stored fused (experts.gate_up_proj [E, 2I, H] with per expert the gate
 // rows first, experts.down_proj [E, H, I]) or per expert
 // (experts.{e}.{gate,up,down}_proj.weight).
-func LoadMoEBlock(m *safetensors.Model, prefix string, c model.MoEConfig) (*MoELayer, error) {
+func LoadMoEBlock(m *safetensors.Model, prefix string, c model.MoEConfig) (*ffn.MoE, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -45,14 +46,14 @@ func LoadMoEBlock(m *safetensors.Model, prefix string, c model.MoEConfig) (*MoEL
 		}
 		return v, nil
 	}
-	l := &MoELayer{Config: c}
+	l := &ffn.MoE{Config: c}
 	var err error
 	if l.Router, err = read(prefix+"gate.weight", e, h); err != nil {
 		return nil, err
 	}
 	if c.SharedInter > 0 {
 		s := int64(c.SharedInter)
-		l.Shared = &ExpertWeights{}
+		l.Shared = &ffn.ExpertWeights{}
 		if l.Shared.Gate, err = read(prefix+"shared_expert.gate_proj.weight", s, h); err != nil {
 			return nil, err
 		}
@@ -110,13 +111,13 @@ type modelExperts struct {
 	fused  bool
 }
 
-// Expert implements ExpertSource; each call returns fresh slices.
-func (s *modelExperts) Expert(e int) (*ExpertWeights, error) {
+// Expert implements ffn.ExpertSource; each call returns fresh slices.
+func (s *modelExperts) Expert(e int) (*ffn.ExpertWeights, error) {
 	if e < 0 || e >= s.c.Experts {
 		return nil, fmt.Errorf("calib: expert %d outside 0..%d", e, s.c.Experts-1)
 	}
 	h, in := s.c.Hidden, s.c.ExpertInter
-	w := &ExpertWeights{Gate: make([]float32, in*h), Up: make([]float32, in*h), Down: make([]float32, h*in)}
+	w := &ffn.ExpertWeights{Gate: make([]float32, in*h), Up: make([]float32, in*h), Down: make([]float32, h*in)}
 	part := func(name string, dst []float32, start int64) error {
 		f, _, ok := s.m.Lookup(name)
 		if !ok {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"iter"
+
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // LayerRun is QuantizeMoELayer seen from the caller's side: the inputs go
@@ -12,7 +14,7 @@ import (
 // the caller is called from inside the driver.
 type LayerRun struct {
 	ctx         context.Context
-	layer       *MoELayer
+	layer       *ffn.MoE
 	calib, held Activations
 	opt         LayerOptions
 	rep         *LayerReport
@@ -22,7 +24,7 @@ type LayerRun struct {
 
 // NewLayerRun prepares the quantization of one MoE layer (see
 // QuantizeMoELayer); it starts when Results is ranged over.
-func NewLayerRun(ctx context.Context, layer *MoELayer, calib, heldOut Activations, opt LayerOptions) *LayerRun {
+func NewLayerRun(ctx context.Context, layer *ffn.MoE, calib, heldOut Activations, opt LayerOptions) *LayerRun {
 	return &LayerRun{ctx: ctx, layer: layer, calib: calib, held: heldOut, opt: opt}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // bf16Experts generates BF16-representable expert weights on demand,
@@ -30,7 +31,7 @@ type bf16Experts struct {
 	seed          uint64
 }
 
-func (s bf16Experts) Expert(e int) (*ExpertWeights, error) {
+func (s bf16Experts) Expert(e int) (*ffn.ExpertWeights, error) {
 	r := splitmix{State: s.seed + uint64(e+2)*0x9e3779b97f4a7c15}
 	mat := func(rows, cols int) []float32 {
 		w := make([]float32, rows*cols)
@@ -43,16 +44,16 @@ func (s bf16Experts) Expert(e int) (*ExpertWeights, error) {
 		}
 		return w
 	}
-	return &ExpertWeights{Gate: mat(s.inter, s.hidden), Up: mat(s.inter, s.hidden), Down: mat(s.hidden, s.inter)}, nil
+	return &ffn.ExpertWeights{Gate: mat(s.inter, s.hidden), Up: mat(s.inter, s.hidden), Down: mat(s.hidden, s.inter)}, nil
 }
 
 // shape35BLayer is a MoE block of the 35B expert shape with e experts.
-func shape35BLayer(experts int, shared bool) *MoELayer {
+func shape35BLayer(experts int, shared bool) *ffn.MoE {
 	cfg := model.MoEConfig{Hidden: 2048, Experts: experts, TopK: 8, ExpertInter: 512, NormTopK: true}
 	if shared {
 		cfg.SharedInter = 512
 	}
-	l := &MoELayer{Config: cfg, Experts: bf16Experts{hidden: 2048, inter: 512, seed: 11}}
+	l := &ffn.MoE{Config: cfg, Experts: bf16Experts{hidden: 2048, inter: 512, seed: 11}}
 	l.Router = synthRouter(experts, cfg.Hidden, 3)
 	for i := range l.Router {
 		l.Router[i] *= 4

@@ -2,11 +2,12 @@ package calib
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"os"
 	"path/filepath"
 
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -83,7 +84,7 @@ func ComputeStoreStats(s *Store, m *safetensors.Model, cfg *model.Config, minFra
 			MinTokens: int(math.Ceil(minFraction * float64(si.Tokens))),
 			Counts:    make([]int64, cfg.MoE().Experts), Starved: []int{}}
 		err = s.Stream(layer, SiteMoE, 0, si.Tokens, 4096, func(_ int64, rows []float32) error {
-			r, err := Route(rows, len(rows)/si.Cols, l.Router, cfg.MoE())
+			r, err := ffn.Route(rows, len(rows)/si.Cols, l.Router, cfg.MoE())
 			if err != nil {
 				return err
 			}

@@ -2,13 +2,14 @@ package calib
 
 import (
 	"context"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -126,28 +127,6 @@ func TestTinyConfig(t *testing.T) {
 	}
 }
 
-// TestTinyRoutingMatchesReference routes the synthetic calibration of every
-// layer of the tiny model through its real router, with renormalisation on
-// (the model's setting) and off.
-func TestTinyRoutingMatchesReference(t *testing.T) {
-	m, cfg, st := tinyModel(t, testmodel.Default)
-	for layer := 0; layer < cfg.NumLayers(); layer++ {
-		l, err := LoadMoELayer(m, cfg, layer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, err := st.ReadRows(layer, SiteMoE, 0, 1024)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, norm := range []bool{true, false} {
-			c := cfg.MoE()
-			c.NormTopK = norm
-			compareRouting(t, x, 1024, l.Router, c)
-		}
-	}
-}
-
 // TestTinyFusedAndPerExpert checks that both expert layouts load the same
 // experts.
 func TestTinyFusedAndPerExpert(t *testing.T) {
@@ -240,7 +219,7 @@ func TestTinyStoreStats(t *testing.T) {
 		// Cross-check with routing all tokens at once.
 		l, _ := LoadMoELayer(m, cfg, rs.Layer)
 		x, _ := st.ReadRows(rs.Layer, SiteMoE, 0, 4096)
-		r, _ := Route(x, 4096, l.Router, cfg.MoE())
+		r, _ := ffn.Route(x, 4096, l.Router, cfg.MoE())
 		var sum int64
 		for e, c := range r.Counts() {
 			if rs.Counts[e] != int64(c) {

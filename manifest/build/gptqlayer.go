@@ -12,6 +12,7 @@ import (
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -59,11 +60,11 @@ type expertPair struct{ gu, down *storedTensor }
 // as the GPTQ driver loads it: GPTQ cannot quantize such a matrix, even
 // when non-finite values are allowed.
 type finiteExperts struct {
-	src calib.ExpertSource
+	src ffn.ExpertSource
 	ex  map[int]*expertPair
 }
 
-func (s finiteExperts) Expert(e int) (*calib.ExpertWeights, error) {
+func (s finiteExperts) Expert(e int) (*ffn.ExpertWeights, error) {
 	w, err := s.src.Expert(e)
 	if err != nil || w == nil {
 		return w, err
@@ -132,7 +133,7 @@ func (b *builder) expertPairs(layer int) (map[int]*expertPair, error) {
 // calib.LoadMoELayer (router and shared expert now, routed experts on
 // demand, whatever the source's expert layout) and pairs every routed
 // expert with its stored tensors.
-func (b *builder) moeLayer(layer int) (*calib.MoELayer, map[int]*expertPair, error) {
+func (b *builder) moeLayer(layer int) (*ffn.MoE, map[int]*expertPair, error) {
 	ex, err := b.expertPairs(layer)
 	if err != nil {
 		return nil, nil, err
@@ -203,7 +204,7 @@ func (b *builder) pendingFiles(idxs []int, keep func(int) bool) map[string]int {
 // complete. When stored is set it receives every routed expert tensor's
 // bytes, those of kept files included.
 func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[string]int, commit func(int, *fileRecord) error,
-	ml *calib.MoELayer, ex map[int]*expertPair, cal, held calib.Activations, stored func(*storedTensor, []byte)) (*manifest.LayerStats, error) {
+	ml *ffn.MoE, ex map[int]*expertPair, cal, held calib.Activations, stored func(*storedTensor, []byte)) (*manifest.LayerStats, error) {
 	recPath := layerRecordPath(b.opt.Out, layer)
 	jobOf := map[string]*job{}
 	for _, i := range pending {

@@ -2,10 +2,11 @@ package forward
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"math"
 
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // Attention block sizes: queries and keys are taken attnBlock at a time,
@@ -66,7 +67,7 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 	if err != nil {
 		return nil, err
 	}
-	if err := mul(pin, proj, P, h, n, H, w.In, P); err != nil {
+	if err := ffn.Mul(pin, proj, P, h, n, H, w.In, P); err != nil {
 		return nil, err
 	}
 
@@ -153,7 +154,7 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 			ot := out[(o+t)*qw+j*hd : (o+t)*qw+(j+1)*hd]
 			gt := gate[(o+t)*qw+j*hd : (o+t)*qw+(j+1)*hd]
 			for i := range ot {
-				ot[i] *= sigmoid32(gt[i])
+				ot[i] *= ffn.Sigmoid(gt[i])
 			}
 		}
 	})
@@ -165,7 +166,7 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 	if err != nil {
 		return nil, err
 	}
-	if err := mul(po, y, H, out, n, qw, w.O, H); err != nil {
+	if err := ffn.Mul(po, y, H, out, n, qw, w.O, H); err != nil {
 		return nil, err
 	}
 	return y, nil
@@ -178,9 +179,9 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 // a running maximum and sum (online softmax).
 func attendHead(sc *attnScratch, q []float32, ldq int, keys, vals []float32, ldk int, out []float32, ldo, T, p0, hd int) {
 	B := attnBlock
-	sc.s = grow(sc.s, B*B)
-	sc.m = grow(sc.m, B)
-	sc.l = grow(sc.l, B)
+	sc.s = ffn.Grow(sc.s, B*B)
+	sc.m = ffn.Grow(sc.m, B)
+	sc.l = ffn.Grow(sc.l, B)
 	negInf := float32(math.Inf(-1))
 	for q0 := 0; q0 < T; q0 += B {
 		mq := min(B, T-q0)

@@ -2,10 +2,10 @@ package forward
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 
-	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // Batch is the residual stream of several independent sequences entering a
@@ -234,20 +234,19 @@ func (l *Layer) ForwardMLP(b *Batch, hook Hook) error {
 	return nil
 }
 
-// moe runs the sparse MoE block with calib's routing and the arithmetic of
-// calib.MoELayer.Forward, bit for bit (a test compares them): per expert
-// the routed rows through SwiGLU with kernels.Sgemm, the weighted rows
-// added in ascending expert order, then the sigmoid-gated shared expert.
-// Unlike calib's loop, up to kernels.Workers() experts are evaluated at
-// once (the additions stay in expert order).
+// moe runs the sparse MoE block, ffn.MoE: calibration's routing and
+// arithmetic, bit for bit, with the products of Linears where the model
+// has them. Up to kernels.Workers() experts are evaluated at once (the
+// additions stay in expert order). The hook, when set, sees each expert's
+// routed rows first.
 func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
 	blk := l.MoE
 	if err := blk.Check(); err != nil {
 		return nil, fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
 	}
 	cfg := blk.Config
-	H, I := cfg.Hidden, cfg.ExpertInter
-	r, err := calib.Route(h, n, blk.Router, cfg)
+	H := cfg.Hidden
+	r, err := ffn.Route(h, n, blk.Router, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -255,150 +254,44 @@ func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
 		var xe []float32
 		for e := 0; e < cfg.Experts; e++ {
 			toks, wts := r.ExpertTokens(e)
-			xe = gatherRows(xe, h, H, toks)
+			xe = ffn.GatherRows(xe, h, H, toks)
 			if err := hook(&Activations{Layer: l.Index, Site: SiteExpertIn, Expert: e, Rows: len(toks), Cols: H,
 				X: xe, Tokens: toks, Weights: wts}); err != nil {
 				return nil, err
 			}
 		}
 	}
-	out := make([]float32, n*H)
-	W := max(1, kernels.Workers())
-	ys := make([][]float32, W)
-	errs := make([]error, W)
-	scr := make([]swigluScratch, W) // one per task of a wave
-	for e0 := 0; e0 < cfg.Experts; e0 += W {
-		e1 := min(cfg.Experts, e0+W)
-		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
-			e := e0 + t
-			ys[t], errs[t] = nil, nil
-			toks, _ := r.ExpertTokens(e)
-			if len(toks) == 0 {
-				return
-			}
-			w, err := blk.Experts.Expert(e)
-			if err == nil && (w == nil || len(w.Gate) != I*H || len(w.Up) != I*H || len(w.Down) != H*I) {
-				err = fmt.Errorf("expert %d: matrices do not have the shapes [%d, %d] and [%d, %d]", e, I, H, H, I)
-			}
-			if err != nil {
-				errs[t] = fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
-				return
-			}
-			var ps *swigluProducts
-			if l.lin != nil {
-				es, _ := blk.Experts.(*expertSource)
-				if es == nil {
-					errs[t] = fmt.Errorf("forward: layer %d MoE: other numerics need the experts read from the model's weight source", l.Index)
-					return
-				}
-				g, u, d := es.expertRows(e)
-				if ps, err = l.swigluProducts([3]LinearRole{RoleExpertGate, RoleExpertUp, RoleExpertDown}, e, w.Gate, w.Up, w.Down, I, H, [3][]RowRange{g, u, d}); err != nil {
-					errs[t] = err
-					return
-				}
-			}
-			sc := &scr[t] // per task: a worker may run two tasks of a wave
-			sc.x = gatherRows(sc.x, h, H, toks)
-			ys[t], errs[t] = sc.forward(w, sc.x, len(toks), H, I, nil, ps)
-		})
-		for t := 0; t < e1-e0; t++ {
-			if errs[t] != nil {
-				return nil, errs[t]
-			}
-			if ys[t] == nil {
-				continue
-			}
-			toks, wts := r.ExpertTokens(e0 + t)
-			for i, tok := range toks {
-				o := out[int(tok)*H : (int(tok)+1)*H]
-				wi := wts[i]
-				for j, v := range ys[t][i*H : (i+1)*H] {
-					o[j] += wi * v
-				}
-			}
-		}
+	opt := ffn.Options{Workers: kernels.Workers()}
+	if l.lin != nil {
+		opt.Products = l.moeProducts
 	}
-	if cfg.SharedInter > 0 {
-		S := cfg.SharedInter
-		p := l.cfg.LayerPrefix(l.Index) + "mlp.shared_expert."
-		ps, err := l.swigluProducts([3]LinearRole{RoleSharedGate, RoleSharedUp, RoleSharedDown}, -1, blk.Shared.Gate, blk.Shared.Up, blk.Shared.Down, S, H,
-			[3][]RowRange{linearRows(p+"gate_proj.weight", S), linearRows(p+"up_proj.weight", S), linearRows(p+"down_proj.weight", H)})
-		if err != nil {
-			return nil, err
-		}
-		y, err := scr[0].forward(blk.Shared, h, n, H, S, nil, ps)
-		if err != nil {
-			return nil, err
-		}
-		for t := 0; t < n; t++ {
-			g := float32(1)
-			if blk.SharedGate != nil {
-				g = sigmoid32(dot64(h[t*H:(t+1)*H], blk.SharedGate))
-			}
-			o := out[t*H : (t+1)*H]
-			for i, v := range y[t*H : (t+1)*H] {
-				o[i] += g * v
-			}
-		}
+	out, err := blk.Run(h, n, r, opt)
+	if err != nil {
+		return nil, fmt.Errorf("forward: layer %d MoE: %w", l.Index, err)
 	}
 	return out, nil
 }
 
-// swigluScratch holds one worker's buffers for a SwiGLU expert.
-type swigluScratch struct {
-	x, g, u, y []float32
+// moeProducts are the Linears' products of routed expert e (e ≥ 0) or of
+// the shared expert (e = -1) of the layer's MoE block.
+func (l *Layer) moeProducts(e int, w *ffn.ExpertWeights) (*ffn.SwiGLUProducts, error) {
+	cfg := l.MoE.Config
+	H := cfg.Hidden
+	if e < 0 {
+		S := cfg.SharedInter
+		p := l.cfg.LayerPrefix(l.Index) + "mlp.shared_expert."
+		return l.swigluProducts([3]LinearRole{RoleSharedGate, RoleSharedUp, RoleSharedDown}, -1, w.Gate, w.Up, w.Down, S, H,
+			[3][]RowRange{linearRows(p+"gate_proj.weight", S), linearRows(p+"up_proj.weight", S), linearRows(p+"down_proj.weight", H)})
+	}
+	es, _ := l.MoE.Experts.(*expertSource)
+	if es == nil {
+		return nil, fmt.Errorf("other numerics need the experts read from the model's weight source")
+	}
+	g, u, d := es.expertRows(e)
+	return l.swigluProducts([3]LinearRole{RoleExpertGate, RoleExpertUp, RoleExpertDown}, e, w.Gate, w.Up, w.Down, cfg.ExpertInter, H, [3][]RowRange{g, u, d})
 }
 
-// forward computes rows×hidden outputs of down(silu(gate·x) ⊙ up·x), with
-// the products p (nil: float32); the result aliases the scratch (or is y
-// when given).
-func (s *swigluScratch) forward(w *calib.ExpertWeights, x []float32, rows, hidden, inter int, y []float32, p *swigluProducts) ([]float32, error) {
-	s.g = grow(s.g, rows*inter)
-	s.u = grow(s.u, rows*inter)
-	if y == nil {
-		s.y = grow(s.y, rows*hidden)
-		y = s.y
-	}
-	if p == nil {
-		matmulT(s.g, inter, x, rows, hidden, w.Gate, inter)
-		matmulT(s.u, inter, x, rows, hidden, w.Up, inter)
-		swiglu(s.g, s.g, s.u)
-		matmulT(y, hidden, s.g, rows, inter, w.Down, hidden)
-		return y, nil
-	}
-	if err := mul(p.gate, s.g, inter, x, rows, hidden, w.Gate, inter); err != nil {
-		return nil, err
-	}
-	if err := mul(p.up, s.u, inter, x, rows, hidden, w.Up, inter); err != nil {
-		return nil, err
-	}
-	swiglu(s.g, s.g, s.u)
-	if err := mul(p.down, y, hidden, s.g, rows, inter, w.Down, hidden); err != nil {
-		return nil, err
-	}
-	return y, nil
-}
-
-// gatherRows copies rows idx of the cols-wide x into dst (grown).
-func gatherRows(dst, x []float32, cols int, idx []int32) []float32 {
-	dst = grow(dst, len(idx)*cols)
-	for i, t := range idx {
-		copy(dst[i*cols:(i+1)*cols], x[int(t)*cols:(int(t)+1)*cols])
-	}
-	return dst
-}
-
-// dot64 is Σ a[i]·b[i] accumulated in float64 in index order, rounded to
-// float32 (the shared-expert gate, as calib computes it).
-func dot64(a, b []float32) float32 {
-	var s float64
-	for i, v := range a {
-		s += float64(v) * float64(b[i])
-	}
-	return float32(s)
-}
-
-// mlp runs a dense SwiGLU MLP.
+// mlp runs a dense SwiGLU MLP, emitting the input of down_proj.
 func (l *Layer) mlp(h []float32, n int, emit func(Site, []float32, int) error) ([]float32, error) {
 	H, I := l.cfg.Hidden, l.cfg.Intermediate
 	p := l.cfg.LayerPrefix(l.Index) + "mlp."
@@ -407,26 +300,8 @@ func (l *Layer) mlp(h []float32, n int, emit func(Site, []float32, int) error) (
 	if err != nil {
 		return nil, err
 	}
-	if ps == nil {
-		ps = &swigluProducts{}
-	}
-	g := make([]float32, n*I)
-	u := make([]float32, n*I)
-	if err := mul(ps.gate, g, I, h, n, H, l.MLP.Gate, I); err != nil {
-		return nil, err
-	}
-	if err := mul(ps.up, u, I, h, n, H, l.MLP.Up, I); err != nil {
-		return nil, err
-	}
-	swiglu(g, g, u)
-	if err := emit(SiteMLPDownIn, g, I); err != nil {
-		return nil, err
-	}
-	y := make([]float32, n*H)
-	if err := mul(ps.down, y, H, g, n, I, l.MLP.Down, H); err != nil {
-		return nil, err
-	}
-	return y, nil
+	var sc ffn.Scratch
+	return sc.Run(l.MLP, h, n, H, I, make([]float32, n*H), ps, func(a []float32) error { return emit(SiteMLPDownIn, a, I) })
 }
 
 // seqTasks runs f for every (sequence, head) pair on the kernels' workers.

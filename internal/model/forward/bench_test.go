@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/benchenv"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // cfg35B is the Qwen3.6-35B-A3B text geometry.
@@ -59,15 +59,15 @@ func synthLayer(cfg *model.Config, i int) *Layer {
 			DTBias: synth(9, nv, 1), ALog: synth(10, nv, 1), Norm: synth(11, cfg.LinValueDim, 1), Out: synth(12, H*vd, s/2)}
 	}
 	I, S := cfg.ExpertInter, cfg.SharedInter
-	e := &calib.ExpertWeights{Gate: synth(13, I*H, s), Up: synth(14, I*H, s), Down: synth(15, H*I, s)}
-	list := make(calib.ExpertList, cfg.Experts)
+	e := &ffn.ExpertWeights{Gate: synth(13, I*H, s), Up: synth(14, I*H, s), Down: synth(15, H*I, s)}
+	list := make(ffn.ExpertList, cfg.Experts)
 	for k := range list {
 		list[k] = e
 	}
-	l.MoE = &calib.MoELayer{Config: model.MoEConfig{Hidden: H, Experts: cfg.Experts, TopK: cfg.TopK,
+	l.MoE = &ffn.MoE{Config: model.MoEConfig{Hidden: H, Experts: cfg.Experts, TopK: cfg.TopK,
 		ExpertInter: I, SharedInter: S, NormTopK: true},
 		Router: synth(16, cfg.Experts*H, s*4), Experts: list,
-		Shared:     &calib.ExpertWeights{Gate: synth(17, S*H, s), Up: synth(18, S*H, s), Down: synth(19, H*S, s)},
+		Shared:     &ffn.ExpertWeights{Gate: synth(17, S*H, s), Up: synth(18, S*H, s), Down: synth(19, H*S, s)},
 		SharedGate: synth(20, H, s)}
 	return l
 }

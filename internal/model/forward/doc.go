@@ -3,8 +3,8 @@
 // layers (causal convolution, gated delta rule in chunked and recurrent
 // form, gated RMSNorm), gated full-attention layers (q/k norms, partial
 // RoPE, grouped-query causal attention computed blockwise), sparse MoE
-// blocks (calib's routing and expert code) or dense SwiGLU MLPs, the LM
-// head and the MTP head.
+// blocks or dense SwiGLU MLPs (internal/model/ffn's, which calibration runs
+// too), the LM head and the MTP head.
 //
 // Weights come from a WeightSource: a safetensors checkpoint, tensors in
 // memory, or an Overlay of both (decoded quantized weights substituted for

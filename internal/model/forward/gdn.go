@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // gdnScratch is one worker's buffers for the per-head delta rule.
@@ -31,7 +32,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 	if err != nil {
 		return nil, err
 	}
-	if err := mul(pin, proj, P, h, n, H, w.In, P); err != nil {
+	if err := ffn.Mul(pin, proj, P, h, n, H, w.In, P); err != nil {
 		return nil, err
 	}
 
@@ -81,7 +82,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 				}
 			}
 			for c, v := range ut {
-				ut[c] = silu32(v)
+				ut[c] = ffn.Silu(v)
 			}
 			for g := 0; g < nk; g++ {
 				l2Normalize(ut[g*dk:(g+1)*dk], qScale)
@@ -90,7 +91,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 			pt := proj[(o+t)*P : (o+t+1)*P]
 			bs, as := pt[cd+vd:cd+vd+nv], pt[cd+vd+nv:cd+vd+2*nv]
 			for j := 0; j < nv; j++ {
-				beta[(o+t)*nv+j] = sigmoid32(bs[j])
+				beta[(o+t)*nv+j] = ffn.Sigmoid(bs[j])
 				gl[(o+t)*nv+j] = float32(-math.Exp(float64(w.ALog[j])) * softplus(float64(as[j]+w.DTBias[j])))
 			}
 		}
@@ -116,9 +117,9 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 		}
 		sc := &scr[wk]
 		gk := j / r
-		sc.q, sc.k = grow(sc.q, T*dk), grow(sc.k, T*dk)
-		sc.v, sc.o = grow(sc.v, T*dv), grow(sc.o, T*dv)
-		sc.beta, sc.g = grow(sc.beta, T), grow(sc.g, T)
+		sc.q, sc.k = ffn.Grow(sc.q, T*dk), ffn.Grow(sc.k, T*dk)
+		sc.v, sc.o = ffn.Grow(sc.v, T*dv), ffn.Grow(sc.o, T*dv)
+		sc.beta, sc.g = ffn.Grow(sc.beta, T), ffn.Grow(sc.g, T)
 		for t := 0; t < T; t++ {
 			ut := u[(o+t)*cd : (o+t+1)*cd]
 			copy(sc.q[t*dk:(t+1)*dk], ut[gk*dk:(gk+1)*dk])
@@ -132,7 +133,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 			// Allocated above; each head owns a disjoint part.
 			S = b.Caches[s].layers[l.Index].S[j*dk*dv : (j+1)*dk*dv]
 		} else {
-			sc.s = grow(sc.s, dk*dv)
+			sc.s = ffn.Grow(sc.s, dk*dv)
 			clear(sc.s)
 			S = sc.s
 		}
@@ -148,7 +149,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 			inv := rmsInv(ot, cfg.Eps)
 			dst := out[(o+t)*vd+j*dv : (o+t)*vd+(j+1)*dv]
 			for i, x := range ot {
-				dst[i] = x * inv * w.Norm[i] * silu32(z[i])
+				dst[i] = x * inv * w.Norm[i] * ffn.Silu(z[i])
 			}
 		}
 	})
@@ -160,7 +161,7 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 	if err != nil {
 		return nil, err
 	}
-	if err := mul(po, y, H, out, n, vd, w.Out, H); err != nil {
+	if err := ffn.Mul(po, y, H, out, n, vd, w.Out, H); err != nil {
 		return nil, err
 	}
 	return y, nil

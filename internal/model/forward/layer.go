@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // Layer is one decoder layer's weights in the canonical layout the forward
@@ -20,10 +20,10 @@ type Layer struct {
 
 	InputNorm, PostNorm []float32 // zero-centred RMSNorm offsets [H]
 
-	Attn *AttentionWeights // Kind == model.FullAttention
-	GDN  *DeltaNetWeights  // Kind == model.LinearAttention
-	MoE  *calib.MoELayer   // sparse MoE block, or
-	MLP  *MLPWeights       // dense SwiGLU MLP
+	Attn *AttentionWeights  // Kind == model.FullAttention
+	GDN  *DeltaNetWeights   // Kind == model.LinearAttention
+	MoE  *ffn.MoE           // sparse MoE block, or
+	MLP  *ffn.ExpertWeights // dense SwiGLU MLP
 
 	gdnFused bool    // GDN.In was unfused from in_proj_qkvz and in_proj_ba
 	lin      Linears // the Model's products (nil: float32)
@@ -51,12 +51,6 @@ type DeltaNetWeights struct {
 	ALog   []float32 // [LinValueHeads]
 	Norm   []float32 // gated RMSNorm scale (plain, not offset) [LinValueDim]
 	Out    []float32 // out_proj [H, ValueDim]
-}
-
-// MLPWeights is a dense SwiGLU MLP: down(silu(gate·x) ⊙ up·x).
-type MLPWeights struct {
-	Gate, Up []float32 // [Intermediate, H]
-	Down     []float32 // [H, Intermediate]
 }
 
 // CheckLayer verifies that src has every tensor of layer i with the shape
@@ -145,11 +139,11 @@ func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, e
 	m := p + "mlp."
 	if cfg.IsMoE(i) {
 		E, S := int64(cfg.Experts), int64(cfg.SharedInter)
-		moe := &calib.MoELayer{Config: model.MoEConfig{Hidden: cfg.Hidden, Experts: cfg.Experts, TopK: cfg.TopK,
+		moe := &ffn.MoE{Config: model.MoEConfig{Hidden: cfg.Hidden, Experts: cfg.Experts, TopK: cfg.TopK,
 			ExpertInter: cfg.ExpertInter, SharedInter: cfg.SharedInter, NormTopK: cfg.NormTopK}}
 		moe.Router = get(m+"gate.weight", E, H)
 		if S > 0 {
-			moe.Shared = &calib.ExpertWeights{
+			moe.Shared = &ffn.ExpertWeights{
 				Gate: get(m+"shared_expert.gate_proj.weight", S, H),
 				Up:   get(m+"shared_expert.up_proj.weight", S, H),
 				Down: get(m+"shared_expert.down_proj.weight", H, S),
@@ -166,7 +160,7 @@ func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, e
 		l.MoE = moe
 	} else {
 		I := int64(cfg.Intermediate)
-		l.MLP = &MLPWeights{
+		l.MLP = &ffn.ExpertWeights{
 			Gate: get(m+"gate_proj.weight", I, H),
 			Up:   get(m+"up_proj.weight", I, H),
 			Down: get(m+"down_proj.weight", H, I),
@@ -260,13 +254,13 @@ func (s *expertSource) checkPerExpert(e int) error {
 	return nil
 }
 
-// Expert implements calib.ExpertSource.
-func (s *expertSource) Expert(e int) (*calib.ExpertWeights, error) {
+// Expert implements ffn.ExpertSource.
+func (s *expertSource) Expert(e int) (*ffn.ExpertWeights, error) {
 	if e < 0 || e >= s.n {
 		return nil, fmt.Errorf("forward: expert %d outside 0..%d", e, s.n-1)
 	}
 	h, in := s.h, s.in
-	w := &calib.ExpertWeights{Gate: make([]float32, in*h), Up: make([]float32, in*h), Down: make([]float32, h*in)}
+	w := &ffn.ExpertWeights{Gate: make([]float32, in*h), Up: make([]float32, in*h), Down: make([]float32, h*in)}
 	read := func(name string, dst []float32, start int64) error {
 		if err := s.src.Read(name, dst, start); err != nil {
 			return err

@@ -3,6 +3,8 @@ package forward
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/ttquant/ttquant/internal/model/ffn"
 )
 
 // The forward pass multiplies activations by its weight matrices in
@@ -95,11 +97,10 @@ func (w *LinearWeight) Name() string {
 // Implementations must be safe for concurrent use, and a row of the result
 // must depend only on the same row of x (the forward pass batches
 // sequences and chunks positions freely).
-type Linear interface {
-	// MatMulT sets dst (rows × Out, leading dimension ldd) to x·Wᵀ for x
-	// [rows, In].
-	MatMulT(dst []float32, ldd int, x []float32, rows int) error
-}
+//
+// MatMulT sets dst (rows × Out, leading dimension ldd) to x·Wᵀ for x
+// [rows, In]. It is the product the feed-forward blocks take, ffn.Product.
+type Linear = ffn.Product
 
 // Linears chooses the product of each weight matrix of a Model.
 type Linears interface {
@@ -135,19 +136,6 @@ func (l *Layer) product(role LinearRole, expert int, w []float32, out, in int, r
 		return nil, fmt.Errorf("forward: %s: %w", lw.Name(), err)
 	}
 	return p, nil
-}
-
-// mul sets dst (rows×out, leading dimension ldd) = x·wᵀ with p, or in
-// float32 when p is nil.
-func mul(p Linear, dst []float32, ldd int, x []float32, rows, in int, w []float32, out int) error {
-	if p == nil {
-		matmulT(dst, ldd, x, rows, in, w, out)
-		return nil
-	}
-	if rows == 0 || out == 0 {
-		return nil
-	}
-	return p.MatMulT(dst, ldd, x[:rows*in], rows)
 }
 
 // attnInRows are the sources of AttentionWeights.In's rows.
@@ -199,26 +187,20 @@ func (s *expertSource) expertRows(e int) (gate, up, down []RowRange) {
 	return []RowRange{{gu, e * 2 * s.in, s.in}}, []RowRange{{gu, e*2*s.in + s.in, s.in}}, []RowRange{{dn, e * s.h, s.h}}
 }
 
-// swigluProducts are the products of one SwiGLU block's three matrices
-// (nil: float32).
-type swigluProducts struct {
-	gate, up, down Linear
-}
-
 // products returns the products of a SwiGLU block's matrices.
-func (l *Layer) swigluProducts(roles [3]LinearRole, expert int, gate, up, down []float32, inter, hidden int, rows [3][]RowRange) (*swigluProducts, error) {
+func (l *Layer) swigluProducts(roles [3]LinearRole, expert int, gate, up, down []float32, inter, hidden int, rows [3][]RowRange) (*ffn.SwiGLUProducts, error) {
 	if l.lin == nil {
 		return nil, nil
 	}
-	var p swigluProducts
+	var p ffn.SwiGLUProducts
 	var err error
-	if p.gate, err = l.product(roles[0], expert, gate, inter, hidden, rows[0]); err != nil {
+	if p.Gate, err = l.product(roles[0], expert, gate, inter, hidden, rows[0]); err != nil {
 		return nil, err
 	}
-	if p.up, err = l.product(roles[1], expert, up, inter, hidden, rows[1]); err != nil {
+	if p.Up, err = l.product(roles[1], expert, up, inter, hidden, rows[1]); err != nil {
 		return nil, err
 	}
-	if p.down, err = l.product(roles[2], expert, down, hidden, inter, rows[2]); err != nil {
+	if p.Down, err = l.product(roles[2], expert, down, hidden, inter, rows[2]); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
@@ -31,7 +32,7 @@ func (c *copyLinear) MatMulT(dst []float32, ldd int, x []float32, rows int) erro
 	if len(x) != rows*c.in {
 		return fmt.Errorf("%d activations for %d rows of %d", len(x), rows, c.in)
 	}
-	matmulT(dst, ldd, x, rows, c.in, c.w, c.out)
+	ffn.MatMulT(dst, ldd, x, rows, c.in, c.w, c.out)
 	return nil
 }
 

@@ -2,12 +2,13 @@ package forward
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"io"
 	"math"
 	"sync"
 
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -367,7 +368,7 @@ func (m *Model) MTPInput(ids []int32, hf []float32) ([]float32, error) {
 		copy(cat[t*2*H+H:(t+1)*2*H], tmp)
 	}
 	z := make([]float32, n*H)
-	matmulT(z, H, cat, n, 2*H, w.fc, H)
+	ffn.MatMulT(z, H, cat, n, 2*H, w.fc, H)
 	return z, nil
 }
 

@@ -1,21 +1,6 @@
 package forward
 
-import (
-	"math"
-
-	"github.com/ttquant/ttquant/internal/kernels"
-)
-
-// matmulT sets dst (rows×out, leading dimension ldd) = x (rows×in) · wᵀ
-// with w row-major [out, in]. kernels.Sgemm's result for an element depends
-// only on its row of x and column of wᵀ, never on rows or on the number of
-// goroutines, so batching sequences together changes no bit.
-func matmulT(dst []float32, ldd int, x []float32, rows, in int, w []float32, out int) {
-	if rows == 0 || out == 0 {
-		return
-	}
-	kernels.Sgemm(false, true, rows, out, in, 1, x, in, w, in, 0, dst, ldd)
-}
+import "math"
 
 // rmsNormZC writes the zero-centred RMSNorm of each cols-wide row of x
 // into dst: x · 1/sqrt(mean(x²) + eps) · (1 + w). The sum of squares is
@@ -53,32 +38,10 @@ func l2Normalize(x []float32, scale float32) {
 	}
 }
 
-func silu32(v float32) float32 {
-	return float32(float64(v) / (1 + math.Exp(-float64(v))))
-}
-
-func sigmoid32(v float32) float32 {
-	return float32(1 / (1 + math.Exp(-float64(v))))
-}
-
 // softplus is log(1+eˣ) with torch's threshold: x itself above 20.
 func softplus(x float64) float64 {
 	if x > 20 {
 		return x
 	}
 	return math.Log1p(math.Exp(x))
-}
-
-// swiglu sets dst[i] = silu(g[i])·u[i].
-func swiglu(dst, g, u []float32) {
-	for i, v := range g {
-		dst[i] = silu32(v) * u[i]
-	}
-}
-
-func grow(b []float32, n int) []float32 {
-	if cap(b) < n {
-		return make([]float32, n)
-	}
-	return b[:n]
 }

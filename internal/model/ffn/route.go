@@ -1,4 +1,4 @@
-package calib
+package ffn
 
 import (
 	"fmt"
@@ -41,10 +41,10 @@ func Route(x []float32, tokens int, router []float32, cfg model.MoEConfig) (*Rou
 	}
 	h, ne, k := cfg.Hidden, cfg.Experts, cfg.TopK
 	if tokens < 0 || len(x) != tokens*h {
-		return nil, fmt.Errorf("calib: route: activations hold %d values, want %d tokens × %d", len(x), tokens, h)
+		return nil, fmt.Errorf("ffn: route: activations hold %d values, want %d tokens × %d", len(x), tokens, h)
 	}
 	if len(router) != ne*h {
-		return nil, fmt.Errorf("calib: route: router holds %d values, want [%d, %d]", len(router), ne, h)
+		return nil, fmt.Errorf("ffn: route: router holds %d values, want [%d, %d]", len(router), ne, h)
 	}
 	r := &Routing{Tokens: tokens, Experts: ne, TopK: k,
 		Choice: make([]int32, tokens*k), Weight: make([]float32, tokens*k)}
@@ -110,7 +110,7 @@ func routeToken(r *Routing, t int, xt, router []float64, cfg model.MoEConfig, lo
 	}
 }
 
-// dot64x4 is dot64 of x with four vectors at once: four independent
+// dot64x4 is Dot64 of x with four vectors at once: four independent
 // sequential sums (each exactly as dot64 computes it), interleaved so
 // that their additions overlap.
 //
@@ -126,16 +126,6 @@ func dot64x4(x, a, b, c, d []float64) (float32, float32, float32, float32) {
 		sd += xv * d[i]
 	}
 	return float32(sa), float32(sb), float32(sc), float32(sd)
-}
-
-// dot64 returns Σ a[i]·b[i] accumulated in float64 in index order, rounded
-// to float32.
-func dot64(a, b []float32) float32 {
-	var s float64
-	for i, v := range a {
-		s += float64(v) * float64(b[i])
-	}
-	return float32(s)
 }
 
 // softmax32 writes the float32 softmax of l into p: subtract the maximum,

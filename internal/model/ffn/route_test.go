@@ -1,10 +1,14 @@
-package calib
+package ffn
 
 import (
-	"github.com/ttquant/ttquant/internal/model"
 	"math"
 	"sort"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/rng"
+	"github.com/ttquant/ttquant/internal/testmodel"
+	"github.com/ttquant/ttquant/safetensors"
 )
 
 // refRoute is a deliberately plain re-statement of the Qwen3 MoE router:
@@ -106,22 +110,27 @@ func compareRouting(t *testing.T, x []float32, tokens int, router []float32, cfg
 	return r
 }
 
+// synthRouter is a router matrix of uniform values in ±1/16.
 func synthRouter(experts, hidden int, seed uint64) []float32 {
-	rng := splitmix{State: seed}
+	r := rng.SplitMix64{State: seed}
 	w := make([]float32, experts*hidden)
 	for i := range w {
-		w[i] = (2*rng.Unit() - 1) / 16
+		w[i] = r.Signed() / 16
 	}
 	return w
 }
 
-func synthX(t testing.TB, tokens, hidden int, seed uint64) []float32 {
-	s, err := NewSynth(SynthConfig{Hidden: hidden, Seed: seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+// synthX is tokens rows of activations uniform in ±2, with a few channels
+// ten times larger, as real hidden states have.
+func synthX(_ testing.TB, tokens, hidden int, seed uint64) []float32 {
+	r := rng.SplitMix64{State: seed ^ 0x5eed}
 	x := make([]float32, tokens*hidden)
-	s.Rows(x, 0, tokens)
+	for i := range x {
+		x[i] = 2 * r.Signed()
+		if i%hidden%37 == 0 {
+			x[i] *= 10
+		}
+	}
 	return x
 }
 
@@ -245,4 +254,40 @@ func BenchmarkRoute35B(b *testing.B) {
 	}
 	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 	b.ReportMetric(2*float64(tokens*cfg.Experts*cfg.Hidden*b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// TestTinyRoutersMatchReference routes activations through every router of
+// the tiny test model (trained-like weights, not random ones), with
+// renormalisation on (the model's setting) and off.
+func TestTinyRoutersMatchReference(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Tiny(), testmodel.Default); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := safetensors.OpenModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	x := synthX(t, 1024, cfg.Hidden, 7)
+	for layer := 0; layer < cfg.NumLayers(); layer++ {
+		name := cfg.LayerPrefix(layer) + "mlp.gate.weight"
+		f, _, ok := m.Lookup(name)
+		if !ok {
+			t.Fatalf("no tensor %s", name)
+		}
+		router, err := f.Float32s(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, norm := range []bool{true, false} {
+			c := cfg.MoE()
+			c.NormTopK = norm
+			compareRouting(t, x, 1024, router, c)
+		}
+	}
 }

@@ -1,0 +1,128 @@
+package ffn
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/rng"
+)
+
+func randMatrix(r *rng.SplitMix64, n int, scale float32) []float32 {
+	m := make([]float32, n)
+	for i := range m {
+		m[i] = r.Signed() * scale
+	}
+	return m
+}
+
+// randBlock is a MoE block of random weights with a gated shared expert.
+func randBlock(seed uint64) *MoE {
+	c := model.MoEConfig{Hidden: 64, Experts: 10, TopK: 3, ExpertInter: 32, SharedInter: 48, NormTopK: true}
+	r := rng.SplitMix64{State: seed}
+	ex := make(ExpertList, c.Experts)
+	for e := range ex {
+		ex[e] = &ExpertWeights{Gate: randMatrix(&r, 32*64, 0.2), Up: randMatrix(&r, 32*64, 0.2), Down: randMatrix(&r, 64*32, 0.2)}
+	}
+	return &MoE{Config: c, Router: randMatrix(&r, 10*64, 0.3), Experts: ex,
+		Shared:     &ExpertWeights{Gate: randMatrix(&r, 48*64, 0.2), Up: randMatrix(&r, 48*64, 0.2), Down: randMatrix(&r, 64*48, 0.2)},
+		SharedGate: randMatrix(&r, 64, 0.3)}
+}
+
+// plainMoE is the block token by token: each routed expert's SwiGLU on the
+// token's row alone (kernels.Sgemm's result for a row does not depend on
+// the other rows), the weighted outputs added in ascending expert order,
+// then the gated shared expert.
+func plainMoE(t *testing.T, l *MoE, x []float32, tokens int) []float32 {
+	c := l.Config
+	h := c.Hidden
+	r, err := Route(x, tokens, l.Router, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, tokens*h)
+	var sc Scratch
+	for tok := 0; tok < tokens; tok++ {
+		xt := x[tok*h : (tok+1)*h]
+		ch := r.Choice[tok*c.TopK : (tok+1)*c.TopK]
+		wt := r.Weight[tok*c.TopK : (tok+1)*c.TopK]
+		o := out[tok*h : (tok+1)*h]
+		for e := 0; e < c.Experts; e++ {
+			for j, ce := range ch {
+				if int(ce) != e {
+					continue
+				}
+				w, _ := l.Experts.Expert(e)
+				y := sc.Forward(w, xt, 1, h, c.ExpertInter)
+				for i, v := range y {
+					o[i] += wt[j] * v
+				}
+			}
+		}
+		y := sc.Forward(l.Shared, xt, 1, h, c.SharedInter)
+		g := Sigmoid(Dot64(xt, l.SharedGate))
+		for i, v := range y {
+			o[i] += g * v
+		}
+	}
+	return out
+}
+
+// TestRunAnyWorkersEqualsPlain: Run gives the plain per-token block's bits
+// for every number of experts evaluated at once.
+func TestRunAnyWorkersEqualsPlain(t *testing.T) {
+	l := randBlock(3)
+	const tokens = 41
+	x := randMatrix(&rng.SplitMix64{State: 9}, tokens*l.Config.Hidden, 1)
+	want := plainMoE(t, l, x, tokens)
+	r, err := Route(x, tokens, l.Router, l.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{1, 2, 3, 4, 10, 16} {
+		got, err := l.Run(x, tokens, r, Options{Workers: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%d workers: element %d: %g, plain %g", w, i, got[i], want[i])
+			}
+		}
+	}
+	if got, err := l.Forward(x, tokens); err != nil || math.Float32bits(got[5]) != math.Float32bits(want[5]) {
+		t.Fatalf("Forward: %v", err)
+	}
+}
+
+// TestCheckRefusesBadShapes: a wrong router, shared expert or expert shape
+// is an error naming the matrix, not a panic.
+func TestCheckRefusesBadShapes(t *testing.T) {
+	x := make([]float32, 2*64)
+	for name, mut := range map[string]func(*MoE){
+		"router":             func(l *MoE) { l.Router = l.Router[:10] },
+		"shared_expert":      func(l *MoE) { l.Shared.Down = l.Shared.Down[:5] },
+		"shared_expert_gate": func(l *MoE) { l.SharedGate = l.SharedGate[:3] },
+		"expert 7":           func(l *MoE) { l.Experts.(ExpertList)[7].Up = nil },
+	} {
+		l := randBlock(5)
+		mut(l)
+		r, _ := Route(x, 2, randBlock(5).Router, l.Config)
+		if name == "expert 7" {
+			// route every token to expert 7
+			for i := range r.Choice {
+				r.Choice[i] = int32(7 - i%3)
+			}
+			r.index()
+		}
+		_, err := l.Run(x, 2, r, Options{})
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: error %q does not name it", name, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package ffn
+
+import (
+	"fmt"
+
+	"github.com/ttquant/ttquant/internal/kernels"
+)
+
+// ExpertWeights holds one SwiGLU block (a routed expert, the shared expert
+// or a dense MLP), every matrix row-major [out, in]: Gate and Up are
+// [inter, hidden], Down is [hidden, inter]. It computes
+// down(silu(gate·x) ⊙ up·x).
+type ExpertWeights struct {
+	Gate, Up, Down []float32
+}
+
+// Check verifies the three shapes; what names the block in errors.
+func (w *ExpertWeights) Check(what string, hidden, inter int) error {
+	if w == nil {
+		return fmt.Errorf("%s: no weights", what)
+	}
+	if len(w.Gate) != inter*hidden {
+		return fmt.Errorf("%s: gate_proj holds %d values, want [%d, %d]", what, len(w.Gate), inter, hidden)
+	}
+	if len(w.Up) != inter*hidden {
+		return fmt.Errorf("%s: up_proj holds %d values, want [%d, %d]", what, len(w.Up), inter, hidden)
+	}
+	if len(w.Down) != hidden*inter {
+		return fmt.Errorf("%s: down_proj holds %d values, want [%d, %d]", what, len(w.Down), hidden, inter)
+	}
+	return nil
+}
+
+// Product is one weight matrix's product in numerics the caller chooses:
+// MatMulT sets dst (rows × out, leading dimension ldd) to x·Wᵀ for x
+// [rows, in].
+type Product interface {
+	MatMulT(dst []float32, ldd int, x []float32, rows int) error
+}
+
+// SwiGLUProducts are the products of one SwiGLU block's three matrices; a
+// nil field (or a nil *SwiGLUProducts) is the float32 product, MatMulT.
+type SwiGLUProducts struct {
+	Gate, Up, Down Product
+}
+
+// Mul sets dst (rows×out, leading dimension ldd) = x·wᵀ with p, or with
+// MatMulT when p is nil.
+func Mul(p Product, dst []float32, ldd int, x []float32, rows, in int, w []float32, out int) error {
+	if p == nil {
+		MatMulT(dst, ldd, x, rows, in, w, out)
+		return nil
+	}
+	if rows == 0 || out == 0 {
+		return nil
+	}
+	return p.MatMulT(dst, ldd, x[:rows*in], rows)
+}
+
+// Scratch keeps one worker's buffers between SwiGLU evaluations. X is free
+// for the caller (gathered token rows, typically); the others belong to the
+// methods. The zero value is ready to use.
+type Scratch struct {
+	X       []float32
+	g, u, y []float32
+}
+
+// Forward computes the rows×hidden outputs of the SwiGLU block w on the
+// rows×hidden inputs x in float32. The result aliases the scratch.
+func (s *Scratch) Forward(w *ExpertWeights, x []float32, rows, hidden, inter int) []float32 {
+	y, _ := s.Run(w, x, rows, hidden, inter, nil, nil, nil) // float32 products cannot fail
+	return y
+}
+
+// Run is Forward with the products p (nil: float32), writing into y when
+// it is not nil (else into the scratch). downIn, when not nil, sees the
+// rows×inter input of down_proj, silu(gate·x) ⊙ up·x, before it is used.
+func (s *Scratch) Run(w *ExpertWeights, x []float32, rows, hidden, inter int, y []float32, p *SwiGLUProducts, downIn func([]float32) error) ([]float32, error) {
+	if p == nil {
+		p = &SwiGLUProducts{}
+	}
+	if err := s.gateUp(p, w, x, rows, hidden, inter); err != nil {
+		return nil, err
+	}
+	if y == nil {
+		s.y = Grow(s.y, rows*hidden)
+		y = s.y
+	}
+	if downIn != nil {
+		if err := downIn(s.g); err != nil {
+			return nil, err
+		}
+	}
+	if err := Mul(p.Down, y, hidden, s.g, rows, inter, w.Down, hidden); err != nil {
+		return nil, err
+	}
+	return y, nil
+}
+
+// Intermediate computes silu(x·Gateᵀ) ⊙ (x·Upᵀ), the input of down_proj, in
+// float32 into the scratch and returns it.
+func (s *Scratch) Intermediate(w *ExpertWeights, x []float32, rows, hidden, inter int) []float32 {
+	_ = s.gateUp(&SwiGLUProducts{}, w, x, rows, hidden, inter) // float32 products cannot fail
+	return s.g
+}
+
+// gateUp sets the scratch's g to silu(x·Gateᵀ) ⊙ (x·Upᵀ) with the products p.
+func (s *Scratch) gateUp(p *SwiGLUProducts, w *ExpertWeights, x []float32, rows, hidden, inter int) error {
+	s.g = Grow(s.g, rows*inter)
+	s.u = Grow(s.u, rows*inter)
+	if err := Mul(p.Gate, s.g, inter, x, rows, hidden, w.Gate, inter); err != nil {
+		return err
+	}
+	if err := Mul(p.Up, s.u, inter, x, rows, hidden, w.Up, inter); err != nil {
+		return err
+	}
+	SwiGLU(s.g, s.g, s.u)
+	return nil
+}
+
+// IntermediatePacked is Intermediate with gate and up already packed by
+// kernels.PackB32 (the same bits).
+func (s *Scratch) IntermediatePacked(gate, up *kernels.PackedB32, x []float32, rows, hidden, inter int) []float32 {
+	s.g = Grow(s.g, rows*inter)
+	s.u = Grow(s.u, rows*inter)
+	if rows > 0 {
+		kernels.SgemmPacked(false, rows, 1, x, hidden, gate, 0, s.g, inter)
+		kernels.SgemmPacked(false, rows, 1, x, hidden, up, 0, s.u, inter)
+	}
+	SwiGLU(s.g, s.g, s.u)
+	return s.g
+}
