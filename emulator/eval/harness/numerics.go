@@ -207,17 +207,17 @@ func (d *DeviceLinears) storedRows(dst []uint16, rr forward.RowRange, in int) (b
 	if d.native == nil {
 		return false, nil
 	}
-	ref, ok := d.native.names[rr.Tensor]
+	stored, off, shape, ok := d.native.Locate(rr.Tensor)
 	if !ok {
 		return false, nil
 	}
-	if len(ref.shape) != 2 || ref.shape[1] != int64(in) || ref.off%int64(in) != 0 || int64(rr.Row0+rr.Rows) > ref.shape[0] || rr.Row0 < 0 {
-		return false, fmt.Errorf("harness: rows %d..%d of %s (stored as %s, shape %v): not a [rows, %d] matrix holding them", rr.Row0, rr.Row0+rr.Rows, rr.Tensor, ref.stored, ref.shape, in)
+	if len(shape) != 2 || shape[1] != int64(in) || off%int64(in) != 0 || int64(rr.Row0+rr.Rows) > shape[0] || rr.Row0 < 0 {
+		return false, fmt.Errorf("harness: rows %d..%d of %s (stored as %s, shape %v): not a [rows, %d] matrix holding them", rr.Row0, rr.Row0+rr.Rows, rr.Tensor, stored, shape, in)
 	}
 	d.dmu.Lock()
 	defer d.dmu.Unlock()
-	if d.lastStored != ref.stored {
-		st, err := emulator.CheckpointLookup(d.native.c)(ref.stored)
+	if d.lastStored != stored {
+		st, err := emulator.CheckpointLookup(d.native.c)(stored)
 		if err != nil {
 			return false, err
 		}
@@ -225,11 +225,11 @@ func (d *DeviceLinears) storedRows(dst []uint16, rr forward.RowRange, in int) (b
 		if err != nil {
 			return false, err
 		}
-		d.lastStored, d.last = ref.stored, v
+		d.lastStored, d.last = stored, v
 	}
-	o := ref.off + int64(rr.Row0)*int64(in)
+	o := off + int64(rr.Row0)*int64(in)
 	if o+int64(len(dst)) > int64(len(d.last)) {
-		return false, fmt.Errorf("harness: rows %d..%d of %s lie outside the stored %s", rr.Row0, rr.Row0+rr.Rows, rr.Tensor, ref.stored)
+		return false, fmt.Errorf("harness: rows %d..%d of %s lie outside the stored %s", rr.Row0, rr.Row0+rr.Rows, rr.Tensor, stored)
 	}
 	copy(dst, d.last[o:])
 	return true, nil

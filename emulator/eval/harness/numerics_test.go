@@ -67,7 +67,7 @@ func (c *operandCheck) Linear(w *forward.LinearWeight) (forward.Linear, error) {
 	c.mu.Lock()
 	c.matrices++
 	for _, rr := range w.Rows {
-		if _, ok := c.native.names[rr.Tensor]; ok {
+		if _, _, _, ok := c.native.Locate(rr.Tensor); ok {
 			c.stored += rr.Rows
 		}
 	}

@@ -1,0 +1,77 @@
+package forward
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestStored: a routed expert matrix is offered as its per-expert source
+// tensors (gate rows first), another tensor under its source's name; a
+// tensor whose values are not decided is not offered; a source tensor two
+// stored tensors provide is refused; the kept values follow Changed.
+func TestStored(t *testing.T) {
+	e := 3
+	ts := []StoredTensor{
+		{Key: "model.layers.0.mlp.experts.3.gate_up_proj", Shape: []int64{4, 2}, Expert: &e},
+		{Key: "model.layers.0.self_attn.o_proj.weight", Shape: []int64{2, 2}, Sources: []string{"model.layers.0.self_attn.o_proj.weight"}},
+	}
+	vals := map[string][]float32{
+		ts[0].Key: {1, 2, 3, 4, 5, 6, 7, 8},
+		ts[1].Key: {9, 10, 11, 12},
+	}
+	decodes := 0
+	ready := map[string]bool{ts[0].Key: true}
+	s, err := NewStored("the test checkpoint", ts, func(k string) ([]float32, error) {
+		decodes++
+		return append([]float32(nil), vals[k]...), nil
+	}, func(k string) bool { return ready[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := "model.layers.0.mlp.experts.3.up_proj.weight"
+	if sh, ok := s.Shape(up); !ok || len(sh) != 2 || sh[0] != 2 || sh[1] != 2 {
+		t.Fatalf("Shape(%s) = %v, %v", up, sh, ok)
+	}
+	dst := make([]float32, 4)
+	if err := s.Read(up, dst, 0); err != nil || dst[0] != 5 || dst[3] != 8 {
+		t.Fatalf("Read(%s) = %v, %v: want the last two rows", up, dst, err)
+	}
+	if err := s.Read("model.layers.0.mlp.experts.3.gate_proj.weight", dst, 0); err != nil || dst[0] != 1 || decodes != 1 {
+		t.Fatalf("gate rows %v, %v after %d decodes: want rows 0–1 from one decode", dst, err, decodes)
+	}
+	o := "model.layers.0.self_attn.o_proj.weight"
+	if _, ok := s.Shape(o); ok {
+		t.Error("a tensor whose values are not decided is offered")
+	}
+	var we *WeightError
+	if err := s.Read(o, dst, 0); !errors.As(err, &we) || !strings.Contains(err.Error(), "decided") {
+		t.Errorf("reading an undecided tensor: %v", err)
+	}
+	ready[o] = true
+	if err := s.Read(o, dst, 0); err != nil || dst[0] != 9 {
+		t.Fatalf("Read(%s) = %v, %v", o, dst, err)
+	}
+	vals[o][0] = 99
+	if s.Read(o, dst, 0); dst[0] != 9 {
+		t.Error("the kept values were not used")
+	}
+	s.Changed(o)
+	if s.Read(o, dst, 0); dst[0] != 99 {
+		t.Error("Changed did not drop the kept values")
+	}
+	if err := s.Read("nope", dst, 0); !errors.As(err, &we) || !strings.Contains(err.Error(), "the test checkpoint") {
+		t.Errorf("reading a tensor it does not store: %v", err)
+	}
+	if k, off, _, ok := s.Locate(up); !ok || k != ts[0].Key || off != 4 {
+		t.Errorf("Locate(%s) = %s, %d, %v", up, k, off, ok)
+	}
+	dup := append(ts, StoredTensor{Key: "other", Shape: []int64{2, 2}, Sources: []string{o}})
+	if _, err := NewStored("x", dup, nil, nil); err == nil || !strings.Contains(err.Error(), "both provide") {
+		t.Errorf("two stored tensors for one source tensor: %v", err)
+	}
+	join := []StoredTensor{{Key: "j", Shape: []int64{2, 2}, Sources: []string{"a", "b"}}}
+	if _, err := NewStored("x", join, nil, nil); err == nil || !strings.Contains(err.Error(), "joins 2 sources") {
+		t.Errorf("a non-expert tensor joining two sources: %v", err)
+	}
+}
