@@ -2,8 +2,11 @@ package forward
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
 // TestStored: a routed expert matrix is offered as its per-expert source
@@ -73,5 +76,38 @@ func TestStored(t *testing.T) {
 	join := []StoredTensor{{Key: "j", Shape: []int64{2, 2}, Sources: []string{"a", "b"}}}
 	if _, err := NewStored("x", join, nil, nil); err == nil || !strings.Contains(err.Error(), "joins 2 sources") {
 		t.Errorf("a non-expert tensor joining two sources: %v", err)
+	}
+}
+
+// TestLogitsPackedHeadSameBits: over more than one chunk the LM head is
+// packed once for the call; the logits keep the bits of the unpacked
+// product one chunk at a time.
+func TestLogitsPackedHeadSameBits(t *testing.T) {
+	m := openModel(t, writeModel(t, testmodel.Micro(), testmodel.Default))
+	H, V := m.Config.Hidden, m.Config.Vocab
+	const n = 2*LogitChunk + 13
+	hf := make([]float32, n*H)
+	r := rand.New(rand.NewPCG(8, 8))
+	for i := range hf {
+		hf[i] = float32(r.NormFloat64())
+	}
+	got := make([]float32, 0, n*V)
+	if err := m.Logits(hf, func(row0, rows int, lg []float32) error {
+		got = append(got, lg[:rows*V]...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r0 := 0; r0 < n; r0 += LogitChunk {
+		rows := min(LogitChunk, n-r0)
+		err := m.Logits(hf[r0*H:(r0+rows)*H], func(_, rows int, lg []float32) error {
+			if j, ok := bitsEqual(lg[:rows*V], got[r0*V:(r0+rows)*V]); !ok {
+				t.Fatalf("row chunk at %d, element %d: one chunk %g, packed head %g", r0, j, lg[j], got[r0*V+j])
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
