@@ -436,28 +436,15 @@ func trunkStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k in
 // rows per sequence, stored next_token-aligned. The trunk's output is
 // released (*xp = nil) once the MTP rows are built.
 func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, ids [][]int32, lens []int, xp *[]float32) ([]calib.SiteInfo, error) {
-	x := *xp
-	H := m.Config.Hidden
-	var z []float32
-	mlens := make([]int, len(lens))
-	off := 0
-	for s, n := range lens {
-		hf, err := m.FinalNorm(x[off*H : (off+n)*H])
-		if err != nil {
-			return nil, err
-		}
-		zs, err := m.MTPInput(ids[s], hf)
-		if err != nil {
-			return nil, err
-		}
-		if z == nil {
-			z = make([]float32, 0, (len(x)/H-len(lens))*H)
-		}
-		z = append(z, zs...)
-		mlens[s] = n - 1
-		off += n
+	z, err := m.MTPInputs(ids, *xp)
+	if err != nil {
+		return nil, err
 	}
-	*xp, x = nil, nil
+	mlens := make([]int, len(lens))
+	for s, n := range lens {
+		mlens[s] = n - 1
+	}
+	*xp = nil
 	cols, outSite := siteCols(m.Config, k)
 	sink, err := newSiteSink(ctx, w, k, outSite, calib.AlignNextToken, cols)
 	if err != nil {

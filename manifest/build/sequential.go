@@ -416,10 +416,10 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			// The MTP layer's input: the final hidden state at t with the
 			// embedding of token t+1.
 			var err error
-			if x, err = s.mtpInput(s.m, s.ids, x); err != nil {
+			if x, err = s.m.MTPInputs(s.ids, x); err != nil {
 				return nil, err
 			}
-			if xref, err = s.mtpInput(s.ref, s.refIDs(), xref); err != nil {
+			if xref, err = s.ref.MTPInputs(s.refIDs(), xref); err != nil {
 				return nil, err
 			}
 		}
@@ -446,27 +446,6 @@ func (s *sequential) embed(m *forward.Model, ids [][]int32) ([]float32, error) {
 		x = append(x, e...)
 	}
 	return x, nil
-}
-
-// mtpInput turns the stream leaving the trunk into the MTP layer's input
-// rows, sequence by sequence.
-func (s *sequential) mtpInput(m *forward.Model, ids [][]int32, x []float32) ([]float32, error) {
-	H := s.cfg.Hidden
-	var out []float32
-	row := 0
-	for _, q := range ids {
-		hf, err := m.FinalNorm(x[row*H : (row+len(q))*H])
-		if err != nil {
-			return nil, err
-		}
-		z, err := m.MTPInput(q, hf)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, z...)
-		row += len(q)
-	}
-	return out, nil
 }
 
 // stages groups a layer's GPTQ'd dense tensors by the input they need, in

@@ -382,6 +382,32 @@ func (m *Model) MTPInput(ids []int32, hf []float32) ([]float32, error) {
 	return z, nil
 }
 
+// MTPInputs is MTPInput over the trunk's output stream x of several
+// sequences, one after another (sequence s has len(ids[s]) rows, not yet
+// final-normed): the MTP layer's input rows, len(ids[s])−1 per sequence,
+// in the same order.
+func (m *Model) MTPInputs(ids [][]int32, x []float32) ([]float32, error) {
+	H := m.Config.Hidden
+	var out []float32
+	row := 0
+	for _, q := range ids {
+		if (row+len(q))*H > len(x) {
+			return nil, fmt.Errorf("forward: MTP inputs: the stream holds %d rows, the sequences %d or more", len(x)/H, row+len(q))
+		}
+		hf, err := m.FinalNorm(x[row*H : (row+len(q))*H])
+		if err != nil {
+			return nil, err
+		}
+		z, err := m.MTPInput(q, hf)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, z...)
+		row += len(q)
+	}
+	return out, nil
+}
+
 // MTPHead runs MTP layer 0 over a batch of MTP input rows (see MTPInput;
 // slot t at position t) and returns the rows after mtp.norm, ready for
 // Logits.
