@@ -119,6 +119,9 @@ type CompareOptions struct {
 // following position i, negative for none; nil for no perplexity), ΔPPL %,
 // top-1 agreement and mean KL(ref‖cand). Logits are streamed in chunks; the
 // result is deterministic.
+//
+// It is long by design: one streaming loop over chunks of both runs whose
+// accumulators must advance together.
 func CompareLogits(ctx context.Context, ref, cand LogitsSource, targets []int64, labels []string, opt CompareOptions) ([]QualityRow, error) {
 	tokens, vocab := ref.Shape()
 	ct, cv := cand.Shape()

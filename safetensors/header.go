@@ -93,6 +93,10 @@ func parseAndValidate(hdr []byte, fileLen int64) (*header, error) {
 
 // parseAndValidateWith is parseAndValidate using the arenas of sc, which
 // the caller returns to the pool once it no longer needs hdr either.
+//
+// It is long by design: the checks run in the reference's order, which
+// decides the error a bad header gets; one function keeps that order
+// readable top to bottom.
 func parseAndValidateWith(sc *scratch, hdr []byte, fileLen int64) (*header, error) {
 	n := uint64(len(hdr))
 	if !utf8.Valid(hdr) {
@@ -475,6 +479,10 @@ func (p *parser) metadata() (map[string]string, bool, error) {
 // tensorEntry parses a tensor entry: an object with the required fields
 // dtype, shape and data_offsets (each at most once; unknown fields are
 // skipped), or the reference's sequence form [dtype, shape, data_offsets].
+//
+// It is long by design: the field checks run in the reference's order,
+// which decides the error a bad entry gets; one function keeps that order
+// readable top to bottom.
 func (p *parser) tensorEntry(name []byte) (rawTensor, error) {
 	p.cur = name
 	if !noFastEntry {

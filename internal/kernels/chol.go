@@ -585,6 +585,10 @@ func CholInvUpperRev32(n int, r []float32, ldr int, u []float32, ldu int) error 
 // writes only columns before that; so the diagonal blocks' scalar work
 // overlaps a product at every step instead of only while the trailing
 // product is long, which at small orders it is not.
+//
+// It is long by design: the overlapped schedule above is one pipeline whose
+// steps hand each other block rows; split, its invariants (which columns
+// each step may touch) would be spread over functions.
 func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 	defer func() {
 		if e, ok := err.(*NotPositiveDefiniteError); ok {

@@ -288,6 +288,10 @@ func packedSize(n, k, nr int) int {
 // nil it holds op(B) already packed for every panel (see packedSize).
 func (pl *gemmPlan[T]) run() { pl.runPacked(pl.preB) }
 
+// It is long by design: the loop nest of the blocked product (column
+// panels, depth panels, packing, row pairs on the team, the side job) is
+// one unit whose order of additions the golden digest pins; split, the hot
+// path would go through closures.
 func (pl *gemmPlan[T]) runPacked(pre []T) {
 	m, n, k := pl.m, pl.n, pl.k
 	side := pl.side

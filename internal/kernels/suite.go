@@ -60,6 +60,8 @@ type benchCase struct {
 // Headline shapes: the Hessian of 4096 tokens × 2048 features, the GPTQ
 // solves of a 768×2048 and a 2048×768 weight (out×in) with block size 128,
 // a routed-expert matmul of 4096 tokens, and a float64 GEMM.
+//
+// It is long by design: a table, one entry per headline shape.
 func benchCases(small bool) []benchCase {
 	d := 1
 	if small {

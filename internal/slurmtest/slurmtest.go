@@ -45,6 +45,9 @@ type Cluster struct {
 // programs are missing or the process is not root (the daemons run as
 // root and munged as the munge user); a daemon that does not come up is a
 // failure, with its log.
+//
+// It is long by design: the start-up script of the cluster, step after
+// step, each with its own failure message.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
 	if os.Getuid() != 0 {

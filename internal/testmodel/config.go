@@ -351,6 +351,8 @@ func (c Config) IsFull(i int) bool { return c.LayerTypes[i] == FullAttention }
 // Qwen3.5/3.6 MoE layout (`text_config` plus a small `vision_config`),
 // deterministic bytes ending in a newline. When fp8 is true a
 // quantization_config describing block-128 FP8 weights is added.
+//
+// It is long by design: one literal of config.json's keys in their order.
 func (c Config) ConfigJSON(fp8 bool) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err

@@ -98,6 +98,9 @@ func sh(d ...int) []int64 {
 // 0..L-1, final norm, lm_head, MTP, then the optional vision stubs. When fp8
 // is true, layer 0's `linear_attn.in_proj_qkv.weight` is F8_E4M3 and is
 // followed by its F32 `weight_scale_inv` companion (block 128×128).
+//
+// It is long by design: the checkpoint's tensor list in its order, one line
+// a tensor.
 func Specs(cfg Config, layout ExpertLayout, fp8 bool) ([]TensorSpec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -55,6 +55,11 @@ type attnScratch struct {
 }
 
 // attention runs a gated full-attention block on the normed rows h.
+//
+// It is long by design: one pass over the block (projections, q/k norms,
+// partial RoPE, blockwise causal softmax, output gate), each stage reading
+// the last one's buffers; cut into functions, the stages would pass a dozen
+// slices and sizes each.
 func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int) error) ([]float32, error) {
 	cfg, w := l.cfg, l.Attn
 	H := cfg.Hidden

@@ -18,6 +18,11 @@ type gdnScratch struct {
 
 // deltaNet runs a Gated DeltaNet block on the normed rows h and returns its
 // output (before the residual add).
+//
+// It is long by design: one pass over the block (projections, causal
+// convolution, the gated delta rule per head, gated RMSNorm, output
+// projection) sharing one worker scratch; cut into functions, the stages
+// would pass a dozen slices and sizes each.
 func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) error) ([]float32, error) {
 	cfg, w := l.cfg, l.GDN
 	H := cfg.Hidden

@@ -67,6 +67,12 @@ func LoadLayer(src WeightSource, cfg *model.Config, i int) (*Layer, error) {
 	return loadLayer(src, cfg, i, true)
 }
 
+// loadLayer is LoadLayer; with read false it checks the tensors' names
+// and shapes without reading their values (CheckLayer).
+//
+// It is long by design: a flat table of every tensor a layer reads, in the
+// checkpoint's order, one line each, so that a new tensor is one line
+// beside its siblings.
 func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, error) {
 	if i < 0 || i >= cfg.NumLayers() {
 		return nil, fmt.Errorf("forward: layer %d outside 0..%d", i, cfg.NumLayers()-1)
