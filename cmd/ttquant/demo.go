@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/ttquant/ttquant/internal/demo"
+	"github.com/ttquant/ttquant/cmd/internal/demo"
 )
 
 func init() {

@@ -73,9 +73,6 @@ var allowed = map[string][]string{
 	"internal/model/forward": {"safetensors", "internal/kernels", "internal/model", "internal/model/ffn"},
 	// The built-in model is data: it imports nothing.
 	"internal/model/builtin": {},
-	// The demo runs the main job on the built-in model: the build
-	// pipelines, then the evaluation harness over their checkpoints.
-	"internal/demo": {"manifest", "manifest/plan", "manifest/build", "emulator/eval", "emulator/eval/harness", "internal/model/builtin", "internal/text", "internal/atomicfile"},
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.

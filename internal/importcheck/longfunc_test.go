@@ -30,7 +30,7 @@ var toSplit = map[string]bool{
 	"cmd/ttquant/run.go:runRun":             true,
 	"emulator/eval/harness/harness.go:Run":  true,
 	"gptq/solver.go:run":                    true,
-	"internal/demo/demo.go:Run":             true,
+	"cmd/internal/demo/demo.go:Run":         true,
 	"manifest/build/build.go:build":         true,
 	"manifest/build/run.go:run":             true,
 	"manifest/build/sequential.go:run":      true,
