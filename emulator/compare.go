@@ -112,6 +112,15 @@ type CompareOptions struct {
 	Progress func(done, total int)
 }
 
+// Validate reports a negative chunk size or worker count (0 selects the
+// default).
+func (o CompareOptions) Validate() error {
+	if o.ChunkTokens < 0 || o.Workers < 0 {
+		return fmt.Errorf("emulator: compare options: chunk of %d tokens and %d workers: neither may be negative", o.ChunkTokens, o.Workers)
+	}
+	return nil
+}
+
 // CompareLogits computes the quality table of a candidate run against a
 // reference run over the same tokens: per corpus label (labels[i] for token
 // i; nil for none) and overall, the tokens scored, the perplexity of each
@@ -123,6 +132,9 @@ type CompareOptions struct {
 // It is long by design: one streaming loop over chunks of both runs whose
 // accumulators must advance together.
 func CompareLogits(ctx context.Context, ref, cand LogitsSource, targets []int64, labels []string, opt CompareOptions) ([]QualityRow, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
 	tokens, vocab := ref.Shape()
 	ct, cv := cand.Shape()
 	if ct != tokens || cv != vocab {

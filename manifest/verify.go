@@ -36,6 +36,15 @@ type VerifyOptions struct {
 	MaxManifestBytes int64
 }
 
+// Validate reports a negative worker count or manifest cap (0 selects the
+// default).
+func (o VerifyOptions) Validate() error {
+	if o.Workers < 0 || o.MaxManifestBytes < 0 {
+		return fmt.Errorf("manifest: verify options: %d workers and a manifest cap of %d bytes: neither may be negative", o.Workers, o.MaxManifestBytes)
+	}
+	return nil
+}
+
 // Failure is one failed check.
 type Failure struct {
 	File   string `json:"file,omitempty"`
@@ -102,7 +111,10 @@ var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // verification could not run (no such directory, unreadable source,
 // cancellation).
 func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, error) {
-	if opt.Workers <= 0 {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Workers == 0 {
 		opt.Workers = 1
 	}
 	rep := &VerifyReport{Dir: dir, Failures: []Failure{}}

@@ -130,6 +130,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if *mtp && cfg.MTPLayers == 0 {
 		return usageErrorf("--mtp: the model has no MTP layer")
 	}
+	if *mtp && *dumpLogits == "" {
+		return usageErrorf("--mtp writes the MTP logits beside the logits: it needs --dump-logits")
+	}
 	e.log.Info("checking weights", "model", *model, "family", cfg.Arch.String(), "layers", cfg.Layers)
 	if err := m.CheckFinite(); err != nil {
 		return err

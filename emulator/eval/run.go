@@ -47,11 +47,22 @@ type EvalOptions struct {
 	Now func() time.Time
 }
 
+// Validate reports a negative chunk (0 selects the default).
+func (o EvalOptions) Validate() error {
+	if o.Chunk < 0 {
+		return fmt.Errorf("eval: a chunk of %d positions", o.Chunk)
+	}
+	return nil
+}
+
 // Evaluate runs the reference and every candidate over each window in
 // lockstep, a chunk of positions at a time, and scores the candidates with
 // s (whose candidates must be cands, in order). Chunks without a scored
 // position are not fetched.
 func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows []Window, opt EvalOptions) error {
+	if err := opt.Validate(); err != nil {
+		return err
+	}
 	if len(cands) != len(s.names) {
 		return fmt.Errorf("eval: %d candidate models for a scorer of %d candidates", len(cands), len(s.names))
 	}

@@ -35,6 +35,14 @@ type ScorerOptions struct {
 	All string
 }
 
+// Validate reports a negative worker count (0 selects the default).
+func (o ScorerOptions) Validate() error {
+	if o.Workers < 0 {
+		return fmt.Errorf("eval: %d scorer workers", o.Workers)
+	}
+	return nil
+}
+
 // Scorer scores candidates against a reference in lockstep, a batch of
 // positions at a time, so that no run's logits need to be kept: per
 // position the reference row is prepared once (float64 log-sum-exp over the
@@ -56,6 +64,9 @@ type Scorer struct {
 func NewScorer(vocab int, candidates []string, opt ScorerOptions) (*Scorer, error) {
 	if vocab <= 0 {
 		return nil, fmt.Errorf("eval: vocabulary of %d tokens", vocab)
+	}
+	if err := opt.Validate(); err != nil {
+		return nil, err
 	}
 	acc, err := NewAccumulator(len(candidates), opt.All)
 	if err != nil {

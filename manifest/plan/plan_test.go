@@ -767,3 +767,15 @@ func TestDensePresetOn27BReplica(t *testing.T) {
 		t.Errorf("%d trunk and %d MTP BFP4_b matrices, want 192 and 3", trunk, mtp)
 	}
 }
+
+// TestResolveOptionsRefuseNegatives: a negative layout size is an error.
+func TestResolveOptionsRefuseNegatives(t *testing.T) {
+	for _, o := range []ResolveOptions{{ExpertsPerFile: -1}, {DenseShardBytes: -1}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	if err := (ResolveOptions{}).Validate(); err != nil {
+		t.Error(err)
+	}
+}

@@ -202,6 +202,14 @@ type ResolveOptions struct {
 	Config *model.Config
 }
 
+// Validate reports a negative file layout size (0 selects the default).
+func (o ResolveOptions) Validate() error {
+	if o.ExpertsPerFile < 0 || o.DenseShardBytes < 0 {
+		return fmt.Errorf("plan: experts per file %d and dense shard bytes %d must be positive", o.ExpertsPerFile, o.DenseShardBytes)
+	}
+	return nil
+}
+
 // ErrAlreadyQuantized is wrapped by the error Resolve returns for a source
 // that is already quantized (FP8 weights with scale companions, packed
 // integer weights, or a quantization_config in config.json).
@@ -234,14 +242,14 @@ type rawSource struct {
 // tensor), checks that the chosen format suits the tensor, and computes
 // stored sizes and the file layout.
 func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
 	if opt.DenseShardBytes == 0 {
 		opt.DenseShardBytes = manifest.DefaultDenseShardBytes
-	}
-	if opt.ExpertsPerFile < 0 || opt.DenseShardBytes < 0 {
-		return nil, fmt.Errorf("plan: experts per file %d and dense shard bytes %d must be positive", opt.ExpertsPerFile, opt.DenseShardBytes)
 	}
 	plan, err := p.Validate()
 	if err != nil {

@@ -82,6 +82,18 @@ type DumpOptions struct {
 	LayersPath string // tensors "embed" and "layer.N" F32 [T, H]; "" for none
 }
 
+// Validate reports options that ask for nothing, or for MTP logits without
+// a file to hold them.
+func (o DumpOptions) Validate() error {
+	switch {
+	case o.MTP && o.LogitsPath == "":
+		return fmt.Errorf("forward: MTP logits go beside the logits: they need a logits file")
+	case o.LogitsPath == "" && o.LayersPath == "":
+		return fmt.Errorf("forward: no dump asked for (neither logits nor layers)")
+	}
+	return nil
+}
+
 // WriteDumps runs the full forward over one sequence from empty state and
 // writes the requested safetensors files. Logits are computed and written
 // LogitChunk rows at a time.
@@ -90,6 +102,9 @@ func (m *Model) WriteDumps(ids []int32, opt DumpOptions) error {
 	T, H, V := len(ids), c.Hidden, c.Vocab
 	if T == 0 {
 		return fmt.Errorf("forward: no tokens")
+	}
+	if err := opt.Validate(); err != nil {
+		return err
 	}
 	if opt.MTP && c.MTPLayers == 0 {
 		return fmt.Errorf("forward: --mtp: the model has no MTP layer")

@@ -111,3 +111,18 @@ func TestLogitsPackedHeadSameBits(t *testing.T) {
 		}
 	}
 }
+
+// TestDumpOptionsValidate: options that ask for nothing, or MTP logits
+// with no logits file, are refused.
+func TestDumpOptionsValidate(t *testing.T) {
+	for _, o := range []DumpOptions{{}, {MTP: true}, {MTP: true, LayersPath: "l"}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	for _, o := range []DumpOptions{{LogitsPath: "x"}, {LogitsPath: "x", MTP: true}, {LayersPath: "l"}} {
+		if err := o.Validate(); err != nil {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
