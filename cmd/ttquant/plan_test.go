@@ -152,3 +152,29 @@ func BenchmarkPlanReplica(b *testing.B) {
 		})
 	}
 }
+
+// TestPlanRefusesContradictingConfig: plan checks config.json against the
+// tensors' headers as a build does, and exits 1 naming the disagreement,
+// instead of printing a plan a build would then refuse.
+func TestPlanRefusesContradictingConfig(t *testing.T) {
+	_, model := builtinModel(t)
+	cfgPath := filepath.Join(model, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCLI(t, "plan", "--model", model); code != exitOK {
+		t.Fatalf("plan on the built-in model: status %d: %s", code, errs)
+	}
+	bad := bytes.Replace(raw, []byte(`"moe_intermediate_size": 128`), []byte(`"moe_intermediate_size": 96`), 1)
+	if bytes.Equal(bad, raw) {
+		t.Fatal("config.json has no moe_intermediate_size = 128 to change")
+	}
+	if err := os.WriteFile(cfgPath, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "plan", "--model", model)
+	if code != exitError || out != "" || !strings.Contains(errs, "implies [16 192 128]") || !strings.Contains(errs, "config.json") {
+		t.Errorf("plan with a contradicting config.json: status %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
