@@ -314,16 +314,18 @@ func humanBytes(n int64) string {
 }
 
 // parseInterleaved parses flags that may follow positional arguments
-// ("verify DIR --json") and returns the positional arguments.
+// ("verify DIR --json") and returns the positional arguments; after "--"
+// every argument is positional.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		ended, err := parseOnce(fs, args)
+		if err != nil {
 			return nil, err
 		}
 		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
+		if ended || len(args) == 0 {
+			return append(pos, args...), nil
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
