@@ -40,7 +40,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
-	d := addDataFlags(fs, 0, 0)
+	d := addDataFlags(fs, calibrationSet|evaluationSet, 0)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "gptq", "--model SRC (--data SPEC | --calib STORE) --layers experts|dense|all|PATTERN --out DST [flags]")
 	bf := addBuildFlags(fs)
 	calibPath := fs.String("calib", "", "calibration store: every layer's inputs from the source model (instead of --data)")
-	d := addDataFlags(fs, 128, 0)
+	d := addDataFlags(fs, calibrationSet, 128)
 	allowShort := addAllowShortFlag(fs)
 	asymmetric := fs.Bool("asymmetric", false, "fit every GPTQ matrix to the source model's outputs on the source model's inputs (with --data the source model runs alongside; with --calib only down projections change; matrices with fewer than 16 calibration rows per input column stay as they are; docs/calibration.md)")
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
