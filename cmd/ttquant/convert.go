@@ -300,19 +300,6 @@ func firstN(s []string, n int) []string {
 	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // parseInterleaved parses flags that may follow positional arguments
 // ("verify DIR --json") and returns the positional arguments; after "--"
 // every argument is positional.

@@ -178,3 +178,22 @@ func TestPlanRefusesContradictingConfig(t *testing.T) {
 		t.Errorf("plan with a contradicting config.json: status %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// TestOneUnitSystem: sizes are printed in binary units (KiB, MiB, GiB)
+// everywhere; plan printed decimal MB and kB for the same sizes that
+// convert and gptq print in MiB.
+func TestOneUnitSystem(t *testing.T) {
+	_, model := builtinModel(t)
+	code, out, errs := runCLI(t, "plan", "--model", model)
+	if code != exitOK {
+		t.Fatalf("plan: status %d: %s", code, errs)
+	}
+	for _, decimal := range []string{" kB", " MB", " GB"} {
+		if strings.Contains(out, decimal) {
+			t.Errorf("plan prints decimal%s:\n%s", decimal, out)
+		}
+	}
+	if !strings.Contains(out, " MiB") || !strings.Contains(out, " KiB") {
+		t.Errorf("plan prints no MiB/KiB sizes:\n%s", out)
+	}
+}
