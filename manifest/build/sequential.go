@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
@@ -335,7 +334,6 @@ func sum(v []int) int {
 // keep and commit, as runGPTQLayer does for a store build).
 func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func(int) bool, commit func(int, *fileRecord) error) ([]manifest.LayerStats, error) {
 	b := s.b
-	t0 := time.Now()
 	layers := s.layers()
 	var out []manifest.LayerStats
 	// Resume: the finished layers' records, in order, and the stream
@@ -408,10 +406,14 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			return nil, err
 		}
 	}
+	for _, l := range layers[:start] {
+		b.track.layerDone(l, true)
+	}
 	for _, l := range layers[start:] {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		b.track.layerStart(l)
 		if l == s.cfg.Layers {
 			// The MTP layer's input: the final hidden state at t with the
 			// embedding of token t+1.
@@ -431,7 +433,7 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 		if b.opt.testHook != nil {
 			b.opt.testHook(seqDir, fmt.Sprintf("layer %d", l))
 		}
-		b.progress(ProgressEvent{Kind: "sequential", Layer: l, FilesDone: l + 1, FilesTotal: len(layers), Elapsed: time.Since(t0)})
+		b.track.layerDone(l, false)
 	}
 	return out, nil
 }
