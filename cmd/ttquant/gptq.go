@@ -163,6 +163,14 @@ func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 		fmt.Fprintf(e.stdout, "  forward passes   %d layers, %d token-layers (the quantized stream and the source model's)\n", sq.Layers, sq.ForwardTokenLayers)
 		fmt.Fprintf(e.stdout, "  fits             %d matrices fitted to the source model's outputs\n", sq.Fits)
 		fmt.Fprintf(e.stdout, "  scratch disk     %s in the output directory's bookkeeping (two layers' residual streams), besides the %s written\n", humanBytes(sq.ScratchBytes), humanBytes(w.OutputBytes))
+		switch {
+		case sq.FreeBytes < 0:
+			fmt.Fprintf(e.stdout, "  disk             %s needed; the free space cannot be told (no --out, or not on this system)\n", humanBytes(sq.DiskBytes))
+		case sq.FreeBytes < sq.DiskBytes:
+			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s: NOT ENOUGH, the build would stop when the disk is full\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
+		default:
+			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
+		}
 	}
 }
 

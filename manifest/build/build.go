@@ -405,7 +405,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 			if _, err := b.sequentialTokenizer(); err != nil {
 				return nil, err
 			}
-			work.Sequential = b.sequentialWork(b.modelCfg, work.GPTQMatrices)
+			work.Sequential = b.sequentialWork(b.modelCfg, work.GPTQMatrices, work.OutputBytes)
 		}
 		return &BuildResult{Work: work}, nil
 	}

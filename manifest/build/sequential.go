@@ -98,10 +98,43 @@ type SequentialWork struct {
 	// directory's bookkeeping: two layers' streams (the quantized and the
 	// source one), float32 × hidden per token.
 	ScratchBytes int64 `json:"scratch_bytes"`
+	// DiskBytes is what the run needs on the output's file system: the
+	// scratch streams and the checkpoint's tensor data.
+	DiskBytes int64 `json:"disk_bytes"`
+	// FreeBytes is the space free there (on the file system of the output
+	// directory, or of its nearest existing parent, FreeDir); -1 when it
+	// cannot be told or no output directory was given.
+	FreeBytes int64  `json:"free_bytes"`
+	FreeDir   string `json:"free_dir,omitempty"`
+}
+
+// freeAt finds the free space where dir is or would be created: on the
+// file system of dir or of its nearest existing parent.
+func freeAt(dir string) (int64, string) {
+	if dir == "" {
+		return -1, ""
+	}
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return -1, ""
+	}
+	for {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			if n, ok := freeBytes(d); ok {
+				return n, d
+			}
+			return -1, ""
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return -1, ""
+		}
+		d = parent
+	}
 }
 
 // sequentialWork sizes the sequential build a dry run describes.
-func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int) *SequentialWork {
+func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int, outputBytes int64) *SequentialWork {
 	so := b.opt.DataOptions.Calibration
 	w := &SequentialWork{Sequences: so.Sequences, SeqLen: so.SeqLen, HeldOut: b.opt.HeldOutSequences, Asymmetric: b.opt.Asymmetric,
 		Tokens: int64(so.Sequences) * int64(so.SeqLen), Layers: cfg.NumLayers()}
@@ -117,6 +150,8 @@ func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int) *Sequentia
 	}
 	w.ForwardTokenLayers = int64(w.Layers) * (w.Tokens + ref)
 	w.ScratchBytes = 2 * (w.Tokens + ref) * int64(cfg.Hidden) * 4
+	w.DiskBytes = w.ScratchBytes + outputBytes
+	w.FreeBytes, w.FreeDir = freeAt(b.opt.Out)
 	return w
 }
 
