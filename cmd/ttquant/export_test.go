@@ -74,11 +74,25 @@ func TestExportTTNNCommand(t *testing.T) {
 			t.Errorf("%v: status %d, want %d", args, code, exitUsage)
 		}
 	}
-	// An earlier export is not replaced without --overwrite.
-	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet"); code != exitError || !strings.Contains(errs, "--overwrite") {
-		t.Errorf("export over an earlier one: status %d\n%s", code, errs)
+	// The same export again keeps the files that check and rewrites the
+	// damaged one; then it keeps every file.
+	code, stdout, errs = runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--json")
+	var again exportResult
+	if code != exitOK || json.Unmarshal([]byte(stdout), &again) != nil || again.Kept != r.Files-1 || again.Files != r.Files {
+		t.Errorf("the same export over a damaged one: status %d, kept %d of %d files\n%s\n%s", code, again.Kept, r.Files, stdout, errs)
 	}
-	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--overwrite"); code != exitOK {
+	if code, stdout, _ := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet"); code != exitOK || !strings.Contains(stdout, "already exported") {
+		t.Errorf("an identical re-export: status %d\n%s", code, stdout)
+	}
+	if code, _, _ := runCLI(t, "verify", "--ttnn", out, ckpt); code != exitOK {
+		t.Errorf("verify after the repeated export: status %d", code)
+	}
+	// Another export (another mesh) is not written over this one without
+	// --overwrite.
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--mesh", "1x2"); code != exitError || !strings.Contains(errs, "--overwrite") {
+		t.Errorf("another export over an earlier one: status %d\n%s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--mesh", "1x2", "--overwrite"); code != exitOK {
 		t.Errorf("export --overwrite: status %d\n%s", code, errs)
 	}
 	if code, _, _ := runCLI(t, "verify", "--ttnn", out, ckpt); code != exitOK {
