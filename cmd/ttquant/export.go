@@ -32,14 +32,14 @@ type exportResult struct {
 func runExport(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "ttnn" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "usage: ttquant export ttnn CKPT --out DIR --names MAP [flags]")
+			fmt.Fprintln(e.stdout, "usage: ttquant export ttnn CKPT --out DIR --names MAP|FILE [flags]")
 			return &statusError{status: exitOK}
 		}
 		return usageErrorf("export: want a target format: ttquant export ttnn CKPT --out DIR --names MAP")
 	}
 	fs := newFlagSet(e, "export ttnn", "CKPT --out DIR --names MAP [--memory-config dram-interleaved|l1-interleaved] [--mesh RxC] [--overwrite] [--json]")
 	out := fs.String("out", "", "output directory for the .tensorbin files and ttnn_export.json (required)")
-	names := fs.String("names", "", "name map JSON: checkpoint tensor names to ttnn cache names (required; see docs/ttnn-export.md)")
+	names := fs.String("names", "", "name map: checkpoint tensor names to ttnn cache names, a built-in map ("+strings.Join(ttnn.BuiltinNameMaps(), ", ")+") or a JSON file (required; see docs/ttnn-export.md)")
 	memFlag := fs.String("memory-config", "dram-interleaved", "memory config stored in every file: dram-interleaved or l1-interleaved")
 	meshFlag := fs.String("mesh", "1x1", "mesh shape the tensors are replicated over, RxC (e.g. 1x8, 2x4) or N")
 	overwrite := fs.Bool("overwrite", false, "replace another export in --out (its files this export does not write are removed); the same export is resumed or kept without it")
@@ -70,7 +70,10 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageErrorf("--mesh: %v", err)
 	}
-	m, err := ttnn.LoadNameMap(*names)
+	m, err := ttnn.OpenNameMap(*names)
+	if errors.Is(err, ttnn.ErrUnknownNameMap) {
+		return usageErrorf("--names: %v", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -113,3 +113,38 @@ func TestParseMesh(t *testing.T) {
 		}
 	}
 }
+
+// TestExportBuiltinNameMap: --names takes the name of a map built into the
+// binary, so an installed ttquant needs no source tree; it is the same map
+// as the file in the repository (the same names_sha256). An unknown name
+// is an error listing the built-in ones.
+func TestExportBuiltinNameMap(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "model")
+	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.SingleFile); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(t.TempDir(), "native")
+	if code, _, errs := runCLI(t, "convert", "--model", src, "--out", ckpt, "--quiet"); code != exitOK {
+		t.Fatalf("convert: status %d\n%s", code, errs)
+	}
+	file := filepath.Join("..", "..", "manifest", "ttnn", "names", "qwen36-moe.example.json")
+	byFile, byName := filepath.Join(t.TempDir(), "file"), filepath.Join(t.TempDir(), "name")
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", byFile, "--names", file, "--quiet"); code != exitOK {
+		t.Fatalf("export --names FILE: status %d\n%s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", byName, "--names", "qwen36-moe.example", "--quiet"); code != exitOK {
+		t.Fatalf("export --names qwen36-moe.example: status %d\n%s", code, errs)
+	}
+	a, _ := os.ReadFile(filepath.Join(byFile, "ttnn_export.json"))
+	b, _ := os.ReadFile(filepath.Join(byName, "ttnn_export.json"))
+	if len(a) == 0 || string(a) != string(b) {
+		t.Errorf("the built-in map's export differs from the file's")
+	}
+	code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", filepath.Join(t.TempDir(), "x"), "--names", "no-such-map", "--quiet")
+	if code != exitUsage || !strings.Contains(errs, "qwen36-moe.example") {
+		t.Errorf("--names no-such-map: status %d\n%s", code, errs)
+	}
+	if code, out, _ := runCLI(t, "export", "ttnn", "-h"); code != exitOK || !strings.Contains(out, "qwen36-moe.example") {
+		t.Errorf("export ttnn -h does not name the built-in maps:\n%s", out)
+	}
+}
