@@ -20,7 +20,7 @@ func TestJSONNamesSnakeCase(t *testing.T) {
 	docs := []any{
 		benchDoc{}, calibStatsDoc{}, calibQuantizeDoc{}, calibBuildDoc{}, compareDoc{}, buildReport{}, dataDoc{},
 		demoReport{}, checkDoc{}, exportResult{}, ttnnVerifyReport{}, dryRunReport{}, inspectDoc{}, tensorbinDoc{},
-		planDoc{}, runDoc{}, testModelDoc{}, tokenizeDoc{}, verifyReport{}, buildInfo{},
+		planDoc{}, checkpointDoc{}, runDoc{}, testModelDoc{}, tokenizeDoc{}, verifyReport{}, buildInfo{},
 		// eval --json: the result and what it carries as opaque values.
 		eval.Result{}, harness.DataInfo{}, harness.Settings{},
 		// the manifest, which --json documents embed pieces of.
