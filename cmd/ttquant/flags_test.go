@@ -103,6 +103,11 @@ func TestHelpMatchesBehaviour(t *testing.T) {
 			t.Errorf("%v --eval-sequences: status %d, stderr %q", cmd, code, errs)
 		}
 	}
+	// eval scores every record as its own window without --eval-sequences,
+	// and its --sequences describes --calib-data's set.
+	if code, out, _ := runCLI(t, "eval", "-h"); code != exitOK || strings.Contains(out, "0: none") || !strings.Contains(out, "0: every record its own window") {
+		t.Errorf("eval -h: status %d:\n%s", code, out)
+	}
 	code, out, _ := runCLI(t, "data", "-h")
 	if code != exitOK || !strings.Contains(out, "-eval-sequences") || !strings.Contains(out, "0: none") {
 		t.Errorf("data -h: status %d:\n%s", code, out)
