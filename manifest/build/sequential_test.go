@@ -207,11 +207,18 @@ func TestSequentialResumeSkipsFinishedLayers(t *testing.T) {
 			layers = append(layers, tensor)
 		}
 	}
+	var last ProgressEvent
+	opt.Progress = func(ev ProgressEvent) { last = ev }
 	if _, err := GPTQ(context.Background(), opt); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(layers); got != "[layer 3 layer 4]" {
 		t.Errorf("the resumed pass ran %s, want layers 3 and 4 only", got)
+	}
+	// Five layers of two expert files and the rest of the pass: three of
+	// them were kept, and the rate counts the other two only.
+	if last.Kind != "done" || last.WorkTotal != 15 || last.Work != 15 || last.WorkKept != 9 {
+		t.Errorf("last progress event of the resumed build %+v: want work 15 of 15, 9 kept", last)
 	}
 }
 
