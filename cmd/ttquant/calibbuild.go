@@ -32,7 +32,7 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	workers := addWorkersFlag(fs, "goroutines")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
-	d := addDataFlags(fs, 128, 0)
+	d := addDataFlags(fs, calibrationSet, 128)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

@@ -227,8 +227,13 @@ func runConvert(ctx context.Context, e *env, args []string) error {
 	return printBuild(e, res, bf.asJSON)
 }
 
-// progress renders build progress on stderr: a live line with rate and ETA
-// when stderr is a terminal, otherwise one line per finished layer.
+// progress renders build progress on stderr as one line of one form: the
+// share of the build's work done, the current layer's share, files,
+// bytes, elapsed time and the ETA (build.ProgressEvent.Work, one measure
+// for the whole build). On a terminal the line is rewritten in place as
+// each file (each expert group in a GPTQ layer) is finished; otherwise a
+// line is printed per finished layer, inside a layer at most every
+// logEvery, and at the end.
 type progress struct {
 	mu    sync.Mutex
 	w     io.Writer
@@ -236,6 +241,10 @@ type progress struct {
 	last  time.Time
 	width int
 }
+
+// logEvery is the longest silence inside a layer when stderr is not a
+// terminal.
+const logEvery = 10 * time.Second
 
 func newProgress(w io.Writer) *progress {
 	p := &progress{w: w}
@@ -247,21 +256,36 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
+// progressText is the line for an event.
+func progressText(ev build.ProgressEvent) string {
+	pct := func(a, b int64) int64 {
+		if b <= 0 {
+			return 0
+		}
+		return a * 100 / b
+	}
+	layer := ""
+	if ev.Layer >= 0 && ev.LayerWorkTotal > 0 {
+		layer = fmt.Sprintf("layer %d %d%%  ", ev.Layer, pct(ev.LayerWork, ev.LayerWorkTotal))
+	}
+	eta := "?"
+	if d, ok := ev.ETA(); ok {
+		eta = d.Round(time.Second).String()
+	}
+	return fmt.Sprintf("%3d%%  %s%d/%d files  %s/%s  %s elapsed  ETA %s", pct(ev.Work, ev.WorkTotal), layer,
+		ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), ev.Elapsed.Round(time.Second), eta)
+}
+
 func (p *progress) event(ev build.ProgressEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rate := 0.0
-	if s := ev.Elapsed.Seconds(); s > 0 {
-		rate = float64(ev.BytesDone) / s
-	}
-	eta := "?"
-	if rate > 0 && ev.BytesTotal >= ev.BytesDone {
-		eta = time.Duration(float64(ev.BytesTotal-ev.BytesDone) / rate * float64(time.Second)).Round(time.Second).String()
-	}
-	line := fmt.Sprintf("%d/%d files  %s/%s  %s/s  ETA %s", ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), humanBytes(int64(rate)), eta)
+	line := progressText(ev)
 	switch ev.Kind {
-	case "file":
-		if p.tty && time.Since(p.last) > 200*time.Millisecond {
+	case "file", "layer-start", "layer":
+		if p.tty {
+			if ev.Kind == "file" && time.Since(p.last) < 200*time.Millisecond {
+				return
+			}
 			p.last = time.Now()
 			pad := ""
 			if n := p.width - len(line); n > 0 {
@@ -269,26 +293,26 @@ func (p *progress) event(ev build.ProgressEvent) {
 			}
 			p.width = len(line)
 			fmt.Fprintf(p.w, "\r%s%s", line, pad)
+			return
 		}
-	case "sequential":
-		eta := "?"
-		if ev.FilesDone > 0 {
-			eta = (ev.Elapsed / time.Duration(ev.FilesDone) * time.Duration(ev.FilesTotal-ev.FilesDone)).Round(time.Second).String()
-		}
-		if p.tty {
-			fmt.Fprint(p.w, "\r")
-		}
-		fmt.Fprintf(p.w, "sequential GPTQ: layer %d done (%d/%d)  %s elapsed  ETA %s\n", ev.Layer, ev.FilesDone, ev.FilesTotal, ev.Elapsed.Round(time.Millisecond), eta)
-	case "layer":
-		if !p.tty {
+		switch {
+		case ev.Kind == "layer":
 			fmt.Fprintf(p.w, "layer %d done  %s\n", ev.Layer, line)
+		case time.Since(p.last) < logEvery:
+			return
+		default:
+			fmt.Fprintln(p.w, line)
 		}
+		p.last = time.Now()
 	case "done":
 		if p.tty {
-			fmt.Fprintf(p.w, "\r%s\n", line)
+			fmt.Fprintf(p.w, "\r%s%s\n", line, strings.Repeat(" ", max(0, p.width-len(line))))
 		} else {
-			fmt.Fprintf(p.w, "done  %s  in %s\n", line, ev.Elapsed.Round(time.Millisecond))
+			fmt.Fprintf(p.w, "done  %s\n", line)
 		}
+		p.width = 0
+	case "start":
+		p.last = time.Now()
 	}
 }
 
@@ -300,30 +324,19 @@ func firstN(s []string, n int) []string {
 	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // parseInterleaved parses flags that may follow positional arguments
-// ("verify DIR --json") and returns the positional arguments.
+// ("verify DIR --json") and returns the positional arguments; after "--"
+// every argument is positional.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		ended, err := parseOnce(fs, args)
+		if err != nil {
 			return nil, err
 		}
 		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
+		if ended || len(args) == 0 {
+			return append(pos, args...), nil
 		}
 		pos = append(pos, args[0])
 		args = args[1:]

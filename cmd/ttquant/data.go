@@ -44,18 +44,37 @@ type dataFlags struct {
 // optionFlags are the dataFlags that a spec file may give instead.
 var optionFlags = []string{"sequences", "seq-len", "mode", "short", "eval-sequences", "eval-seq-len", "eval-mode", "eval-short", "eval-fraction", "seed", "separator"}
 
-func addDataFlags(fs *flag.FlagSet, sequences, evalSequences int) *dataFlags {
-	d := &dataFlags{fs: fs}
+// dataSets says which token sets a command builds from its text: the
+// calibration set, the evaluation set, or both. A command gets the flags
+// of the sets it builds only, so its help shows nothing it would ignore.
+type dataSets int
+
+const (
+	calibrationSet dataSets = 1 << iota
+	evaluationSet
+)
+
+func addDataFlags(fs *flag.FlagSet, sets dataSets, sequences int) *dataFlags {
+	d := &dataFlags{fs: fs, sequences: sequences, seqLen: 2048, mode: "pack", short: "keep",
+		evalSeqLen: 2048, evalMode: "pack", evalShort: "keep"}
 	fs.StringVar(&d.data, "data", "", "data `SPEC`: LABEL=[KIND:]PATH[:WEIGHT],... or a spec.json (docs/data.md)")
-	fs.IntVar(&d.sequences, "sequences", sequences, "calibration sequences (0: none)")
+	seqHelp := "calibration sequences (at least 1)"
+	if sets&evaluationSet != 0 {
+		seqHelp = "calibration sequences (0: none)"
+	}
+	fs.IntVar(&d.sequences, "sequences", sequences, seqHelp)
 	fs.IntVar(&d.seqLen, "seq-len", 2048, "calibration sequence length in tokens")
 	fs.StringVar(&d.mode, "mode", "pack", "calibration sequences: pack (records joined by the separator) or record (one record each)")
 	fs.StringVar(&d.short, "short", "keep", "mode record: shorter records are kept, pad-ded or skip-ped")
-	fs.IntVar(&d.evalSequences, "eval-sequences", evalSequences, "evaluation sequences (0: none)")
-	fs.IntVar(&d.evalSeqLen, "eval-seq-len", 2048, "evaluation sequence length in tokens")
-	fs.StringVar(&d.evalMode, "eval-mode", "pack", "evaluation sequences: pack or record")
-	fs.StringVar(&d.evalShort, "eval-short", "keep", "evaluation mode record: keep, pad or skip")
-	fs.Float64Var(&d.evalFraction, "eval-fraction", dataset.DefaultEvalFraction, "share of records held out for evaluation, 0 < f < 1")
+	if sets&evaluationSet != 0 {
+		fs.IntVar(&d.evalSequences, "eval-sequences", 0, "evaluation sequences (0: none)")
+		fs.IntVar(&d.evalSeqLen, "eval-seq-len", 2048, "evaluation sequence length in tokens")
+		fs.StringVar(&d.evalMode, "eval-mode", "pack", "evaluation sequences: pack or record")
+		fs.StringVar(&d.evalShort, "eval-short", "keep", "evaluation mode record: keep, pad or skip")
+		fs.Float64Var(&d.evalFraction, "eval-fraction", dataset.DefaultEvalFraction, "share of records held out for evaluation, 0 < f < 1")
+	} else {
+		fs.Float64Var(&d.evalFraction, "eval-fraction", dataset.DefaultEvalFraction, "share of records held out of calibration for a later evaluation (recorded with the calibration set), 0 < f < 1")
+	}
 	fs.Uint64Var(&d.seed, "seed", 1, "seed of the split, record order and sequence order")
 	fs.StringVar(&d.separator, "separator", "", "token after each packed record (default: the tokenizer's EOS)")
 	return d
@@ -156,7 +175,7 @@ func runData(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the provenance as JSON")
 	workers := addWorkersFlag(fs, "records encoded")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
-	d := addDataFlags(fs, 128, 0)
+	d := addDataFlags(fs, calibrationSet|evaluationSet, 128)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

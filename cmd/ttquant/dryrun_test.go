@@ -47,6 +47,16 @@ func TestGPTQDryRunSequential(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "never")); err == nil {
 		t.Error("the dry run created the output directory")
 	}
+	// The disk a real run needs (the scratch streams and the checkpoint)
+	// beside the free space where --out would be.
+	if a["disk_bytes"] == nil || a["disk_bytes"].(float64) <= a["scratch_bytes"].(float64) || a["free_bytes"] == nil || a["free_bytes"].(float64) <= 0 {
+		t.Errorf("16 × 256: no disk needed beyond the scratch, or no free space: %v", a)
+	}
+	code, so, _ := runCLI(t, "gptq", "--model", model, "--data", data, "--layers", "experts", "--sequences", "16", "--seq-len", "256",
+		"--dry-run", "--estimate", "0", "--out", filepath.Join(root, "never"))
+	if code != exitOK || !strings.Contains(so, "free on the file system of") {
+		t.Errorf("dry run text: status %d, no free space reported:\n%s", code, so)
+	}
 
 	if err := os.Remove(filepath.Join(model, "tokenizer.json")); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,11 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
-	d := addDataFlags(fs, 0, 0)
+	d := addDataFlags(fs, calibrationSet|evaluationSet, 0)
+	// Here the calibration flags describe --calib-data's set, and without
+	// --eval-sequences the text is scored record by record.
+	fs.Lookup("sequences").Usage = "with --calib-data: the calibration set's sequences, as the checkpoints were calibrated"
+	fs.Lookup("eval-sequences").Usage = "evaluation sequences of --eval-seq-len tokens (0: every record its own window, longer ones split)"
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ type exportResult struct {
 	Files         int    `json:"files"`
 	Tensors       int    `json:"tensors"`
 	Bytes         int64  `json:"bytes"`
+	Kept          int    `json:"kept_files"`
 	MemoryConfig  string `json:"memory_config"`
 	Mesh          string `json:"mesh"`
 }
@@ -31,17 +32,17 @@ type exportResult struct {
 func runExport(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "ttnn" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "usage: ttquant export ttnn CKPT --out DIR --names MAP [flags]")
+			fmt.Fprintln(e.stdout, "usage: ttquant export ttnn CKPT --out DIR --names MAP|FILE [flags]")
 			return &statusError{status: exitOK}
 		}
 		return usageErrorf("export: want a target format: ttquant export ttnn CKPT --out DIR --names MAP")
 	}
 	fs := newFlagSet(e, "export ttnn", "CKPT --out DIR --names MAP [--memory-config dram-interleaved|l1-interleaved] [--mesh RxC] [--overwrite] [--json]")
 	out := fs.String("out", "", "output directory for the .tensorbin files and ttnn_export.json (required)")
-	names := fs.String("names", "", "name map JSON: checkpoint tensor names to ttnn cache names (required; see docs/ttnn-export.md)")
+	names := fs.String("names", "", "name map: checkpoint tensor names to ttnn cache names, a built-in map ("+strings.Join(ttnn.BuiltinNameMaps(), ", ")+") or a JSON file (required; see docs/ttnn-export.md)")
 	memFlag := fs.String("memory-config", "dram-interleaved", "memory config stored in every file: dram-interleaved or l1-interleaved")
 	meshFlag := fs.String("mesh", "1x1", "mesh shape the tensors are replicated over, RxC (e.g. 1x8, 2x4) or N")
-	overwrite := fs.Bool("overwrite", false, "replace an earlier export in --out (its files this export does not write are removed)")
+	overwrite := fs.Bool("overwrite", false, "replace another export in --out (its files this export does not write are removed); the same export is resumed or kept without it")
 	workers := addWorkersFlag(fs, "files checked")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
@@ -69,7 +70,10 @@ func runExport(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageErrorf("--mesh: %v", err)
 	}
-	m, err := ttnn.LoadNameMap(*names)
+	m, err := ttnn.OpenNameMap(*names)
+	if errors.Is(err, ttnn.ErrUnknownNameMap) {
+		return usageErrorf("--names: %v", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -102,11 +106,18 @@ func runExport(ctx context.Context, e *env, args []string) error {
 		tensors += len(f.Sources)
 	}
 	r := exportResult{SchemaVersion: schemaVersion, Dir: res.Dir, Identity: res.Identity, Files: res.Files, Tensors: tensors,
-		Bytes: res.Bytes, MemoryConfig: mem.String(), Mesh: *meshFlag}
+		Bytes: res.Bytes, Kept: res.Kept, MemoryConfig: mem.String(), Mesh: *meshFlag}
 	if *asJSON {
 		return writeJSON(e.stdout, r)
 	}
-	fmt.Fprintf(e.stdout, "exported %d tensors to %d .tensorbin files (%s) in %s\n", tensors, res.Files, humanBytes(res.Bytes), res.Dir)
+	switch {
+	case res.Kept == res.Files:
+		fmt.Fprintf(e.stdout, "already exported: %d tensors in %d .tensorbin files (%s) in %s, every file checked and kept\n", tensors, res.Files, humanBytes(res.Bytes), res.Dir)
+	case res.Kept > 0:
+		fmt.Fprintf(e.stdout, "exported %d tensors to %d .tensorbin files (%s) in %s, resumed: %d files kept from an earlier run\n", tensors, res.Files, humanBytes(res.Bytes), res.Dir, res.Kept)
+	default:
+		fmt.Fprintf(e.stdout, "exported %d tensors to %d .tensorbin files (%s) in %s\n", tensors, res.Files, humanBytes(res.Bytes), res.Dir)
+	}
 	fmt.Fprintf(e.stdout, "memory config %s, mesh %s\ncheckpoint %s\nrecord %s\n", r.MemoryConfig, r.Mesh, res.Identity, ttnn.RecordName)
 	return nil
 }

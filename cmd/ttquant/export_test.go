@@ -74,11 +74,25 @@ func TestExportTTNNCommand(t *testing.T) {
 			t.Errorf("%v: status %d, want %d", args, code, exitUsage)
 		}
 	}
-	// An earlier export is not replaced without --overwrite.
-	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet"); code != exitError || !strings.Contains(errs, "--overwrite") {
-		t.Errorf("export over an earlier one: status %d\n%s", code, errs)
+	// The same export again keeps the files that check and rewrites the
+	// damaged one; then it keeps every file.
+	code, stdout, errs = runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--json")
+	var again exportResult
+	if code != exitOK || json.Unmarshal([]byte(stdout), &again) != nil || again.Kept != r.Files-1 || again.Files != r.Files {
+		t.Errorf("the same export over a damaged one: status %d, kept %d of %d files\n%s\n%s", code, again.Kept, r.Files, stdout, errs)
 	}
-	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--overwrite"); code != exitOK {
+	if code, stdout, _ := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet"); code != exitOK || !strings.Contains(stdout, "already exported") {
+		t.Errorf("an identical re-export: status %d\n%s", code, stdout)
+	}
+	if code, _, _ := runCLI(t, "verify", "--ttnn", out, ckpt); code != exitOK {
+		t.Errorf("verify after the repeated export: status %d", code)
+	}
+	// Another export (another mesh) is not written over this one without
+	// --overwrite.
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--mesh", "1x2"); code != exitError || !strings.Contains(errs, "--overwrite") {
+		t.Errorf("another export over an earlier one: status %d\n%s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", names, "--quiet", "--mesh", "1x2", "--overwrite"); code != exitOK {
 		t.Errorf("export --overwrite: status %d\n%s", code, errs)
 	}
 	if code, _, _ := runCLI(t, "verify", "--ttnn", out, ckpt); code != exitOK {
@@ -97,5 +111,40 @@ func TestParseMesh(t *testing.T) {
 		if _, err := parseMesh(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}
+	}
+}
+
+// TestExportBuiltinNameMap: --names takes the name of a map built into the
+// binary, so an installed ttquant needs no source tree; it is the same map
+// as the file in the repository (the same names_sha256). An unknown name
+// is an error listing the built-in ones.
+func TestExportBuiltinNameMap(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "model")
+	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.SingleFile); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(t.TempDir(), "native")
+	if code, _, errs := runCLI(t, "convert", "--model", src, "--out", ckpt, "--quiet"); code != exitOK {
+		t.Fatalf("convert: status %d\n%s", code, errs)
+	}
+	file := filepath.Join("..", "..", "manifest", "ttnn", "names", "qwen36-moe.example.json")
+	byFile, byName := filepath.Join(t.TempDir(), "file"), filepath.Join(t.TempDir(), "name")
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", byFile, "--names", file, "--quiet"); code != exitOK {
+		t.Fatalf("export --names FILE: status %d\n%s", code, errs)
+	}
+	if code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", byName, "--names", "qwen36-moe.example", "--quiet"); code != exitOK {
+		t.Fatalf("export --names qwen36-moe.example: status %d\n%s", code, errs)
+	}
+	a, _ := os.ReadFile(filepath.Join(byFile, "ttnn_export.json"))
+	b, _ := os.ReadFile(filepath.Join(byName, "ttnn_export.json"))
+	if len(a) == 0 || string(a) != string(b) {
+		t.Errorf("the built-in map's export differs from the file's")
+	}
+	code, _, errs := runCLI(t, "export", "ttnn", ckpt, "--out", filepath.Join(t.TempDir(), "x"), "--names", "no-such-map", "--quiet")
+	if code != exitUsage || !strings.Contains(errs, "qwen36-moe.example") {
+		t.Errorf("--names no-such-map: status %d\n%s", code, errs)
+	}
+	if code, out, _ := runCLI(t, "export", "ttnn", "-h"); code != exitOK || !strings.Contains(out, "qwen36-moe.example") {
+		t.Errorf("export ttnn -h does not name the built-in maps:\n%s", out)
 	}
 }

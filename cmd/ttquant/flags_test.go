@@ -80,3 +80,36 @@ func TestOutOfRangeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpMatchesBehaviour: the commands that build a calibration set
+// (gptq, calib build) show no evaluation-set flags they would ignore, and
+// do not offer --sequences 0, which they refuse.
+func TestHelpMatchesBehaviour(t *testing.T) {
+	for _, cmd := range [][]string{{"gptq"}, {"calib", "build"}} {
+		code, out, _ := runCLI(t, append(cmd, "-h")...)
+		if code != exitOK {
+			t.Fatalf("%v -h: status %d", cmd, code)
+		}
+		for _, unused := range []string{"-eval-sequences", "-eval-seq-len", "-eval-mode", "-eval-short", "0: none"} {
+			if strings.Contains(out, unused) {
+				t.Errorf("%v -h shows %q:\n%s", cmd, unused, out)
+			}
+		}
+		if !strings.Contains(out, "-eval-fraction") || !strings.Contains(out, "-sequences") {
+			t.Errorf("%v -h lacks --sequences or --eval-fraction:\n%s", cmd, out)
+		}
+		code, _, errs := runCLI(t, append(cmd, "--model", "m", "--data", "x=a.txt", "--out", "o", "--eval-sequences", "4")...)
+		if code != exitUsage || !strings.Contains(errs, "eval-sequences") {
+			t.Errorf("%v --eval-sequences: status %d, stderr %q", cmd, code, errs)
+		}
+	}
+	// eval scores every record as its own window without --eval-sequences,
+	// and its --sequences describes --calib-data's set.
+	if code, out, _ := runCLI(t, "eval", "-h"); code != exitOK || strings.Contains(out, "0: none") || !strings.Contains(out, "0: every record its own window") {
+		t.Errorf("eval -h: status %d:\n%s", code, out)
+	}
+	code, out, _ := runCLI(t, "data", "-h")
+	if code != exitOK || !strings.Contains(out, "-eval-sequences") || !strings.Contains(out, "0: none") {
+		t.Errorf("data -h: status %d:\n%s", code, out)
+	}
+}

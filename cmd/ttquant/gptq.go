@@ -37,7 +37,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "gptq", "--model SRC (--data SPEC | --calib STORE) --layers experts|dense|all|PATTERN --out DST [flags]")
 	bf := addBuildFlags(fs)
 	calibPath := fs.String("calib", "", "calibration store: every layer's inputs from the source model (instead of --data)")
-	d := addDataFlags(fs, 128, 0)
+	d := addDataFlags(fs, calibrationSet, 128)
 	allowShort := addAllowShortFlag(fs)
 	asymmetric := fs.Bool("asymmetric", false, "fit every GPTQ matrix to the source model's outputs on the source model's inputs (with --data the source model runs alongside; with --calib only down projections change; matrices with fewer than 16 calibration rows per input column stay as they are; docs/calibration.md)")
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
@@ -163,6 +163,14 @@ func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 		fmt.Fprintf(e.stdout, "  forward passes   %d layers, %d token-layers (the quantized stream and the source model's)\n", sq.Layers, sq.ForwardTokenLayers)
 		fmt.Fprintf(e.stdout, "  fits             %d matrices fitted to the source model's outputs\n", sq.Fits)
 		fmt.Fprintf(e.stdout, "  scratch disk     %s in the output directory's bookkeeping (two layers' residual streams), besides the %s written\n", humanBytes(sq.ScratchBytes), humanBytes(w.OutputBytes))
+		switch {
+		case sq.FreeBytes < 0:
+			fmt.Fprintf(e.stdout, "  disk             %s needed; the free space cannot be told (no --out, or not on this system)\n", humanBytes(sq.DiskBytes))
+		case sq.FreeBytes < sq.DiskBytes:
+			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s: NOT ENOUGH, the build would stop when the disk is full\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
+		default:
+			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
+		}
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 func init() {
 	register(&command{
 		name:    "inspect",
-		summary: "list the tensors of a safetensors file, directory or sharded checkpoint",
+		summary: "describe a native checkpoint (format, shape, plan rule, method per tensor; calibration) or list the tensors of a safetensors file, directory or sharded model",
 		run:     runInspect,
 	})
 }
@@ -66,11 +66,14 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErrorf("inspect takes exactly one PATH (a .safetensors file, a directory or an index .json), got %d", len(pos))
+		return usageErrorf("inspect takes exactly one PATH (a native checkpoint directory, a .safetensors file, a directory, an index .json or a .tensorbin), got %d", len(pos))
 	}
 	path := pos[0]
 	if strings.HasSuffix(path, ".tensorbin") {
 		return inspectTensorbin(e, path, *asJSON)
+	}
+	if isCheckpointDir(path) {
+		return inspectCheckpoint(e, path, *asJSON)
 	}
 
 	m, err := safetensors.OpenModel(path)

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/model/builtin"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -115,5 +117,62 @@ func TestInspectHugeDimension(t *testing.T) {
 	code, out, _ = runCLI(t, "inspect", "--json", path)
 	if code != exitOK || !strings.Contains(out, "18446744073709551615") || strings.Contains(out, "-1") {
 		t.Fatalf("inspect --json: status %d, stdout %q", code, out)
+	}
+}
+
+// TestInspectCheckpoint: inspect of a native checkpoint directory shows
+// each tensor as the checkpoint means it (stored format, logical shape,
+// the plan rule that chose it, the method) and the calibration summary,
+// instead of the raw U8 blobs of its safetensors files.
+func TestInspectCheckpoint(t *testing.T) {
+	root, model := builtinModel(t)
+	ckpt := filepath.Join(root, "ckpt")
+	if code, _, errs := runCLI(t, "gptq", "--model", model, "--data", "calib="+filepath.Join(model, builtin.CalibText), "--sequences", "4", "--seq-len", "64",
+		"--held-out", "1", "--out", ckpt, "--quiet"); code != exitOK {
+		t.Fatalf("gptq: status %d\n%s", code, errs)
+	}
+	code, out, errs := runCLI(t, "inspect", ckpt)
+	if code != exitOK {
+		t.Fatalf("inspect: status %d\n%s", code, errs)
+	}
+	if strings.Contains(out, "U8") {
+		t.Errorf("inspect of a checkpoint lists raw U8 blobs:\n%s", out)
+	}
+	for _, want := range []string{"identity", "plan qwen36-35b-a3b", "calibration  sequential: 4 sequences, 256 tokens (1 held out)",
+		"text calib (jsonl)", "AS_IS(BF16)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	expert := regexp.MustCompile(`(?m)^mtp\.layers\.0\.mlp\.experts\.15\.down_proj +BFP4_b +\[128 128\] +6 \S+ +gptq/input `)
+	if !expert.MatchString(out) {
+		t.Errorf("no line with the expert's format, logical shape, rule and method:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "inspect", ckpt, "--json")
+	var doc struct {
+		SchemaVersion int    `json:"schema_version"`
+		Identity      string `json:"identity"`
+		Calibration   struct {
+			Mode      string `json:"mode"`
+			Sequences int    `json:"sequences"`
+		} `json:"calibration"`
+		Tensors []struct {
+			Name    string  `json:"name"`
+			Format  string  `json:"format"`
+			Shape   []int64 `json:"shape"`
+			Rule    int     `json:"rule"`
+			Pattern string  `json:"pattern"`
+			Method  string  `json:"method"`
+		} `json:"tensors"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &doc) != nil || doc.SchemaVersion != schemaVersion || len(doc.Identity) != 64 ||
+		doc.Calibration.Mode != "sequential" || doc.Calibration.Sequences != 4 || len(doc.Tensors) != 241 {
+		t.Fatalf("inspect --json: status %d\n%.2000s", code, out)
+	}
+	for _, tn := range doc.Tensors {
+		if tn.Format == "" || len(tn.Shape) == 0 || tn.Rule < 1 || tn.Pattern == "" || tn.Method == "" {
+			t.Errorf("tensor %+v: want format, shape, rule, pattern and method", tn)
+			break
+		}
 	}
 }

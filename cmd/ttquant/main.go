@@ -93,33 +93,52 @@ func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 
 // parseFlags parses args: -h/--help print the usage on stdout and end the
 // command with status 0; a bad flag is a usage error (status 2) reported
-// once, with the usage, on stderr.
+// once, with the usage, on stderr. The flag package stops at the first
+// positional argument, so a flag after one would silently become an
+// argument: it is a usage error instead, unless "--" ended the flags
+// (commands whose flags may follow their arguments use parseInterleaved).
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	ended, err := parseOnce(fs, args)
+	if err != nil || ended || fs.NArg() < 2 {
+		return err
+	}
+	for _, a := range fs.Args()[1:] {
+		if len(a) > 1 && a[0] == '-' {
+			return usageErrorf("flag %s after the argument %q: give flags before the arguments (or after --, to pass %s as an argument)", a, fs.Arg(0), a)
+		}
+	}
+	return nil
+}
+
+// parseOnce parses flags up to the first positional argument, reporting
+// whether a "--" ended them.
+func parseOnce(fs *flag.FlagSet, args []string) (ended bool, err error) {
 	v, _ := flagEnvs.Load(fs)
 	e, _ := v.(*env)
 	if e == nil {
 		e = &env{stdout: io.Discard, stderr: io.Discard}
 	}
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
+	err = fs.Parse(args)
 	switch {
 	case err == nil:
 		fs.SetOutput(e.stderr)
-		return nil
+		used := len(args) - fs.NArg()
+		return used > 0 && args[used-1] == "--", nil
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(e.stdout)
 		fs.Usage()
 		fs.SetOutput(e.stderr)
-		return &statusError{status: exitOK}
+		return false, &statusError{status: exitOK}
 	}
 	fs.SetOutput(e.stderr)
 	fmt.Fprintln(e.stderr, err)
 	fs.Usage()
-	return &statusError{status: exitUsage}
+	return false, &statusError{status: exitUsage}
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ttquant <command> [flags] [args]")
+	fmt.Fprintln(w, "usage: ttquant <command> [flags] [args]\n       ttquant --version")
 	fmt.Fprintln(w, "\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
@@ -143,6 +162,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if name == "-h" || name == "--help" || name == "help" {
 		usage(stdout)
 		return exitOK
+	}
+	if name == "--version" || name == "-version" {
+		name = "version"
 	}
 	c, ok := commands[name]
 	if !ok {

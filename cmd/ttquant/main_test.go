@@ -108,3 +108,42 @@ func builtinModel(t *testing.T) (root, model string) {
 	}
 	return root, model
 }
+
+// TestVersionFlag: ttquant --version (and -version) prints what the
+// version command prints.
+func TestVersionFlag(t *testing.T) {
+	_, want, _ := runCLI(t, "version")
+	for _, flag := range []string{"--version", "-version"} {
+		code, out, errs := runCLI(t, flag)
+		if code != exitOK || out != want {
+			t.Errorf("ttquant %s: status %d, stdout %q (want %q), stderr %q", flag, code, out, want, errs)
+		}
+	}
+	if code, out, _ := runCLI(t, "--version", "--json"); code != exitOK || !strings.Contains(out, `"schema_version"`) {
+		t.Errorf("ttquant --version --json: status %d, stdout %q", code, out)
+	}
+}
+
+// TestFlagAfterArgument: a flag after a positional argument is a usage
+// error naming it (the flag package stops at the first argument, so it
+// would otherwise be taken as one), except after "--" and in the commands
+// that accept flags on either side of their arguments.
+func TestFlagAfterArgument(t *testing.T) {
+	_, model := builtinModel(t)
+	for _, args := range [][]string{
+		{"eval", "--model", model, "ckpt", "--json"},
+		{"tokenize", "--model", model, "hello", "--ids"},
+	} {
+		code, out, errs := runCLI(t, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errs, args[len(args)-1]) || !strings.Contains(errs, "after the argument") {
+			t.Errorf("%v: status %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+	code, out, errs := runCLI(t, "tokenize", "--model", model, "--ids", "--", "--ids")
+	if code != exitOK || strings.TrimSpace(out) == "" {
+		t.Errorf("tokenize -- --ids: status %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "inspect", filepath.Join(model, "model.safetensors"), "--json"); code != exitOK {
+		t.Errorf("inspect FILE --json (flags after arguments accepted): status %d, stderr %q", code, errs)
+	}
+}

@@ -175,19 +175,6 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 	return printResolved(e.stdout, r, *all)
 }
 
-// planBytes formats a byte count in decimal gigabytes, megabytes or kilobytes.
-func planBytes(n int64) string {
-	switch {
-	case n >= 100_000_000:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 100_000:
-		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
-	case n >= 1000:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func planShape(s []int64) string {
 	parts := make([]string, len(s))
 	for i, d := range s {
@@ -262,7 +249,7 @@ func printResolved(w io.Writer, r *plan.Resolved, all bool) error {
 		if t.Format == manifest.StoreAsIs {
 			format += "(" + t.StoredDType + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.RuleIndex+1, format, method, shape, planBytes(stored), name, src)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.RuleIndex+1, format, method, shape, humanBytes(stored), name, src)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -271,9 +258,9 @@ func printResolved(w io.Writer, r *plan.Resolved, all bool) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "FORMAT\tTENSORS\tELEMENTS\tSOURCE\tSTORED\t")
 	for _, ft := range r.Totals {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t\n", ft.Format, ft.Tensors, ft.Elements, planBytes(ft.SourceBytes), planBytes(ft.StoredBytes))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t\n", ft.Format, ft.Tensors, ft.Elements, humanBytes(ft.SourceBytes), humanBytes(ft.StoredBytes))
 	}
-	fmt.Fprintf(tw, "total\t%d\t\t%s\t%s\t\n", len(r.Tensors), planBytes(r.SourceBytes), planBytes(r.StoredBytes))
+	fmt.Fprintf(tw, "total\t%d\t\t%s\t%s\t\n", len(r.Tensors), humanBytes(r.SourceBytes), humanBytes(r.StoredBytes))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -281,7 +268,7 @@ func printResolved(w io.Writer, r *plan.Resolved, all bool) error {
 	if r.SourceBytes > 0 {
 		ratio = 100 * float64(r.StoredBytes) / float64(r.SourceBytes)
 	}
-	fmt.Fprintf(w, "\npredicted checkpoint: %s (%d bytes of tensor data, %.1f%% of the source)\n", planBytes(r.StoredBytes), r.StoredBytes, ratio)
+	fmt.Fprintf(w, "\npredicted checkpoint: %s (%d bytes of tensor data, %.1f%% of the source)\n", humanBytes(r.StoredBytes), r.StoredBytes, ratio)
 	fmt.Fprintf(w, "predicted files: %d grouped expert files (%d experts per file, gate_up and down per group and layer) + %d dense shard(s) = %d tensor files, plus the manifest, checksums and configuration files\n",
 		r.ExpertFiles, r.ExpertsPerFile, r.DenseFiles, r.TensorFiles())
 	return nil

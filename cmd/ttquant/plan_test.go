@@ -152,3 +152,48 @@ func BenchmarkPlanReplica(b *testing.B) {
 		})
 	}
 }
+
+// TestPlanRefusesContradictingConfig: plan checks config.json against the
+// tensors' headers as a build does, and exits 1 naming the disagreement,
+// instead of printing a plan a build would then refuse.
+func TestPlanRefusesContradictingConfig(t *testing.T) {
+	_, model := builtinModel(t)
+	cfgPath := filepath.Join(model, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCLI(t, "plan", "--model", model); code != exitOK {
+		t.Fatalf("plan on the built-in model: status %d: %s", code, errs)
+	}
+	bad := bytes.Replace(raw, []byte(`"moe_intermediate_size": 128`), []byte(`"moe_intermediate_size": 96`), 1)
+	if bytes.Equal(bad, raw) {
+		t.Fatal("config.json has no moe_intermediate_size = 128 to change")
+	}
+	if err := os.WriteFile(cfgPath, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "plan", "--model", model)
+	if code != exitError || out != "" || !strings.Contains(errs, "implies [16 192 128]") || !strings.Contains(errs, "config.json") {
+		t.Errorf("plan with a contradicting config.json: status %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// TestOneUnitSystem: sizes are printed in binary units (KiB, MiB, GiB)
+// everywhere; plan printed decimal MB and kB for the same sizes that
+// convert and gptq print in MiB.
+func TestOneUnitSystem(t *testing.T) {
+	_, model := builtinModel(t)
+	code, out, errs := runCLI(t, "plan", "--model", model)
+	if code != exitOK {
+		t.Fatalf("plan: status %d: %s", code, errs)
+	}
+	for _, decimal := range []string{" kB", " MB", " GB"} {
+		if strings.Contains(out, decimal) {
+			t.Errorf("plan prints decimal%s:\n%s", decimal, out)
+		}
+	}
+	if !strings.Contains(out, " MiB") || !strings.Contains(out, " KiB") {
+		t.Errorf("plan prints no MiB/KiB sizes:\n%s", out)
+	}
+}

@@ -13,14 +13,14 @@ import (
 // features, and the down projection (Hidden×ExpertWidth) has one over
 // ExpertWidth features.
 type MoEWorkload struct {
-	Layers          int
-	ExpertsPerLayer int
-	Hidden          int
-	ExpertWidth     int
+	Layers          int `json:"layers"`
+	ExpertsPerLayer int `json:"experts_per_layer"`
+	Hidden          int `json:"hidden"`
+	ExpertWidth     int `json:"expert_width"`
 	// RoutedRowsPerLayer is the number of (token, expert) pairs routed in
 	// one layer over the calibration set: tokens × experts per token.
-	RoutedRowsPerLayer int64
-	BlockSize          int // GPTQ block size
+	RoutedRowsPerLayer int64 `json:"routed_rows_per_layer"`
+	BlockSize          int   `json:"block_size"` // GPTQ block size
 }
 
 // DefaultMoEWorkload is the Qwen3.6-35B-A3B sizing used by the kernel

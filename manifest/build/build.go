@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
@@ -127,22 +126,6 @@ type HessianSource interface {
 	Hessian(ctx context.Context, tensor string, layer, expert int, cols int) (h []float64, tokens int64, reason string, err error)
 }
 
-// ProgressEvent reports progress. Kind is "start", "file" (one output file
-// finished or kept), "layer" (every file of a layer finished),
-// "sequential" (a sequential build finished the pass over Layer: FilesDone
-// of FilesTotal then count layers, not files) or "done".
-type ProgressEvent struct {
-	Kind       string
-	File       string
-	Layer      int
-	Kept       bool
-	FilesDone  int
-	FilesTotal int
-	BytesDone  int64
-	BytesTotal int64
-	Elapsed    time.Duration
-}
-
 // BuildResult is what a build produced.
 type BuildResult struct {
 	Dir      string
@@ -230,6 +213,7 @@ type builder struct {
 	hess     HessianSource
 	calib    *manifest.CalibInfo
 	progress func(ProgressEvent)
+	track    *tracker // the running build's progress (run)
 
 	// GPTQ expert layers: their expert files are produced per layer by the
 	// calibration driver.
@@ -421,7 +405,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 			if _, err := b.sequentialTokenizer(); err != nil {
 				return nil, err
 			}
-			work.Sequential = b.sequentialWork(b.modelCfg, work.GPTQMatrices)
+			work.Sequential = b.sequentialWork(b.modelCfg, work.GPTQMatrices, work.OutputBytes)
 		}
 		return &BuildResult{Work: work}, nil
 	}

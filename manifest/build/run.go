@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
@@ -230,7 +229,6 @@ func writeJSONAtomic(path string, v any) error {
 }
 
 func (b *builder) run(ctx context.Context) (*BuildResult, error) {
-	start := time.Now()
 	si, configs, err := b.sourceIdentity(ctx)
 	if err != nil {
 		return nil, err
@@ -245,41 +243,40 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	out := b.opt.Out
 
-	var total int64
-	for _, j := range b.jobs {
-		total += j.bytes
+	// Files produced one by one; the expert files of GPTQ layers are
+	// produced by their layer's task below.
+	layerJobs := map[int][]int{}
+	var plain []int
+	gptqJobs := map[int]bool{}
+	for i, j := range b.jobs {
+		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
+			layerJobs[j.layer] = append(layerJobs[j.layer], i)
+			gptqJobs[i] = true
+		} else {
+			plain = append(plain, i)
+		}
 	}
-	b.progress(ProgressEvent{Kind: "start", FilesTotal: len(b.jobs), BytesTotal: total})
+	var seqLayers []int
+	if b.seq != nil {
+		seqLayers = b.seq.layers()
+	}
+	b.track = b.begin(gptqJobs, seqLayers)
 
 	files, err := b.copyConfigs(configs)
 	if err != nil {
 		return nil, err
 	}
 
-	// Per layer, the number of files still to finish, for "layer" events.
-	left := map[int]int{}
-	for _, j := range b.jobs {
-		left[j.layer]++
-	}
 	results := make([]*fileRecord, len(b.jobs))
 	var mu sync.Mutex
-	var filesDone, kept int
-	var bytesDone int64
-	finish := func(j *job, r *fileRecord, wasKept bool) {
+	var kept int
+	finish := func(i int, wasKept bool) {
 		mu.Lock()
-		defer mu.Unlock()
-		filesDone++
-		bytesDone += j.bytes
 		if wasKept {
 			kept++
 		}
-		ev := ProgressEvent{Kind: "file", File: j.file, Layer: j.layer, Kept: wasKept, FilesDone: filesDone, FilesTotal: len(b.jobs), BytesDone: bytesDone, BytesTotal: total, Elapsed: time.Since(start)}
-		b.progress(ev)
-		left[j.layer]--
-		if left[j.layer] == 0 && j.layer >= 0 {
-			ev.Kind = "layer"
-			b.progress(ev)
-		}
+		mu.Unlock()
+		b.track.file(i, b.jobs[i], wasKept)
 	}
 	// commit records a freshly written file.
 	commit := func(i int, r *fileRecord) error {
@@ -287,7 +284,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 			return err
 		}
 		results[i] = r
-		finish(b.jobs[i], r, false)
+		finish(i, false)
 		if b.opt.testHook != nil {
 			b.opt.testHook(b.jobs[i].file, "")
 		}
@@ -301,21 +298,10 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		j := b.jobs[i]
 		if r := recs[j.file]; r != nil && b.recordHolds(ctx, j, r) {
 			results[i] = r
-			finish(j, r, true)
+			finish(i, true)
 			return true
 		}
 		return false
-	}
-	// Files produced one by one; the expert files of GPTQ layers are
-	// produced by their layer's task below.
-	layerJobs := map[int][]int{}
-	var plain []int
-	for i, j := range b.jobs {
-		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
-			layerJobs[j.layer] = append(layerJobs[j.layer], i)
-		} else {
-			plain = append(plain, i)
-		}
 	}
 	writePlain := func() error {
 		return par.For(ctx, len(plain), b.opt.Workers, func(k int) error {
@@ -340,6 +326,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		}
 		for i := range b.jobs {
 			keep(i)
+		}
+		for _, l := range seqLayers {
+			b.track.layerDone(l, true)
 		}
 	} else if b.seq != nil {
 		// The dense files hold GPTQ'd tensors of many layers: they are
@@ -368,7 +357,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		return nil, err
 	}
 	id := manifest.Identity(data)
-	b.progress(ProgressEvent{Kind: "done", FilesDone: len(b.jobs), FilesTotal: len(b.jobs), BytesDone: total, BytesTotal: total, Elapsed: time.Since(start)})
+	b.track.done()
 	return &BuildResult{
 		Dir:             out,
 		Identity:        id,

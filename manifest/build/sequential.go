@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
@@ -99,10 +98,43 @@ type SequentialWork struct {
 	// directory's bookkeeping: two layers' streams (the quantized and the
 	// source one), float32 × hidden per token.
 	ScratchBytes int64 `json:"scratch_bytes"`
+	// DiskBytes is what the run needs on the output's file system: the
+	// scratch streams and the checkpoint's tensor data.
+	DiskBytes int64 `json:"disk_bytes"`
+	// FreeBytes is the space free there (on the file system of the output
+	// directory, or of its nearest existing parent, FreeDir); -1 when it
+	// cannot be told or no output directory was given.
+	FreeBytes int64  `json:"free_bytes"`
+	FreeDir   string `json:"free_dir,omitempty"`
+}
+
+// freeAt finds the free space where dir is or would be created: on the
+// file system of dir or of its nearest existing parent.
+func freeAt(dir string) (int64, string) {
+	if dir == "" {
+		return -1, ""
+	}
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return -1, ""
+	}
+	for {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			if n, ok := freeBytes(d); ok {
+				return n, d
+			}
+			return -1, ""
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return -1, ""
+		}
+		d = parent
+	}
 }
 
 // sequentialWork sizes the sequential build a dry run describes.
-func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int) *SequentialWork {
+func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int, outputBytes int64) *SequentialWork {
 	so := b.opt.DataOptions.Calibration
 	w := &SequentialWork{Sequences: so.Sequences, SeqLen: so.SeqLen, HeldOut: b.opt.HeldOutSequences, Asymmetric: b.opt.Asymmetric,
 		Tokens: int64(so.Sequences) * int64(so.SeqLen), Layers: cfg.NumLayers()}
@@ -118,6 +150,8 @@ func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int) *Sequentia
 	}
 	w.ForwardTokenLayers = int64(w.Layers) * (w.Tokens + ref)
 	w.ScratchBytes = 2 * (w.Tokens + ref) * int64(cfg.Hidden) * 4
+	w.DiskBytes = w.ScratchBytes + outputBytes
+	w.FreeBytes, w.FreeDir = freeAt(b.opt.Out)
 	return w
 }
 
@@ -335,7 +369,6 @@ func sum(v []int) int {
 // keep and commit, as runGPTQLayer does for a store build).
 func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func(int) bool, commit func(int, *fileRecord) error) ([]manifest.LayerStats, error) {
 	b := s.b
-	t0 := time.Now()
 	layers := s.layers()
 	var out []manifest.LayerStats
 	// Resume: the finished layers' records, in order, and the stream
@@ -408,10 +441,14 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			return nil, err
 		}
 	}
+	for _, l := range layers[:start] {
+		b.track.layerDone(l, true)
+	}
 	for _, l := range layers[start:] {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		b.track.layerStart(l)
 		if l == s.cfg.Layers {
 			// The MTP layer's input: the final hidden state at t with the
 			// embedding of token t+1.
@@ -431,7 +468,7 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 		if b.opt.testHook != nil {
 			b.opt.testHook(seqDir, fmt.Sprintf("layer %d", l))
 		}
-		b.progress(ProgressEvent{Kind: "sequential", Layer: l, FilesDone: l + 1, FilesTotal: len(layers), Elapsed: time.Since(t0)})
+		b.track.layerDone(l, false)
 	}
 	return out, nil
 }

@@ -207,11 +207,18 @@ func TestSequentialResumeSkipsFinishedLayers(t *testing.T) {
 			layers = append(layers, tensor)
 		}
 	}
+	var last ProgressEvent
+	opt.Progress = func(ev ProgressEvent) { last = ev }
 	if _, err := GPTQ(context.Background(), opt); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(layers); got != "[layer 3 layer 4]" {
 		t.Errorf("the resumed pass ran %s, want layers 3 and 4 only", got)
+	}
+	// Five layers of two expert files and the rest of the pass: three of
+	// them were kept, and the rate counts the other two only.
+	if last.Kind != "done" || last.WorkTotal != 15 || last.Work != 15 || last.WorkKept != 9 {
+		t.Errorf("last progress event of the resumed build %+v: want work 15 of 15, 9 kept", last)
 	}
 }
 
@@ -435,5 +442,67 @@ func TestStoreFromAnotherModel(t *testing.T) {
 		} else if err != nil {
 			t.Errorf("store of this model: %v", err)
 		}
+	}
+}
+
+// TestSequentialProgress: a sequential build reports its progress in one
+// measure with one total, from the first event to the last, and the
+// measure advances inside a layer, per expert group file, before the
+// layer is reported done; a resumed build counts what it kept apart, so
+// that the rate (and the ETA) is this run's.
+func TestSequentialProgress(t *testing.T) {
+	opt := seqOpts(t, filepath.Join(t.TempDir(), "out"), 2)
+	opt.ExpertsPerFile = 4 // 4 groups × (gate_up, down) per layer
+	var mu sync.Mutex
+	var evs []ProgressEvent
+	opt.Progress = func(ev ProgressEvent) {
+		mu.Lock()
+		evs = append(evs, ev)
+		mu.Unlock()
+	}
+	if _, err := GPTQ(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) < 2 || evs[0].Kind != "start" || evs[len(evs)-1].Kind != "done" {
+		t.Fatalf("events %+v", evs)
+	}
+	total := evs[0].WorkTotal
+	if total <= 0 {
+		t.Fatalf("start event %+v: no work total", evs[0])
+	}
+	var last int64
+	layerDone := map[int]bool{}
+	inside := map[int]int{} // per layer, the expert-group events with the work advancing before the layer ends
+	for _, ev := range evs {
+		if ev.WorkTotal != total || ev.Work < last || ev.Work > total || ev.WorkKept != 0 {
+			t.Fatalf("event %+v: work %d after %d, total %d (want one total, a non-decreasing measure, nothing kept)", ev, ev.Work, last, total)
+		}
+		switch ev.Kind {
+		case "file":
+			if ev.Layer >= 0 && !layerDone[ev.Layer] && ev.Work > last && ev.LayerWork < ev.LayerWorkTotal {
+				inside[ev.Layer]++
+			}
+		case "layer":
+			if layerDone[ev.Layer] {
+				t.Errorf("layer %d reported done twice", ev.Layer)
+			}
+			layerDone[ev.Layer] = true
+			if ev.LayerWork != ev.LayerWorkTotal {
+				t.Errorf("layer %d done at %d of its %d", ev.Layer, ev.LayerWork, ev.LayerWorkTotal)
+			}
+		}
+		last = ev.Work
+	}
+	if last != total {
+		t.Errorf("the build ended at %d of %d", last, total)
+	}
+	for l := range 5 {
+		if !layerDone[l] || inside[l] < 7 {
+			t.Errorf("layer %d: done %v, %d expert-group events advancing inside it (want 7 of its 8 files before it ends)", l, layerDone[l], inside[l])
+		}
+	}
+	mid := evs[len(evs)/2]
+	if eta, ok := mid.ETA(); !ok || eta < 0 {
+		t.Errorf("ETA of %+v: %v %v", mid, eta, ok)
 	}
 }

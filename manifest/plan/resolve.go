@@ -613,7 +613,9 @@ func checkSourceShape(c model.SourceClass, info safetensors.TensorInfo) error {
 }
 
 // besideConfig reads the config.json beside the model through the family,
-// nil when there is none.
+// nil when there is none, and checks it against the tensors' headers as a
+// build does (Config.CheckTensors): a plan of a model its configuration
+// contradicts is one no build would make.
 func besideConfig(m *safetensors.Model, fam model.Family) (*model.Config, error) {
 	dir := m.Path()
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
@@ -623,7 +625,14 @@ func besideConfig(m *safetensors.Model, fam model.Family) (*model.Config, error)
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return fam.ReadConfig(p)
+	cfg, err := fam.ReadConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckTensors(m); err != nil {
+		return nil, fmt.Errorf("plan: %s does not describe the tensors of %s: %w", p, m.Path(), err)
+	}
+	return cfg, nil
 }
 
 // checkNotQuantized refuses sources that are already quantized: low

@@ -3,9 +3,12 @@ package ttnn
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -39,6 +42,12 @@ var ErrCheckpoint = errors.New("checkpoint failed verification")
 // ErrOutput is wrapped when the output directory holds files an export
 // would replace and Overwrite is not set.
 var ErrOutput = errors.New("output directory not writable for an export")
+
+// JournalName is the journal of an export in progress, beside the tensor
+// files: the export's record header, then one line per finished file. An
+// interrupted export leaves it, and the same export resumes from it; a
+// finished one removes it once the record is written.
+const JournalName = "ttnn_export.partial.jsonl"
 
 // Options configure Export.
 type Options struct {
@@ -127,7 +136,10 @@ type Result struct {
 	Identity string
 	Files    int
 	Bytes    int64
-	Record   *Record
+	// Kept is the number of files an earlier run of the same export had
+	// finished, checked and kept (all of them when it had completed).
+	Kept   int
+	Record *Record
 }
 
 // planFile is one file to write.
@@ -501,9 +513,13 @@ func decodePayload(f RecordFile, spec Spec, payload []byte) ([][]byte, error) {
 // .tensorbin file under opt.Out, then ttnn_export.json. The checkpoint is
 // verified and the whole export planned first: nothing is written when the
 // checkpoint fails verification, the map does not fit it, a shape cannot be
-// laid out, or the output holds files of an earlier export (unless
+// laid out, or the output holds files of another export (unless
 // opt.Overwrite). Each file is written under a temporary name, flushed and
-// renamed, and the record is written last.
+// renamed, and listed in the journal; the record is written last. The same
+// export (checkpoint, options and name map) into a directory that holds
+// it, finished or interrupted, keeps every file that still has the size
+// and hash recorded for it and writes the rest: an interrupted export
+// resumes, and a repeated one writes nothing.
 func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options) (*Result, error) {
 	if opt.Out == "" {
 		return nil, errors.New("ttnn: no output directory")
@@ -553,14 +569,31 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 		return nil, err
 	}
 	defer lk.Release()
-	stale, err := checkOutput(opt.Out, files, opt.Overwrite)
-	if err != nil {
-		return nil, err
-	}
 	rec := &Record{SchemaVersion: RecordVersion, Format: RecordFormat, Tool: opt.Tool, Profile: Profile,
 		Checkpoint: CheckpointRef{Identity: c.Identity(), CacheKey: c.CacheKey()},
 		Options:    RecordOptions{MemoryConfig: opt.Memory.String(), Mesh: slices.Clone(opt.Mesh), NamesSHA256: m.SHA256()}}
+	known, stale, err := checkOutput(opt.Out, rec, files, opt.Overwrite)
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{Dir: opt.Out, Identity: c.Identity(), Record: rec}
+	// The files an earlier run of this export finished are kept when they
+	// still check; that is decided before anything is written.
+	keep := make([]bool, len(files))
+	for i, f := range files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if k, ok := known[f.rec.Name]; ok && sameFile(k, f.rec) && fileHolds(filepath.Join(opt.Out, filepath.FromSlash(k.Name)), k.Size, k.SHA256) {
+			keep[i] = true
+			files[i].rec.Size, files[i].rec.SHA256 = k.Size, k.SHA256
+		}
+	}
+	if !slices.Contains(keep, false) && len(stale) == 0 {
+		if res, done, err := keptExport(opt, rec, files, res); done || err != nil {
+			return res, err
+		}
+	}
 	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
 		return nil, err
 	}
@@ -574,9 +607,27 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 			return nil, err
 		}
 	}
+	jr, err := startJournal(opt.Out, rec)
+	if err != nil {
+		return nil, err
+	}
+	defer jr.Close()
 	for i, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if keep[i] {
+			if err := jr.add(f.rec); err != nil {
+				return nil, err
+			}
+			rec.Files = append(rec.Files, f.rec)
+			res.Files++
+			res.Kept++
+			res.Bytes += f.rec.Size
+			if opt.Progress != nil {
+				opt.Progress(i+1, len(files), f.rec.Name)
+			}
+			continue
 		}
 		parts := make([][]byte, len(f.rec.Sources))
 		for j, s := range f.rec.Sources {
@@ -593,6 +644,9 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 			return nil, err
 		}
 		f.rec.Size, f.rec.SHA256 = size, sum
+		if err := jr.add(f.rec); err != nil {
+			return nil, err
+		}
 		rec.Files = append(rec.Files, f.rec)
 		res.Files++
 		res.Bytes += size
@@ -604,18 +658,46 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 	if err != nil {
 		return nil, err
 	}
-	a, err := atomicfile.Create(filepath.Join(opt.Out, RecordName))
-	if err != nil {
+	if _, err := atomicfile.WriteFile(filepath.Join(opt.Out, RecordName), data); err != nil {
 		return nil, err
 	}
-	if _, err := a.Write(data); err != nil {
-		a.Abort()
+	if err := jr.Close(); err != nil {
 		return nil, err
 	}
-	if _, _, err := a.Commit(); err != nil {
+	if err := os.Remove(filepath.Join(opt.Out, JournalName)); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// keptExport finishes an export whose every file an earlier run left
+// intact: when the directory's record is already this export's, nothing
+// is written (done); otherwise the caller writes the record.
+func keptExport(opt Options, rec *Record, files []planFile, res *Result) (*Result, bool, error) {
+	for _, f := range files {
+		rec.Files = append(rec.Files, f.rec)
+		res.Bytes += f.rec.Size
+	}
+	res.Files, res.Kept = len(files), len(files)
+	data, err := rec.Encode()
+	if err != nil {
+		return nil, false, err
+	}
+	old, err := os.ReadFile(filepath.Join(opt.Out, RecordName))
+	if err != nil || !bytes.Equal(old, data) {
+		// Back to a clean start for the caller's pass.
+		rec.Files, res.Files, res.Kept, res.Bytes = nil, 0, 0, 0
+		return nil, false, nil
+	}
+	if _, err := os.Stat(filepath.Join(opt.Out, JournalName)); err == nil {
+		if err := os.Remove(filepath.Join(opt.Out, JournalName)); err != nil {
+			return nil, false, err
+		}
+	}
+	if opt.Progress != nil {
+		opt.Progress(len(files), len(files), "")
+	}
+	return res, true, nil
 }
 
 func writeTensorFile(path string, spec Spec, mesh []uint32, payload []byte) (int64, string, error) {
@@ -641,24 +723,35 @@ func inside(path, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// checkOutput refuses an output directory holding a file the export would
-// write or an earlier export's record, unless overwrite is set; with
-// overwrite it returns the earlier export's files this one does not
-// write.
-func checkOutput(dir string, files []planFile, overwrite bool) ([]string, error) {
+// checkOutput examines the output directory. When it holds this export
+// (rec, without files), finished (its record) or interrupted (its
+// journal), it returns the files that export finished, to keep if they
+// still check. Otherwise a record, a journal or a file the export would
+// write is refused unless overwrite is set; with overwrite it returns the
+// earlier export's files this one does not write, to remove.
+func checkOutput(dir string, rec *Record, files []planFile, overwrite bool) (known map[string]RecordFile, stale []string, err error) {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", ErrOutput, dir)
+		return nil, nil, fmt.Errorf("%w: %s is not a directory", ErrOutput, dir)
+	}
+	old, oldErr := ReadRecord(dir)
+	if oldErr == nil && sameExport(old, rec) {
+		return filesByName(old.Files), nil, nil
+	}
+	if hdr, done, err := readJournal(dir); err == nil && sameExport(hdr, rec) {
+		return filesByName(done), nil, nil
 	}
 	var clash []string
-	if _, err := os.Stat(filepath.Join(dir, RecordName)); err == nil {
-		clash = append(clash, RecordName)
+	for _, name := range []string{RecordName, JournalName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			clash = append(clash, name)
+		}
 	}
 	for _, f := range files {
 		if _, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(f.rec.Name))); err == nil {
@@ -666,7 +759,7 @@ func checkOutput(dir string, files []planFile, overwrite bool) ([]string, error)
 		}
 	}
 	if len(clash) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if !overwrite {
 		more := ""
@@ -674,23 +767,136 @@ func checkOutput(dir string, files []planFile, overwrite bool) ([]string, error)
 			more = fmt.Sprintf(" and %d more", len(clash)-3)
 			clash = clash[:3]
 		}
-		return nil, fmt.Errorf("%w: %s already holds %s%s (Overwrite, --overwrite on the command line, replaces an earlier export)", ErrOutput, dir, strings.Join(clash, ", "), more)
+		return nil, nil, fmt.Errorf("%w: %s already holds %s%s of another export (Overwrite, --overwrite on the command line, replaces it)", ErrOutput, dir, strings.Join(clash, ", "), more)
 	}
-	old, err := ReadRecord(dir)
-	if err != nil {
-		return nil, nil // no readable earlier record: nothing known to be stale
+	if oldErr != nil {
+		return nil, nil, nil // no readable earlier record: nothing known to be stale
 	}
 	keep := map[string]bool{}
 	for _, f := range files {
 		keep[f.rec.Name] = true
 	}
-	var stale []string
 	for _, f := range old.Files {
 		if !keep[f.Name] && validCacheName(f.Name) && strings.HasSuffix(f.Name, Ext) {
 			stale = append(stale, f.Name)
 		}
 	}
-	return stale, nil
+	return nil, stale, nil
+}
+
+// sameExport reports whether two records describe the same export: the
+// same checkpoint, file profile and options (the name map by its hash).
+func sameExport(a, b *Record) bool {
+	return a.Format == b.Format && a.SchemaVersion == b.SchemaVersion && a.Profile == b.Profile && a.Checkpoint == b.Checkpoint &&
+		a.Options.MemoryConfig == b.Options.MemoryConfig && slices.Equal(a.Options.Mesh, b.Options.Mesh) && a.Options.NamesSHA256 == b.Options.NamesSHA256
+}
+
+func filesByName(fs []RecordFile) map[string]RecordFile {
+	out := make(map[string]RecordFile, len(fs))
+	for _, f := range fs {
+		out[f.Name] = f
+	}
+	return out
+}
+
+// sameFile reports whether a recorded file is the planned one: every
+// field but the size and hash, which only writing gives.
+func sameFile(got, want RecordFile) bool {
+	got.Size, got.SHA256, want.Size, want.SHA256 = 0, "", 0, ""
+	a, err1 := json.Marshal(got)
+	b, err2 := json.Marshal(want)
+	return err1 == nil && err2 == nil && bytes.Equal(a, b)
+}
+
+// fileHolds reports whether path is a regular file of the given size and
+// sha256.
+func fileHolds(path string, size int64, sum string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false
+	}
+	return hex.EncodeToString(h.Sum(nil)) == sum
+}
+
+// journal appends finished files to JournalName, each line flushed to
+// disk before the next file is written.
+type journal struct{ f *os.File }
+
+// startJournal writes a new journal with the export's header.
+func startJournal(dir string, rec *Record) (*journal, error) {
+	hdr := *rec
+	hdr.Files = nil
+	line, err := json.Marshal(&hdr)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, JournalName), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	j := &journal{f: f}
+	if err := j.line(line); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+func (j *journal) add(f RecordFile) error {
+	line, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return j.line(line)
+}
+
+func (j *journal) line(b []byte) error {
+	if _, err := j.f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return j.f.Sync()
+}
+
+// Close closes the journal file; closing twice is harmless.
+func (j *journal) Close() error {
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
+}
+
+// readJournal reads an interrupted export's journal: its header and the
+// files it finished (a torn last line is ignored).
+func readJournal(dir string) (*Record, []RecordFile, error) {
+	data, err := os.ReadFile(filepath.Join(dir, JournalName))
+	if err != nil {
+		return nil, nil, err
+	}
+	lines := bytes.Split(data, []byte("\n"))
+	var hdr Record
+	if err := json.Unmarshal(lines[0], &hdr); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", JournalName, err)
+	}
+	var done []RecordFile
+	for _, l := range lines[1:] {
+		var f RecordFile
+		if json.Unmarshal(l, &f) != nil || f.Name == "" {
+			break
+		}
+		done = append(done, f)
+	}
+	return &hdr, done, nil
 }
 
 // Encode returns the record's canonical bytes: indented JSON, files sorted

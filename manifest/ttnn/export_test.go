@@ -368,8 +368,13 @@ func TestExportOutputAndVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Export(context.Background(), c, m, Options{Out: out}); !errors.Is(err, ErrOutput) {
-		t.Fatalf("second export without overwrite: %v", err)
+	// The same export again keeps every file; a different one (another
+	// mesh) is refused without Overwrite.
+	if again, err := Export(context.Background(), c, m, Options{Out: out}); err != nil || again.Kept != 3 || again.Files != 3 {
+		t.Fatalf("the same export again: %v %+v", err, again)
+	}
+	if _, err := Export(context.Background(), c, m, Options{Out: out, Mesh: []uint32{1, 2}}); !errors.Is(err, ErrOutput) {
+		t.Fatalf("a different export without overwrite: %v", err)
 	}
 	if _, err := Export(context.Background(), c, m, Options{Out: out, Overwrite: true}); err != nil {
 		t.Fatal(err)
@@ -527,5 +532,63 @@ func TestExportOverwriteRemovesStale(t *testing.T) {
 	rep, err := VerifyExport(context.Background(), out, VerifyOptions{Checkpoint: c})
 	if err != nil || !rep.OK || rep.Files != 1 || !slices.Equal(rep.Unlisted, []string{filepath.Base(unrelated)}) {
 		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}
+
+// TestExportResumes: an interrupted export leaves its finished files and a
+// journal naming them; the same export then resumes, keeps them and
+// writes the same bytes as an uninterrupted one; an identical re-export
+// keeps every file and writes nothing.
+func TestExportResumes(t *testing.T) {
+	c := demoCheckpoint(t)
+	m := exampleMap(t)
+	ref := t.TempDir()
+	full, err := Export(context.Background(), c, m, Options{Out: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Files < 4 {
+		t.Fatalf("the example map exports %d files; the test needs a few", full.Files)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopAt := full.Files / 2
+	_, err = Export(ctx, c, m, Options{Out: out, Progress: func(done, total int, file string) {
+		if done == stopAt {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted export: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, RecordName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an interrupted export left a record: %v", err)
+	}
+	res, err := Export(context.Background(), c, m, Options{Out: out})
+	if err != nil {
+		t.Fatalf("resumed export: %v", err)
+	}
+	if res.Kept != stopAt || res.Files != full.Files {
+		t.Errorf("resumed export kept %d of %d files, want %d", res.Kept, res.Files, stopAt)
+	}
+	want, _ := os.ReadFile(filepath.Join(ref, RecordName))
+	got, _ := os.ReadFile(filepath.Join(out, RecordName))
+	if !bytes.Equal(got, want) {
+		t.Errorf("the resumed export's record differs from an uninterrupted one's")
+	}
+	if _, err := os.Stat(filepath.Join(out, JournalName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the finished export left its journal: %v", err)
+	}
+	rep, err := VerifyExport(context.Background(), out, VerifyOptions{Checkpoint: c})
+	if err != nil || !rep.OK || len(rep.Unlisted) != 0 {
+		t.Fatalf("verify the resumed export: %v %+v", err, rep)
+	}
+	fi, _ := os.Stat(filepath.Join(out, RecordName))
+	again, err := Export(context.Background(), c, m, Options{Out: out})
+	if err != nil || again.Kept != again.Files {
+		t.Fatalf("identical re-export: %v %+v", err, again)
+	}
+	if fi2, _ := os.Stat(filepath.Join(out, RecordName)); !fi2.ModTime().Equal(fi.ModTime()) {
+		t.Error("an identical re-export rewrote the record")
 	}
 }

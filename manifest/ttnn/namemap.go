@@ -3,12 +3,16 @@ package ttnn
 import (
 	"bytes"
 	"crypto/sha256"
+	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -167,6 +171,49 @@ func LoadNameMap(path string) (*NameMap, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, nil
+}
+
+// builtinMaps are the name maps built into the binary: names/*.json,
+// each by its file name without ".json".
+//
+//go:embed names/*.json
+var builtinMaps embed.FS
+
+// BuiltinNameMaps lists the names of the built-in name maps.
+func BuiltinNameMaps() []string {
+	ents, _ := fs.ReadDir(builtinMaps, "names")
+	var out []string
+	for _, e := range ents {
+		out = append(out, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ErrUnknownNameMap is wrapped when a name map is neither a built-in name
+// nor a file.
+var ErrUnknownNameMap = errors.New("no such name map")
+
+// OpenNameMap returns the built-in map of that name, or else reads the
+// name map file at that path. A value that names neither (and does not
+// look like a path: no separator, no .json) is an ErrUnknownNameMap error
+// listing the built-in maps.
+func OpenNameMap(nameOrPath string) (*NameMap, error) {
+	if slices.Contains(BuiltinNameMaps(), nameOrPath) {
+		data, err := builtinMaps.ReadFile(path.Join("names", nameOrPath+".json"))
+		if err != nil {
+			return nil, err
+		}
+		m, err := ParseNameMap(data)
+		if err != nil {
+			return nil, fmt.Errorf("built-in name map %s: %w", nameOrPath, err)
+		}
+		return m, nil
+	}
+	if _, err := os.Stat(nameOrPath); errors.Is(err, os.ErrNotExist) && !strings.ContainsRune(nameOrPath, os.PathSeparator) && !strings.HasSuffix(nameOrPath, ".json") {
+		return nil, fmt.Errorf("%w %q: give a built-in map (%s) or a name map file", ErrUnknownNameMap, nameOrPath, strings.Join(BuiltinNameMaps(), ", "))
+	}
+	return LoadNameMap(nameOrPath)
 }
 
 // SHA256 returns the sha256 of the map's bytes as parsed.
