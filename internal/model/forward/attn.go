@@ -67,19 +67,11 @@ func (l *Layer) attention(b *Batch, h []float32, emit func(Site, []float32, int)
 	nh, nkv, hd := cfg.Heads, cfg.KVHeads, cfg.HeadDim
 	qw, kw := nh*hd, nkv*hd
 	P := 2*qw + 2*kw
-	proj := make([]float32, n*P)
-	pin, err := l.product(RoleAttnIn, -1, w.In, P, H, l.attnInRows())
+	proj, err := l.project(RoleAttnIn, w.In, P, h, n, l.attnInRows())
 	if err != nil {
 		return nil, err
 	}
-	if err := ffn.Mul(pin, proj, P, h, n, H, w.In, P); err != nil {
-		return nil, err
-	}
-
-	offs := make([]int, len(b.Lens)+1)
-	for s, ln := range b.Lens {
-		offs[s+1] = offs[s] + ln
-	}
+	offs := b.offsets()
 	q := make([]float32, n*qw)
 	gate := make([]float32, n*qw)
 	var kLocal, vLocal []float32

@@ -31,6 +31,16 @@ func (b *Batch) Rows() int {
 	return n
 }
 
+// offsets returns the first row of every sequence, and the row count last:
+// sequence s is rows offsets()[s] to offsets()[s+1].
+func (b *Batch) offsets() []int {
+	offs := make([]int, len(b.Lens)+1)
+	for s, ln := range b.Lens {
+		offs[s+1] = offs[s] + ln
+	}
+	return offs
+}
+
 func (b *Batch) check(h int) error {
 	for s, l := range b.Lens {
 		if l < 0 {

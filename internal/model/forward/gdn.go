@@ -32,19 +32,11 @@ func (l *Layer) deltaNet(b *Batch, h []float32, emit func(Site, []float32, int) 
 	K := cfg.ConvKernel
 	r := nv / nk
 	P := cd + vd + 2*nv
-	proj := make([]float32, n*P)
-	pin, err := l.product(RoleGDNIn, -1, w.In, P, H, l.gdnInRows())
+	proj, err := l.project(RoleGDNIn, w.In, P, h, n, l.gdnInRows())
 	if err != nil {
 		return nil, err
 	}
-	if err := ffn.Mul(pin, proj, P, h, n, H, w.In, P); err != nil {
-		return nil, err
-	}
-
-	offs := make([]int, len(b.Lens)+1)
-	for s, ln := range b.Lens {
-		offs[s+1] = offs[s] + ln
-	}
+	offs := b.offsets()
 	// Convolution, SiLU, L2 norms and gates, one sequence per task.
 	u := make([]float32, n*cd)
 	beta := make([]float32, n*nv)

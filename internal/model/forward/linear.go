@@ -205,3 +205,18 @@ func (l *Layer) swigluProducts(roles [3]LinearRole, expert int, gate, up, down [
 	}
 	return &p, nil
 }
+
+// project returns the n×P projection h·wᵀ of the normed rows h (n×Hidden)
+// with the layer's product for role (float32 without Linears).
+func (l *Layer) project(role LinearRole, w []float32, P int, h []float32, n int, rows []RowRange) ([]float32, error) {
+	H := l.cfg.Hidden
+	p, err := l.product(role, -1, w, P, H, rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, n*P)
+	if err := ffn.Mul(p, out, P, h, n, H, w, P); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
