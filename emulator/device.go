@@ -151,24 +151,6 @@ func NewDeviceWeightsBFP(f bfp.Format, t bfp.Tile, packed []byte, rows, cols int
 	return NewDeviceWeights(w, rows, cols)
 }
 
-// NewDeviceWeightsStored prepares a stored 2-D weight tensor W [out, in]
-// (BFP8_b, BFP4_b or BF16, in either stored orientation; see
-// EmulatedDecode).
-func NewDeviceWeightsStored(st *StoredTensor) (*DeviceWeights, error) {
-	if len(st.Layout.Shape) != 2 {
-		return nil, fmt.Errorf("emulator: tensor %q has shape %v; a matmul weight must be [out, in]", st.Name, st.Layout.Shape)
-	}
-	w, err := EmulatedDecode(st)
-	if err != nil {
-		return nil, err
-	}
-	d, err := NewDeviceWeights(w, int(st.Layout.Shape[0]), int(st.Layout.Shape[1]))
-	if err != nil {
-		return nil, fmt.Errorf("tensor %q: %w", st.Name, err)
-	}
-	return d, nil
-}
-
 // ActivationFormat is how float32 activations reach SrcB.
 type ActivationFormat int
 

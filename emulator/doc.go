@@ -54,9 +54,8 @@
 //
 // The metrics are those of package emulator/eval. CompareToken computes, for one position, KL(ref‖cand), both arg-maxes and
 // both runs' negative log-likelihood of a target token, in float64 with
-// log-sum-exp. QualityAccumulator aggregates per corpus label and overall,
-// and CompareLogits streams two [tokens, vocab] logits sources (for example
-// SafetensorsLogits) in bounded memory and returns the table rows: tokens,
+// log-sum-exp. CompareLogits streams two [tokens, vocab] logits sources (for example
+// SafetensorsLogits) in bounded memory and returns the table rows per corpus label and overall: tokens,
 // PPL of each run, ΔPPL %, top-1 agreement and mean KL. Results are
 // deterministic: tokens are accumulated in order whatever the parallelism.
 package emulator

@@ -410,5 +410,3 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	}
 	return &m, nil
 }
-
-func intPtr(v int) *int { return &v }

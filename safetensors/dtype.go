@@ -48,15 +48,6 @@ var dtypeBits = [numDTypes + 1]int{
 	F32: 32, C64: 64, F64: 64, I64: 64, U64: 64,
 }
 
-// DTypes returns all valid dtypes in declaration order.
-func DTypes() []DType {
-	out := make([]DType, 0, numDTypes)
-	for d := BOOL; d <= U64; d++ {
-		out = append(out, d)
-	}
-	return out
-}
-
 // Valid reports whether d is one of the 22 dtypes.
 func (d DType) Valid() bool { return d >= BOOL && d <= U64 }
 

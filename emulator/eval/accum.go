@@ -180,9 +180,6 @@ func NewAccumulator(k int, all string) (*Accumulator, error) {
 // Candidates returns the number of candidates.
 func (a *Accumulator) Candidates() int { return a.k }
 
-// AllLabel returns the corpus name of the row covering every position.
-func (a *Accumulator) AllLabel() string { return a.all }
-
 // SetOrder fixes the order of the corpus rows: the labels given come first,
 // in that order (whether or not any position carries them), then any other
 // label in sorted order. Without it every row is sorted by label.

@@ -233,12 +233,6 @@ func SymmetrizeLower64(n int, c []float64, ldc int) {
 	symmetrize(n, c, ldc)
 }
 
-// SymmetrizeLower32 is SymmetrizeLower64 for float32.
-func SymmetrizeLower32(n int, c []float32, ldc int) {
-	checkMatrix("SymmetrizeLower32", "C", n, n, ldc, len(c))
-	symmetrize(n, c, ldc)
-}
-
 func symmetrize[T float32 | float64](n int, c []T, ldc int) {
 	// Blocked transpose copy to stay cache friendly for large n.
 	const bs = 64

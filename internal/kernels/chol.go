@@ -72,17 +72,6 @@ func dot[T float32 | float64](x, y []T) T {
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
 }
 
-// axpy computes y[i] += T(c·x[i]) for i < len(x) (assembly where
-// available; elementwise, so any vector width gives the same bits).
-func axpy[T float32 | float64](c T, x, y []T) {
-	switch xs := any(x).(type) {
-	case []float64:
-		axpy64(float64(c), xs, any(y).([]float64))
-	case []float32:
-		axpy32(float32(c), xs, any(y).([]float32))
-	}
-}
-
 // sqrtT is the correctly rounded square root in T (for float32, rounding
 // the float64 square root again is exact: 53 ≥ 2·24+2).
 func sqrtT[T float32 | float64](x T) T { return T(math.Sqrt(float64(x))) }

@@ -181,23 +181,6 @@ func sourceOf(e manifest.TensorEntry) RecordSource {
 		Shape: slices.Clone(e.Shape), Orientation: e.Orientation}
 }
 
-// Plan resolves the name map against a checkpoint's tensors: which files
-// an export writes, with their specs. Every problem is reported (joined)
-// before anything is written: a tensor no rule matches, a rule that matches
-// no tensor, two tensors for one file, a stored format or dtype ttnn lacks,
-// a shape ttnn cannot lay out as asked, a stack with a gap.
-func Plan(c *manifest.Checkpoint, m *NameMap, mem MemoryConfig) ([]RecordFile, error) {
-	files, err := plan(c.Names(), c.TensorInfo, m, mem)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RecordFile, len(files))
-	for i, f := range files {
-		out[i] = f.rec
-	}
-	return out, nil
-}
-
 type member struct {
 	index int
 	entry manifest.TensorEntry

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 
 	"github.com/ttquant/ttquant/bfp"
@@ -398,22 +397,6 @@ func ReadHeaderRaw(r io.ReaderAt, size int64) (*File, error) {
 	}
 	f.PayloadSize, _ = f.Spec.PayloadSize()
 	return f, nil
-}
-
-// ReadBuffer returns shard i's buffer.
-func (f *File) ReadBuffer(r io.ReaderAt, i int) ([]byte, error) {
-	if i < 0 || i >= len(f.Shards) {
-		return nil, fmt.Errorf("ttnn: shard %d of %d", i, len(f.Shards))
-	}
-	s := f.Shards[i]
-	if s.Size > math.MaxInt {
-		return nil, fmt.Errorf("%w: shard of %d bytes", ErrShape, s.Size)
-	}
-	buf := make([]byte, s.Size)
-	if _, err := r.ReadAt(buf, f.DataStart+int64(s.Offset)); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 // Parse reads a whole tensor file held in memory and returns its header and

@@ -39,21 +39,6 @@ func byteLevel(raw string) string {
 	return string(buf)
 }
 
-// unByteLevel returns the bytes a token stands for: the inverse byte map of
-// its symbols, or, when a symbol is outside the byte-level alphabet, the
-// token's own UTF-8 bytes (as the Hugging Face ByteLevel decoder does).
-func unByteLevel(tok string) []byte {
-	out := make([]byte, 0, len(tok))
-	for _, r := range tok {
-		b, ok := runeByte[r]
-		if !ok {
-			return []byte(tok)
-		}
-		out = append(out, b)
-	}
-	return out
-}
-
 func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
 
 // merge is the value of a merge rule: its rank and the id of the merged token.
@@ -274,15 +259,4 @@ func (c *pieceCache) put(piece string, h uint64, ids []int) *cacheEntry {
 	}
 	c.slots[i].Store(e)
 	return e
-}
-
-// len returns the number of occupied slots.
-func (c *pieceCache) len() int {
-	n := 0
-	for i := range c.slots {
-		if c.slots[i].Load() != nil {
-			n++
-		}
-	}
-	return n
 }
