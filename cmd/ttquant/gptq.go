@@ -164,6 +164,7 @@ func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 		fmt.Fprintf(e.stdout, "  fits             %d matrices fitted to the source model's outputs\n", sq.Fits)
 		fmt.Fprintf(e.stdout, "  scratch disk     %s in the output directory's bookkeeping (two layers' residual streams), besides the %s written\n", humanBytes(sq.ScratchBytes), humanBytes(w.OutputBytes))
 	}
+	printShards(e, w.Shards)
 }
 
 func sortedKeys(m map[string]int) []string {

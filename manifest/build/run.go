@@ -239,27 +239,46 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		return nil, err
 	}
 	fp := b.fingerprint(si)
-	recs, err := b.prepareDir(fp)
-	if err != nil {
+	var recs map[string]*fileRecord
+	if b.sharded() {
+		if err := b.assignShard(); err != nil {
+			return nil, err
+		}
+		var finished bool
+		if recs, finished, err = b.prepareShard(fp); err != nil {
+			return nil, err
+		}
+		if finished {
+			return &BuildResult{Dir: b.opt.Out, AlreadyComplete: true}, nil
+		}
+	} else if recs, err = b.prepareDir(fp); err != nil {
 		return nil, err
 	}
 	out := b.opt.Out
 
 	var total int64
-	for _, j := range b.jobs {
-		total += j.bytes
+	mine := 0
+	for i, j := range b.jobs {
+		if b.owns(i) {
+			total += j.bytes
+			mine++
+		}
 	}
-	b.progress(ProgressEvent{Kind: "start", FilesTotal: len(b.jobs), BytesTotal: total})
+	b.progress(ProgressEvent{Kind: "start", FilesTotal: mine, BytesTotal: total})
 
-	files, err := b.copyConfigs(configs)
+	// The workers of a split build all record the config files; the first
+	// writes them.
+	files, err := b.copyConfigs(configs, !b.sharded() || b.opt.Shard.Index == 0)
 	if err != nil {
 		return nil, err
 	}
 
 	// Per layer, the number of files still to finish, for "layer" events.
 	left := map[int]int{}
-	for _, j := range b.jobs {
-		left[j.layer]++
+	for i, j := range b.jobs {
+		if b.owns(i) {
+			left[j.layer]++
+		}
 	}
 	results := make([]*fileRecord, len(b.jobs))
 	var mu sync.Mutex
@@ -273,7 +292,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		if wasKept {
 			kept++
 		}
-		ev := ProgressEvent{Kind: "file", File: j.file, Layer: j.layer, Kept: wasKept, FilesDone: filesDone, FilesTotal: len(b.jobs), BytesDone: bytesDone, BytesTotal: total, Elapsed: time.Since(start)}
+		ev := ProgressEvent{Kind: "file", File: j.file, Layer: j.layer, Kept: wasKept, FilesDone: filesDone, FilesTotal: mine, BytesDone: bytesDone, BytesTotal: total, Elapsed: time.Since(start)}
 		b.progress(ev)
 		left[j.layer]--
 		if left[j.layer] == 0 && j.layer >= 0 {
@@ -311,6 +330,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	layerJobs := map[int][]int{}
 	var plain []int
 	for i, j := range b.jobs {
+		if !b.owns(i) {
+			continue
+		}
 		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
 			layerJobs[j.layer] = append(layerJobs[j.layer], i)
 		} else {
@@ -363,6 +385,13 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		}
 	}
 
+	if b.sharded() {
+		if err := b.finishShard(fp, b.head(si, files), results, layerOut); err != nil {
+			return nil, err
+		}
+		b.progress(ProgressEvent{Kind: "done", FilesDone: mine, FilesTotal: mine, BytesDone: total, BytesTotal: total, Elapsed: time.Since(start)})
+		return &BuildResult{Dir: out, Files: mine, Kept: kept, AlreadyComplete: kept == mine && mine > 0}, nil
+	}
 	m, data, sums, dataBytes, err := b.writeManifest(ctx, si, results, layerOut, files)
 	if err != nil {
 		return nil, err
@@ -805,7 +834,7 @@ func planSHA256(pi manifest.PlanInfo) string {
 
 // copyConfigs copies the config and tokenizer files into the output
 // directory.
-func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
+func (b *builder) copyConfigs(configs []string, write bool) ([]manifest.FileEntry, error) {
 	var files []manifest.FileEntry
 	for _, c := range configs {
 		data, err := os.ReadFile(c)
@@ -813,13 +842,43 @@ func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
 			return nil, err
 		}
 		name := filepath.Base(c)
-		sum, err := atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data)
-		if err != nil {
-			return nil, err
+		sum := manifest.SHA256Hex(data)
+		if write {
+			if sum, err = atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data); err != nil {
+				return nil, err
+			}
 		}
 		files = append(files, manifest.FileEntry{Name: name, Role: manifest.FileConfig, Size: int64(len(data)), SHA256: sum})
 	}
 	return files, nil
+}
+
+// manifestHead is everything of a manifest that is not a data file: what
+// a build and the assembly of a split build (Assemble) both write.
+type manifestHead struct {
+	Tool        manifest.ToolInfo    `json:"tool"`
+	Source      manifest.SourceInfo  `json:"source"`
+	Plan        manifest.PlanInfo    `json:"plan"`
+	Layout      manifest.LayoutInfo  `json:"layout"`
+	Command     string               `json:"command"`
+	Options     manifest.BuildParams `json:"options"`
+	Calibration *manifest.CalibInfo  `json:"calibration,omitempty"`
+	Parent      string               `json:"parent,omitempty"`
+	Configs     []manifest.FileEntry `json:"configs"`
+}
+
+func (b *builder) head(si manifest.SourceInfo, configs []manifest.FileEntry) manifestHead {
+	return manifestHead{
+		Tool:        ToolVersion,
+		Source:      si,
+		Plan:        planInfo(b.opt.Plan),
+		Layout:      manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
+		Command:     b.command(),
+		Options:     b.params,
+		Calibration: b.calib,
+		Parent:      b.opt.Parent,
+		Configs:     configs,
+	}
 }
 
 // writeManifest assembles the manifest from the finished files, writes
@@ -827,19 +886,24 @@ func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
 // the unfinished build. It returns the manifest, its bytes, the checksum
 // list and the data files' total size.
 func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, results []*fileRecord, layerOut []manifest.LayerStats, files []manifest.FileEntry) (*manifest.Manifest, []byte, []byte, int64, error) {
-	out := b.opt.Out
+	return writeManifest(ctx, b.opt.Out, b.head(si, files), results, layerOut)
+}
+
+// writeManifest writes the manifest of out from its head, the records of
+// its data files in layout order and the GPTQ layers' statistics.
+func writeManifest(ctx context.Context, out string, h manifestHead, results []*fileRecord, layerOut []manifest.LayerStats) (*manifest.Manifest, []byte, []byte, int64, error) {
 	m := &manifest.Manifest{
 		FormatVersion: manifest.FormatVersion,
 		Format:        manifest.FormatName,
-		Tool:          ToolVersion,
-		Source:        si,
-		Plan:          planInfo(b.opt.Plan),
-		Layout:        manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
+		Tool:          h.Tool,
+		Source:        h.Source,
+		Plan:          h.Plan,
+		Layout:        h.Layout,
 		TTQuant: manifest.TTQuantSection{
-			Command:     b.command(),
-			Options:     b.params,
-			Calibration: b.calib,
-			Parent:      b.opt.Parent,
+			Command:     h.Command,
+			Options:     h.Options,
+			Calibration: h.Calibration,
+			Parent:      h.Parent,
 		},
 	}
 	var dataBytes int64
@@ -856,7 +920,7 @@ func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, res
 		}
 	}
 	sort.Strings(m.TTQuant.NonFinite)
-	m.Files = append(m.Files, files...)
+	m.Files = append(m.Files, h.Configs...)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, nil, 0, err
 	}
