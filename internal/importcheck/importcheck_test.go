@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
 	"manifest/ttnn":        {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	"emulator/eval":        {},

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -510,10 +509,10 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 		if first.Build.Tool != r.Build.Tool {
 			d = append(d, fmt.Sprintf("tool (%s %s, now %s %s)", first.Build.Tool.Name, first.Build.Tool.Version, r.Build.Tool.Name, r.Build.Tool.Version))
 		}
-		if len(d) == 0 && !reflect.DeepEqual(first.Head, r.Head) {
+		if len(d) == 0 && !sameJSON(first.Head, r.Head) {
 			d = append(d, "source, plan or calibration description")
 		}
-		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !reflect.DeepEqual(first.Planned, r.Planned)) {
+		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !sameJSON(first.Planned, r.Planned)) {
 			d = append(d, "partition of the units")
 		}
 		if len(d) > 0 {
@@ -573,6 +572,14 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 		Bytes:    dataBytes + int64(len(sums)) + int64(len(data)) + configBytes(first.Head.Configs),
 		Manifest: m, NonFinite: m.TTQuant.NonFinite,
 	}, nil
+}
+
+// sameJSON reports whether a and b encode the same (embedded JSON, such as
+// a store's text provenance, compacted).
+func sameJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
 }
 
 // ErrUnitDamaged is wrapped by Assemble's refusal of a file whose size or
