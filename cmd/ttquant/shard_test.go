@@ -296,7 +296,9 @@ func TestShardWorkerKilledMidUnit(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "split")
-			at := func(i int) []string { return append(slices.Clone(args), "--out", dir, "--shard", fmt.Sprintf("%d/3", i)) }
+			at := func(i int) []string {
+				return append(slices.Clone(args), "--out", dir, "--shard", fmt.Sprintf("%d/3", i))
+			}
 			for _, i := range []int{0, 2} {
 				if code, out, errs := runCLI(t, at(i)...); code != exitOK {
 					t.Fatalf("worker %d/3: status %d\n%s\n%s", i, code, out, errs)
