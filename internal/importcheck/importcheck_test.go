@@ -89,7 +89,7 @@ var allowedInTests = map[string][]string{
 	"manifest/ttnn":          {"manifest/plan", "manifest/build"},
 	"internal/testmodel":     {},
 	"internal/model/forward": {"internal/testmodel"},
-	"internal/shard":         {"internal/slurmtest"},
+	"cmd/ttquant":            {"internal/slurmtest"},
 	// The harness's tests build native checkpoints of the fixtures.
 	"emulator/eval/harness": {"manifest", "manifest/build", "manifest/plan"},
 }
