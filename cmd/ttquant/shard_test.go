@@ -258,6 +258,34 @@ func TestAssembleRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"layer 1 expert group 2", "experts-l001-gate_up-g002.safetensors", "1000 bytes", "truncated"}, exitVerifyKO},
+		{"truncated part of a dense shard", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, manifest.PartialDir, "parts", "model.language_model.layers.0.linear_attn.out_proj.weight")
+			if err := os.Truncate(p, 10); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"dense shard dense-00001-of-00001.safetensors layer 0", "out_proj", "10 bytes", "truncated"}, exitVerifyKO},
+		{"missing part of a dense shard", func(t *testing.T, dir string) {
+			for i := range 3 {
+				data, _ := os.ReadFile(shardRecordPath(dir, i))
+				var r map[string]json.RawMessage
+				json.Unmarshal(data, &r)
+				var parts []map[string]json.RawMessage
+				json.Unmarshal(r["parts"], &parts)
+				n := len(parts)
+				parts = slices.DeleteFunc(parts, func(p map[string]json.RawMessage) bool {
+					return string(p["tensor"]) == `"model.language_model.embed_tokens.weight"`
+				})
+				if len(parts) < n {
+					r["parts"], _ = json.Marshal(parts)
+					data, _ = json.Marshal(r)
+					if err := os.WriteFile(shardRecordPath(dir, i), data, 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+			}
+			t.Fatal("no worker produced model.language_model.embed_tokens.weight")
+		}, []string{"unit dense shard dense-00001-of-00001.safetensors tensor model.language_model.embed_tokens.weight", "is missing"}, exitError},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -265,6 +265,7 @@ type builder struct {
 	unitOwner    []int
 	owned        map[int]bool
 	layerExperts map[int][]int
+	ownedParts   []*storedTensor
 	shardWork    *ShardWork
 }
 

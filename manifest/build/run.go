@@ -386,7 +386,11 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 
 	if b.sharded() {
-		if err := b.finishShard(fp, b.head(si, files), results, layerOut); err != nil {
+		parts, err := b.writeParts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.finishShard(fp, b.head(si, files), results, parts, layerOut); err != nil {
 			return nil, err
 		}
 		b.progress(ProgressEvent{Kind: "done", FilesDone: mine, FilesTotal: mine, BytesDone: total, BytesTotal: total, Elapsed: time.Since(start)})
@@ -534,16 +538,7 @@ func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
 // writeJobWith writes one output file with the given producer and records
 // it in the bookkeeping directory.
 func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*fileRecord, error) {
-	hts := make([]manifest.HeaderTensor, len(j.tensors))
-	for i, st := range j.tensors {
-		shape := st.shape
-		if st.isBFP {
-			shape = []int64{st.outSize}
-		}
-		hts[i] = manifest.HeaderTensor{Name: st.name, DType: st.outDType, Shape: shape, Size: st.outSize}
-	}
-	md := map[string]string{"format": "ttquant-native"}
-	header, offs, err := manifest.EncodeSTHeader(hts, md)
+	header, offs, err := jobHeader(j)
 	if err != nil {
 		return nil, err
 	}
@@ -599,6 +594,20 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 	}
 	r.File = fe
 	return r, nil
+}
+
+// jobHeader returns the safetensors header of a job's file and its
+// tensors' data offsets.
+func jobHeader(j *job) ([]byte, []int64, error) {
+	hts := make([]manifest.HeaderTensor, len(j.tensors))
+	for i, st := range j.tensors {
+		shape := st.shape
+		if st.isBFP {
+			shape = []int64{st.outSize}
+		}
+		hts[i] = manifest.HeaderTensor{Name: st.name, DType: st.outDType, Shape: shape, Size: st.outSize}
+	}
+	return manifest.EncodeSTHeader(hts, map[string]string{"format": "ttquant-native"})
 }
 
 // entryOf fills the descriptive fields of a tensor entry.

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
@@ -31,8 +32,14 @@ import (
 //     Hessian comes from its expert's quantized gate and up). With held-out
 //     statistics the whole layer is one unit, since its held-out block
 //     error sums every expert's output;
-//   - every other output file on its own (dense shards, expert files
-//     rounded to nearest).
+//   - the tensors of one layer in one dense shard, and every tensor of a
+//     dense shard outside the layers on its own: a dense shard holds a
+//     little of every layer (its GPTQ'd shared experts and attention), too
+//     much for one unit. The worker writes each such tensor's bytes as a
+//     part in the bookkeeping directory, and Assemble writes the dense
+//     shard from its header and its parts, verified;
+//   - every other output file on its own (expert files rounded to
+//     nearest).
 //
 // The costs are the dry run's kernel-time estimators (package kernels) at
 // the fixed rates of kernels.NominalReport, plus the bytes read at a fixed
@@ -53,14 +60,57 @@ type shardUnit struct {
 	jobs    []int // indices into builder.jobs, ascending
 	layer   int   // the MoE layer whose GPTQ driver produces it (-1: none)
 	experts []int // the routed experts it holds (layer >= 0)
-	cost    float64
+	// parts, for a unit of a dense shard's tensors (jobs holds the one
+	// shard), are its tensors.
+	parts []*storedTensor
+	cost  float64
+}
+
+// tensors returns the tensors a unit produces.
+func (b *builder) unitTensors(u *shardUnit) []*storedTensor {
+	if u.parts != nil {
+		return u.parts
+	}
+	var ts []*storedTensor
+	for _, i := range u.jobs {
+		ts = append(ts, b.jobs[i].tensors...)
+	}
+	return ts
 }
 
 // unitRef is a unit as a shard record lists it.
 type unitRef struct {
-	Name   string   `json:"name"`
-	Files  []string `json:"files"`
-	Worker int      `json:"worker"`
+	Name    string   `json:"name"`
+	Files   []string `json:"files"`
+	Tensors []string `json:"tensors,omitempty"` // a dense shard's unit
+	Worker  int      `json:"worker"`
+}
+
+// splitFile is a dense shard of a split build, which Assemble writes from
+// its parts: its name, role and layer, its header, and its tensors in
+// order.
+type splitFile struct {
+	Name    string   `json:"name"`
+	Role    string   `json:"role"`
+	Layer   *int     `json:"layer,omitempty"`
+	Header  []byte   `json:"header"`
+	Tensors []string `json:"tensors"`
+	Offsets []int64  `json:"offsets"`
+}
+
+// partRecord is one finished tensor of a dense shard: its entry (without
+// the file position) and statistics, and the size and sha256 of its part
+// file.
+type partRecord struct {
+	Tensor string                `json:"tensor"`
+	Entry  manifest.TensorEntry  `json:"entry"`
+	Matrix *manifest.MatrixStats `json:"matrix,omitempty"`
+	Size   int64                 `json:"size"`
+	SHA256 string                `json:"sha256"`
+}
+
+func partPath(out, tensor string) string {
+	return filepath.Join(out, manifest.PartialDir, "parts", tensor)
 }
 
 // shardRecord is what one worker of a split build leaves in the
@@ -83,6 +133,10 @@ type shardRecord struct {
 	// GPTQ layers' statistics (the starved experts among its experts).
 	Records []*fileRecord         `json:"records,omitempty"`
 	Layers  []manifest.LayerStats `json:"layers,omitempty"`
+	// Split lists the dense shards Assemble writes from parts (the same in
+	// every record); Parts are this worker's.
+	Split []splitFile    `json:"split,omitempty"`
+	Parts []*partRecord `json:"parts,omitempty"`
 }
 
 func shardRecordName(s shard.Spec) string {
@@ -123,6 +177,22 @@ func (b *builder) shardUnits() []shardUnit {
 			}
 			continue
 		}
+		if j.role == manifest.FileDense {
+			byLayer := map[int]int{}
+			for _, st := range j.tensors {
+				if k, ok := byLayer[st.layer]; ok && st.layer >= 0 {
+					units[k].parts = append(units[k].parts, st)
+					continue
+				}
+				name := fmt.Sprintf("dense shard %s tensor %s", j.file, st.name)
+				if st.layer >= 0 {
+					name = fmt.Sprintf("dense shard %s layer %d", j.file, st.layer)
+					byLayer[st.layer] = len(units)
+				}
+				units = append(units, shardUnit{name: name, jobs: []int{i}, layer: -1, parts: []*storedTensor{st}})
+			}
+			continue
+		}
 		units = append(units, shardUnit{name: "file " + j.file, jobs: []int{i}, layer: -1})
 	}
 	for k := range units {
@@ -137,16 +207,14 @@ func (b *builder) unitCost(u *shardUnit) float64 {
 	rep := kernels.NominalReport()
 	var c float64
 	var gu *storedTensor
-	for _, i := range u.jobs {
-		for _, st := range b.jobs[i].tensors {
-			c += float64(st.srcLen) / nominalBytesPerSecond
-			if model.Role(st.role) == model.RoleExpertGateUp && gu == nil {
-				gu = st
-			}
-			if u.layer < 0 && st.method == manifest.MethodGPTQ && len(st.shape) == 2 {
-				_, rows, cols := manifest.MatDims(st.shape)
-				c += rep.HessianSeconds(assumedCalibTokens, cols) + rep.GPTQSolveSeconds(rows, cols, b.gopt.BlockSize)
-			}
+	for _, st := range b.unitTensors(u) {
+		c += float64(st.srcLen) / nominalBytesPerSecond
+		if model.Role(st.role) == model.RoleExpertGateUp && gu == nil {
+			gu = st
+		}
+		if u.layer < 0 && st.method == manifest.MethodGPTQ && len(st.shape) == 2 {
+			_, rows, cols := manifest.MatDims(st.shape)
+			c += rep.HessianSeconds(assumedCalibTokens, cols) + rep.GPTQSolveSeconds(rows, cols, b.gopt.BlockSize)
 		}
 	}
 	if u.layer >= 0 && gu != nil && len(gu.shape) == 2 && b.modelCfg != nil && b.modelCfg.MoE().Experts > 0 {
@@ -223,6 +291,10 @@ func (b *builder) assignShard() error {
 	b.layerExperts = map[int][]int{}
 	for _, k := range asg[b.opt.Shard.Index] {
 		u := units[k]
+		if u.parts != nil {
+			b.ownedParts = append(b.ownedParts, u.parts...)
+			continue
+		}
 		for _, i := range u.jobs {
 			b.owned[i] = true
 		}
@@ -384,20 +456,65 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 	for l := range b.layerExperts {
 		os.Remove(b.layerRecord(l) + manifest.PartialSuffix)
 	}
+	for _, st := range b.ownedParts {
+		os.Remove(partPath(out, st.name) + manifest.PartialSuffix)
+		os.Remove(partPath(out, st.name) + ".json" + manifest.PartialSuffix)
+	}
 	if err := writeJSONAtomic(rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
 		return nil, false, err
 	}
 	return recs, false, nil
 }
 
+// writeParts produces this worker's tensors of dense shards as part files
+// (keeping those an earlier run finished, when their hashes check) and
+// returns their records.
+func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
+	recs := make([]*partRecord, len(b.ownedParts))
+	err := par.For(ctx, len(b.ownedParts), b.opt.Workers, func(k int) error {
+		st := b.ownedParts[k]
+		p := partPath(b.opt.Out, st.name)
+		if data, err := os.ReadFile(p + ".json"); err == nil {
+			var r partRecord
+			if json.Unmarshal(data, &r) == nil && r.Tensor == st.name && (r.Entry.Finite || b.opt.AllowNonFinite) {
+				if n, sum, err := manifest.HashFileContext(ctx, p); err == nil && n == r.Size && sum == r.SHA256 {
+					recs[k] = &r
+					return nil
+				}
+			}
+		}
+		data, te, ms, err := b.produce(ctx, st)
+		if err != nil {
+			return fmt.Errorf("tensor %s (shape %v): %w", st.name, st.shape, err)
+		}
+		if int64(len(data)) != st.outSize {
+			return fmt.Errorf("tensor %s produced %d bytes, planned %d", st.name, len(data), st.outSize)
+		}
+		sum, err := atomicfile.WriteFile(p, data)
+		if err != nil {
+			return err
+		}
+		r := &partRecord{Tensor: st.name, Entry: te, Matrix: ms, Size: int64(len(data)), SHA256: sum}
+		if err := writeJSONAtomic(p+".json", r); err != nil {
+			return err
+		}
+		recs[k] = r
+		return nil
+	})
+	return recs, err
+}
+
 // finishShard writes this worker's final record.
-func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*fileRecord, layers []manifest.LayerStats) error {
+func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*fileRecord, parts []*partRecord, layers []manifest.LayerStats) error {
 	spec := b.opt.Shard
 	r := shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count, Done: true, Head: &head, Layers: layers}
 	for k, u := range b.units {
 		ref := unitRef{Name: u.name, Worker: b.unitOwner[k]}
 		for _, i := range u.jobs {
 			ref.Files = append(ref.Files, b.jobs[i].file)
+		}
+		for _, st := range u.parts {
+			ref.Tensors = append(ref.Tensors, st.name)
 		}
 		r.Planned = append(r.Planned, ref)
 	}
@@ -406,7 +523,22 @@ func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*file
 		if b.owned[i] {
 			r.Records = append(r.Records, results[i])
 		}
+		if j.role == manifest.FileDense {
+			header, offs, err := jobHeader(j)
+			if err != nil {
+				return err
+			}
+			sf := splitFile{Name: j.file, Role: j.role, Header: header, Offsets: offs}
+			if j.layer >= 0 {
+				sf.Layer = intPtr(j.layer)
+			}
+			for _, st := range j.tensors {
+				sf.Tensors = append(sf.Tensors, st.name)
+			}
+			r.Split = append(r.Split, sf)
+		}
 	}
+	r.Parts = parts
 	return writeJSONAtomic(filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
 }
 
@@ -520,13 +652,23 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 		}
 	}
 	unitOf := map[string]unitRef{}
+	partUnit := map[string]unitRef{}
 	for _, u := range first.Planned {
 		for _, f := range u.Files {
 			unitOf[f] = u
 		}
+		for _, tn := range u.Tensors {
+			partUnit[tn] = u
+		}
+	}
+	split := map[string]bool{}
+	for _, sf := range first.Split {
+		split[sf.Name] = true
 	}
 	have := map[string]*fileRecord{}
 	from := map[string]int{}
+	havePart := map[string]*partRecord{}
+	partFrom := map[string]int{}
 	for i := 0; i < n; i++ {
 		for _, fr := range byIndex[i].Records {
 			if fr == nil {
@@ -534,7 +676,7 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 			}
 			name := fr.File.Name
 			u, ok := unitOf[name]
-			if !ok {
+			if !ok || split[name] {
 				return nil, fmt.Errorf("%w: worker %d/%d produced %s, which is no file of this build (a unit of another plan?)", ErrAssemble, i, n, name)
 			}
 			if w, dup := from[name]; dup {
@@ -545,17 +687,68 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 			}
 			have[name], from[name] = fr, i
 		}
+		for _, pr := range byIndex[i].Parts {
+			if pr == nil {
+				return nil, fmt.Errorf("%w: worker %d/%d's record lists an empty part", ErrAssemble, i, n)
+			}
+			u, ok := partUnit[pr.Tensor]
+			if !ok {
+				return nil, fmt.Errorf("%w: worker %d/%d produced tensor %s, which no dense shard of this build holds (a unit of another plan?)", ErrAssemble, i, n, pr.Tensor)
+			}
+			if w, dup := partFrom[pr.Tensor]; dup {
+				return nil, fmt.Errorf("%w: unit %s (tensor %s) is produced by worker %d/%d and by worker %d/%d", ErrAssemble, u.Name, pr.Tensor, w, n, i, n)
+			}
+			if u.Worker != i {
+				return nil, fmt.Errorf("%w: unit %s (tensor %s) is in worker %d/%d's record, but the partition gives it to worker %d/%d", ErrAssemble, u.Name, pr.Tensor, i, n, u.Worker, n)
+			}
+			havePart[pr.Tensor], partFrom[pr.Tensor] = pr, i
+		}
 	}
 	results := make([]*fileRecord, len(first.Files))
 	for k, f := range first.Files {
+		if split[f] {
+			continue
+		}
 		if have[f] == nil {
 			u := unitOf[f]
 			return nil, fmt.Errorf("%w: unit %s (file %s, worker %d/%d) is missing", ErrAssemble, u.Name, f, u.Worker, n)
 		}
 		results[k] = have[f]
 	}
-	if err := verifyFiles(ctx, dir, results, first.Head.Configs, unitOf, opt.Workers); err != nil {
+	var check []manifest.FileEntry
+	for _, r := range results {
+		if r != nil {
+			check = append(check, r.File)
+		}
+	}
+	check = append(check, first.Head.Configs...)
+	for _, sf := range first.Split {
+		for _, tn := range sf.Tensors {
+			pr := havePart[tn]
+			if pr == nil {
+				u := partUnit[tn]
+				return nil, fmt.Errorf("%w: unit %s (tensor %s, worker %d/%d) is missing", ErrAssemble, u.Name, tn, u.Worker, n)
+			}
+			rel, _ := filepath.Rel(dir, partPath(dir, tn))
+			check = append(check, manifest.FileEntry{Name: rel, Size: pr.Size, SHA256: pr.SHA256})
+			unitOf[rel] = partUnit[tn]
+		}
+	}
+	if err := verifyFiles(ctx, dir, check, unitOf, opt.Workers); err != nil {
 		return nil, err
+	}
+	// Every check has passed: the dense shards are written from their
+	// parts, then the manifest.
+	fileIndex := map[string]int{}
+	for k, f := range first.Files {
+		fileIndex[f] = k
+	}
+	for _, sf := range first.Split {
+		r, err := writeSplitFile(dir, sf, havePart)
+		if err != nil {
+			return nil, err
+		}
+		results[fileIndex[sf.Name]] = r
 	}
 	var parts []manifest.LayerStats
 	for i := 0; i < n; i++ {
@@ -586,13 +779,9 @@ func sameJSON(a, b any) bool {
 // sha256 is not the one its worker recorded.
 var ErrUnitDamaged = errors.New("a file differs from its record")
 
-// verifyFiles hashes every data and config file against its record.
-func verifyFiles(ctx context.Context, dir string, results []*fileRecord, configs []manifest.FileEntry, unitOf map[string]unitRef, workers int) error {
-	want := make([]manifest.FileEntry, 0, len(results)+len(configs))
-	for _, r := range results {
-		want = append(want, r.File)
-	}
-	want = append(want, configs...)
+// verifyFiles hashes every file of want (data, config and part files)
+// against its record.
+func verifyFiles(ctx context.Context, dir string, want []manifest.FileEntry, unitOf map[string]unitRef, workers int) error {
 	errs := make([]error, len(want))
 	_ = par.For(ctx, len(want), workers, func(k int) error {
 		f := want[k]
@@ -620,6 +809,55 @@ func verifyFiles(ctx context.Context, dir string, results []*fileRecord, configs
 		}
 	}
 	return nil
+}
+
+// writeSplitFile writes a dense shard of a split build from its header and
+// its tensors' parts, and returns its record, the one the single process
+// writes.
+func writeSplitFile(dir string, sf splitFile, parts map[string]*partRecord) (*fileRecord, error) {
+	if len(sf.Offsets) != len(sf.Tensors) {
+		return nil, fmt.Errorf("%w: dense shard %s: %d offsets for %d tensors", ErrAssemble, sf.Name, len(sf.Offsets), len(sf.Tensors))
+	}
+	af, err := atomicfile.Create(filepath.Join(dir, sf.Name))
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			af.Abort()
+		}
+	}()
+	if _, err := af.Write(sf.Header); err != nil {
+		return nil, err
+	}
+	r := &fileRecord{}
+	for i, tn := range sf.Tensors {
+		pr := parts[tn]
+		data, err := os.ReadFile(partPath(dir, tn))
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) != pr.Size || manifest.SHA256Hex(data) != pr.SHA256 {
+			return nil, fmt.Errorf("%w: the part of tensor %s changed while assembling", ErrAssemble, tn)
+		}
+		if _, err := af.Write(data); err != nil {
+			return nil, err
+		}
+		te := pr.Entry
+		te.File, te.Offset, te.Length, te.SHA256 = sf.Name, sf.Offsets[i], pr.Size, pr.SHA256
+		r.Tensors = append(r.Tensors, te)
+		if pr.Matrix != nil {
+			r.Matrices = append(r.Matrices, *pr.Matrix)
+		}
+	}
+	n, sum, err := af.Commit()
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	r.File = manifest.FileEntry{Name: sf.Name, Role: sf.Role, Size: n, SHA256: sum, Layer: sf.Layer}
+	return r, nil
 }
 
 // joinLayerParts merges the workers' parts of the GPTQ layers' statistics:
