@@ -135,7 +135,7 @@ type shardRecord struct {
 	Layers  []manifest.LayerStats `json:"layers,omitempty"`
 	// Split lists the dense shards Assemble writes from parts (the same in
 	// every record); Parts are this worker's.
-	Split []splitFile    `json:"split,omitempty"`
+	Split []splitFile   `json:"split,omitempty"`
 	Parts []*partRecord `json:"parts,omitempty"`
 }
 
