@@ -46,8 +46,8 @@ func printShards(e *env, sw *build.ShardWork) {
 	if sw == nil {
 		return
 	}
-	fmt.Fprintf(e.stdout, "  split            %d units over %d workers; estimated seconds (nominal kernel rates): largest worker %.4g, mean %.4g (%+.1f%%), largest unit %.4g; worker %d has %d units\n",
-		sw.Units, sw.Workers, sw.MaxSeconds, sw.MeanSeconds, 100*(sw.MaxSeconds/sw.MeanSeconds-1), sw.MaxUnitSeconds, sw.Worker, sw.WorkerUnits)
+	fmt.Fprintf(e.stdout, "  split            %d units over %d workers; estimated seconds (nominal kernel rates): largest worker %.4g, mean %.4g (%+.1f%%), largest unit %.4g; worker %d has %d units in %d MoE layers\n",
+		sw.Units, sw.Workers, sw.MaxSeconds, sw.MeanSeconds, 100*(sw.MaxSeconds/sw.MeanSeconds-1), sw.MaxUnitSeconds, sw.Worker, sw.WorkerUnits, sw.WorkerMoELayers)
 }
 
 func runAssemble(ctx context.Context, e *env, args []string) error {

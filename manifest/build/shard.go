@@ -153,11 +153,27 @@ func (b *builder) sharded() bool { return b.opt.Shard.Count > 1 }
 // shardUnits groups the build's files into units and estimates their cost.
 func (b *builder) shardUnits() []shardUnit {
 	var units []shardUnit
+	// Expert groups of a layer are merged, k consecutive groups a unit,
+	// while there are more than 8 units a worker: a worker loads the
+	// calibration inputs of every layer it has experts in, and fewer,
+	// larger units spread it over fewer layers.
+	groups := map[int]int{}
+	total := 0
+	for _, j := range b.jobs {
+		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] && j.group >= groups[j.layer] {
+			total += j.group + 1 - groups[j.layer]
+			groups[j.layer] = j.group + 1
+		}
+	}
+	k := max(1, total/(8*max(1, b.opt.Shard.Count)))
 	byKey := map[[2]int]int{}
 	for i, j := range b.jobs {
 		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
-			key := [2]int{j.layer, j.group}
+			key := [2]int{j.layer, j.group / k}
 			name := fmt.Sprintf("layer %d expert group %d", j.layer, j.group)
+			if lo, hi := key[1]*k, min(key[1]*k+k, groups[j.layer])-1; hi > lo {
+				name = fmt.Sprintf("layer %d expert groups %d–%d", j.layer, lo, hi)
+			}
 			if b.opt.HeldOutSequences > 0 {
 				key[1] = -1
 				name = fmt.Sprintf("layer %d routed experts", j.layer)
@@ -244,6 +260,9 @@ type ShardWork struct {
 	// MaxUnitSeconds is the largest unit: no partition does better than
 	// it.
 	MaxUnitSeconds float64 `json:"max_unit_seconds"`
+	// WorkerMoELayers is the number of MoE layers whose calibration
+	// inputs this worker loads (one process loads every layer's).
+	WorkerMoELayers int `json:"worker_moe_layers"`
 }
 
 // partition assigns the units to the workers of opt.Shard.
@@ -269,6 +288,13 @@ func (b *builder) partition() ([]shardUnit, [][]int, *ShardWork, error) {
 	for _, c := range costs {
 		sw.MaxUnitSeconds = max(sw.MaxUnitSeconds, c)
 	}
+	layers := map[int]bool{}
+	for _, k := range asg[b.opt.Shard.Index] {
+		if units[k].layer >= 0 {
+			layers[units[k].layer] = true
+		}
+	}
+	sw.WorkerMoELayers = len(layers)
 	return units, asg, sw, nil
 }
 
