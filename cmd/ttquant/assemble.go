@@ -32,7 +32,7 @@ func printShard(e *env, res *build.BuildResult, asJSON bool) error {
 	if asJSON {
 		return writeJSON(e.stdout, shardReport{SchemaVersion: schemaVersion, Dir: res.Dir, Shard: sw, Files: res.Files, Kept: res.Kept, AlreadyComplete: res.AlreadyComplete, Work: res.Work})
 	}
-	if sw == nil {
+	if sw == nil || (res.AlreadyComplete && res.Files == 0) {
 		fmt.Fprintf(e.stdout, "checkpoint  %s already assembled; nothing to do\n", res.Dir)
 		return nil
 	}

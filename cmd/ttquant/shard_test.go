@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
 )
@@ -382,4 +383,41 @@ func TestShardWorkerKilledMidUnit(t *testing.T) {
 			sameFiles(t, "after the rerun", want, dirFiles(t, dir))
 		})
 	}
+}
+
+// TestShardWorkerLocks: a second process given a running worker's index
+// fails at once naming the holder; assemble refuses while a worker runs; a
+// whole build refuses a directory of split workers; a worker run again on
+// the assembled checkpoint changes nothing.
+func TestShardWorkerLocks(t *testing.T) {
+	model, store := shardStore(t)
+	dir := splitBuild(t, model, store)
+	before := dirFiles(t, dir)
+	lk, err := fslock.AcquireNamed(filepath.Join(dir, manifest.PartialDir), "shard-00001-of-00003.lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"gptq", "--model", model, "--calib", store, "--out", dir, "--quiet", "--workers", "1", "--experts-per-file", "4"}
+	if code, _, errs := runCLI(t, append(slices.Clone(args), "--shard", "1/3")...); code != exitError || !strings.Contains(errs, "is being written by") || !strings.Contains(errs, "shard-00001-of-00003.lock") {
+		t.Errorf("second worker 1/3: status %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "assemble", dir); code != exitError || !strings.Contains(errs, "worker 1/3") {
+		t.Errorf("assemble while worker 1/3 runs: status %d, stderr %q", code, errs)
+	}
+	lk.Release()
+	if code, _, errs := runCLI(t, args...); code != exitError || !strings.Contains(errs, "split build") {
+		t.Errorf("a whole build in the workers' directory: status %d, stderr %q", code, errs)
+	}
+	sameFiles(t, "after the refusals", before, dirFiles(t, dir))
+	if code, out, errs := runCLI(t, "assemble", dir); code != exitOK {
+		t.Fatalf("assemble: status %d\n%s\n%s", code, out, errs)
+	}
+	done := dirFiles(t, dir)
+	if code, out, errs := runCLI(t, append(slices.Clone(args), "--shard", "2/3")...); code != exitOK || !strings.Contains(out, "already assembled") {
+		t.Errorf("worker 2/3 on the assembled checkpoint: status %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, "assemble", dir); code != exitOK || !strings.Contains(out, "identity") {
+		t.Errorf("assemble again: status %d\n%s\n%s", code, out, errs)
+	}
+	sameFiles(t, "after the reruns", done, dirFiles(t, dir))
 }

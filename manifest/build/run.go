@@ -201,6 +201,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if err != nil {
 			return nil, err
 		}
+		if recs, err := readShardRecords(out); err == nil && len(recs) > 0 {
+			return nil, fmt.Errorf("%w: %s holds worker %s of a split build: run its workers with --shard %s and ttquant assemble, or use another directory", ErrResumeMismatch, out, recs[0].Shard, "i/"+fmt.Sprint(recs[0].Count))
+		}
 		for _, e := range ents {
 			if e.Name() != manifest.PartialDir && e.Name() != fslock.Name {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
