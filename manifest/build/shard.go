@@ -228,12 +228,12 @@ func (b *builder) unitCost(u *shardUnit) float64 {
 		if model.Role(st.role) == model.RoleExpertGateUp && gu == nil {
 			gu = st
 		}
-		if u.layer < 0 && st.method == manifest.MethodGPTQ && len(st.shape) == 2 {
+		if u.layer < 0 && st.method == manifest.MethodGPTQ && len(st.shape) == 2 && b.gopt.BlockSize > 0 {
 			_, rows, cols := manifest.MatDims(st.shape)
 			c += rep.HessianSeconds(assumedCalibTokens, cols) + rep.GPTQSolveSeconds(rows, cols, b.gopt.BlockSize)
 		}
 	}
-	if u.layer >= 0 && gu != nil && len(gu.shape) == 2 && b.modelCfg != nil && b.modelCfg.MoE().Experts > 0 {
+	if u.layer >= 0 && gu != nil && len(gu.shape) == 2 && b.modelCfg != nil && b.modelCfg.MoE().Experts > 0 && b.gopt.BlockSize > 0 {
 		w := kernels.DefaultMoEWorkload()
 		all := int64(b.modelCfg.MoE().Experts)
 		w.Layers, w.ExpertsPerLayer = 1, len(u.experts)
