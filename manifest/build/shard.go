@@ -29,7 +29,9 @@ import (
 //
 //   - the expert files of one expert group of a layer whose routed experts
 //     GPTQ quantizes (gate_up and down together: a down projection's
-//     Hessian comes from its expert's quantized gate and up). With held-out
+//     Hessian comes from its expert's quantized gate and up), or of k
+//     consecutive groups while there would be more than 8 units a worker
+//     (shardUnits). With held-out
 //     statistics the whole layer is one unit, since its held-out block
 //     error sums every expert's output;
 //   - the tensors of one layer in one dense shard, and every tensor of a
@@ -66,7 +68,7 @@ type shardUnit struct {
 	cost  float64
 }
 
-// tensors returns the tensors a unit produces.
+// unitTensors returns the tensors a unit produces.
 func (b *builder) unitTensors(u *shardUnit) []*storedTensor {
 	if u.parts != nil {
 		return u.parts
