@@ -421,3 +421,76 @@ func TestShardWorkerLocks(t *testing.T) {
 	}
 	sameFiles(t, "after the reruns", done, dirFiles(t, dir))
 }
+
+// TestEvalSplitBitIdentical: an evaluation split over 3 and 7 worker
+// processes and merged with --assemble prints the table (JSON, every
+// figure) of one process, byte for byte; the merge refuses a missing part,
+// a truncated part and a part of another evaluation, naming it.
+func TestEvalSplitBitIdentical(t *testing.T) {
+	_, model := builtinModel(t)
+	rtn := filepath.Join(t.TempDir(), "rtn")
+	if code, _, errs := runCLI(t, "convert", "--model", model, "--out", rtn, "--quiet"); code != exitOK {
+		t.Fatalf("convert: status %d\n%s", code, errs)
+	}
+	flags := func(seqLen string) []string {
+		return []string{"eval", "--model", model, "--data", "dev=" + filepath.Join(model, "eval-dev.jsonl"), "--eval-fraction", "1",
+			"--eval-sequences", "8", "--eval-seq-len", seqLen, "--quiet", "--workers", "1", "--json"}
+	}
+	code, want, errs := runCLI(t, append(flags("64"), rtn)...)
+	if code != exitOK {
+		t.Fatalf("eval: status %d\n%s", code, errs)
+	}
+	split := func(t *testing.T, n int, seqLen string) string {
+		t.Helper()
+		parts := filepath.Join(t.TempDir(), "parts")
+		cmds := make([]*exec.Cmd, n)
+		for i := range cmds {
+			cmds[i] = worker(t, append(flags(seqLen), "--shard", fmt.Sprintf("%d/%d", i, n), "--parts", parts, rtn))
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Fatalf("worker %d/%d: %v\n%s", i, n, err, c.Stderr)
+			}
+		}
+		return parts
+	}
+	for _, n := range []int{3, 7} {
+		parts := split(t, n, "64")
+		code, got, errs := runCLI(t, append(flags("64"), "--assemble", parts, rtn)...)
+		if code != exitOK {
+			t.Fatalf("merge of %d workers: status %d\n%s", n, code, errs)
+		}
+		if got != want {
+			t.Errorf("the merge of %d workers differs from one process:\n%s\nwant\n%s", n, got, want)
+		}
+	}
+	parts := split(t, 3, "64")
+	other := split(t, 3, "48")
+	for _, c := range []struct {
+		name   string
+		damage func(dir string)
+		want   string
+	}{
+		{"missing part", func(dir string) { os.Remove(filepath.Join(dir, "eval-00001-of-00003.part")) }, "no part of worker 1/3"},
+		{"truncated part", func(dir string) { os.Truncate(filepath.Join(dir, "eval-00002-of-00003.part"), 100) }, "eval-00002-of-00003.part"},
+		{"another evaluation", func(dir string) {
+			data, err := os.ReadFile(filepath.Join(other, "eval-00000-of-00003.part"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(dir, "eval-00000-of-00003.part"), data, 0o644)
+		}, "another evaluation"},
+	} {
+		dir := filepath.Join(t.TempDir(), "parts")
+		if err := os.CopyFS(dir, os.DirFS(parts)); err != nil {
+			t.Fatal(err)
+		}
+		c.damage(dir)
+		if code, _, errs := runCLI(t, append(flags("64"), "--assemble", dir, rtn)...); code == exitOK || !strings.Contains(errs, c.want) {
+			t.Errorf("%s: status %d, stderr %q", c.name, code, errs)
+		}
+	}
+}

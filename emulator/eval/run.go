@@ -45,6 +45,12 @@ type EvalOptions struct {
 	Progress func(Progress)
 	// Now returns the time (default time.Now), for tests.
 	Now func() time.Time
+	// Windows, when non-nil, are the only windows run (indices into the
+	// windows given): one worker's share of a split evaluation.
+	Windows []int
+	// Record, when set, receives each window's scores as it is finished
+	// (WindowScores), for a split evaluation's later merge.
+	Record func(WindowScores)
 }
 
 // Evaluate runs the reference and every candidate over each window in
@@ -85,18 +91,42 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 			opt.Progress(p)
 		}
 	}
+	var only map[int]bool
+	if opt.Windows != nil {
+		only = map[int]bool{}
+		for _, wi := range opt.Windows {
+			only[wi] = true
+		}
+	}
+	// finished records a window's scores (opt.Record) and reports it.
+	var started int64
+	finished := func(w *Window) {
+		if r := s.acc.rec; r != nil {
+			r.Positions = s.done - started
+			s.acc.rec = nil
+			opt.Record(*r)
+		}
+		report(w)
+	}
+	defer func() { s.acc.rec = nil }()
 	runs := make([]WindowLogits, len(cands))
 	for wi := range windows {
 		w := &windows[wi]
+		if only != nil && !only[wi] {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if opt.Record != nil {
+			s.acc.rec, started = &WindowScores{Window: wi}, s.done
 		}
 		if len(w.Targets) != len(w.Tokens) || len(w.Score) != len(w.Tokens) {
 			return fmt.Errorf("eval: window %d (%s record %d at %d): %d tokens, %d targets, %d mask entries", wi, w.Corpus, w.Record, w.Start, len(w.Tokens), len(w.Targets), len(w.Score))
 		}
 		if w.Scored() == 0 {
 			s.done += int64(len(w.Tokens))
-			report(w)
+			finished(w)
 			continue
 		}
 		rl, err := ref.Forward(ctx, w.Tokens)
@@ -134,7 +164,36 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 			}
 		}
 		s.acc.EndWindow()
-		report(w)
+		finished(w)
 	}
+	return nil
+}
+
+// WindowScores is what one window added to a scorer: the positions it
+// gave (scored or not) and, for every scored position in order, its corpus
+// label and the candidates' quantities (Labels[i] with Qualities[i·K …
+// (i+1)·K) for K candidates). Replayed in window order (Scorer.Replay),
+// the windows of several processes give the accumulator, and so the
+// table, of one process that scored them all, bit for bit.
+type WindowScores struct {
+	Window    int
+	Positions int64
+	Labels    []string
+	Qualities []TokenQuality
+}
+
+// Replay adds a window's recorded scores as Evaluate added them.
+func (s *Scorer) Replay(ws WindowScores) error {
+	k := len(s.names)
+	if len(ws.Qualities) != len(ws.Labels)*k {
+		return fmt.Errorf("eval: window %d: %d recorded qualities for %d positions of %d candidates", ws.Window, len(ws.Qualities), len(ws.Labels), k)
+	}
+	for i, l := range ws.Labels {
+		if err := s.acc.Add(ws.Qualities[i*k:(i+1)*k], l); err != nil {
+			return fmt.Errorf("eval: window %d: %w", ws.Window, err)
+		}
+	}
+	s.acc.EndWindow()
+	s.done += ws.Positions
 	return nil
 }

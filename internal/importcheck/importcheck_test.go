@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	// The evaluation harness runs the forward pass over decoded checkpoint
 	// tensors: the checkpoint format (not its build pipelines), the
 	// forward pass, text; never the quantizer or calibration directly.
-	"emulator/eval/harness": {"=manifest", "bfp", "safetensors", "emulator", "emulator/eval", "internal/model", "internal/model/forward", "internal/text", "internal/kernels", "internal/atomicfile"},
+	"emulator/eval/harness": {"=manifest", "bfp", "safetensors", "emulator", "emulator/eval", "internal/model", "internal/model/forward", "internal/text", "internal/kernels", "internal/atomicfile", "internal/shard"},
 	// Tokenizer and datasets: a near-leaf, importing only its own
 	// packages, so that calibration and evaluation can use it without it
 	// ever pulling in the checkpoint format or the quantizer.
