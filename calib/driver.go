@@ -97,6 +97,14 @@ type LayerOptions struct {
 	// baseline uses the same grids.
 	Grids       []ExpertGrids
 	SharedGrids *ExpertGrids
+	// Experts, when non-nil, restricts the run to these routed experts (in
+	// ascending order, no repeats): the others get no result and are not in
+	// the report. Every expert's result depends only on its own routed
+	// tokens, so a subset's results are those of the whole run; the
+	// held-out block error needs every expert and is refused with a subset.
+	// The workers of a split build (package internal/shard) each run the
+	// experts of their units.
+	Experts []int
 }
 
 // ExpertGrids are the grids of one expert's gate_proj, up_proj and
@@ -379,12 +387,12 @@ func QuantizeMoELayer(ctx context.Context, layer *ffn.MoE, calib Activations, he
 		d.outRef, d.outQ, d.outRTN = make([]float32, n), make([]float32, n), make([]float32, n)
 	}
 
-	jobs := cfg.Experts
-	withShared := cfg.SharedInter > 0 && !opt.SkipShared
-	if withShared {
-		jobs++
+	ids, err := jobIDs(cfg, opt, heldOut.Tokens)
+	if err != nil {
+		return nil, err
 	}
-	err = d.runJobs(ctx, jobs, func(r *jobResult) error {
+	d.ids = ids
+	err = d.runJobs(ctx, len(ids), func(r *jobResult) error {
 		if r.heldOut != nil {
 			d.accumulate(r)
 		}
@@ -425,6 +433,31 @@ func QuantizeMoELayer(ctx context.Context, layer *ffn.MoE, calib Activations, he
 		rep.HeldOut = be
 	}
 	return rep, nil
+}
+
+// jobIDs lists the driver's jobs: the routed experts opt.Experts names (all
+// when nil), then the shared expert's index cfg.Experts unless skipped.
+func jobIDs(cfg model.MoEConfig, opt LayerOptions, heldOut int) ([]int, error) {
+	var ids []int
+	if opt.Experts == nil {
+		for e := 0; e < cfg.Experts; e++ {
+			ids = append(ids, e)
+		}
+	} else {
+		if heldOut > 0 {
+			return nil, errors.New("calib: the held-out block error needs every routed expert; a run over a subset of experts has none")
+		}
+		for i, e := range opt.Experts {
+			if e < 0 || e >= cfg.Experts || (i > 0 && e <= opt.Experts[i-1]) {
+				return nil, fmt.Errorf("calib: expert subset %v: want ascending experts of 0..%d without repeats", opt.Experts, cfg.Experts-1)
+			}
+		}
+		ids = append(ids, opt.Experts...)
+	}
+	if cfg.SharedInter > 0 && !opt.SkipShared {
+		ids = append(ids, cfg.Experts)
+	}
+	return ids, nil
 }
 
 func checkFinite(x []float32, cols int) error {
@@ -492,6 +525,9 @@ type driver struct {
 	scratch sync.Pool
 
 	outRef, outQ, outRTN []float32
+
+	// ids maps job numbers to experts (cfg.Experts: the shared expert).
+	ids []int
 }
 
 func (d *driver) getScratch() *ffn.Scratch {
@@ -545,7 +581,7 @@ func (d *driver) runJobs(ctx context.Context, n int, emit func(*jobResult) error
 			}
 			g.Go(func() error {
 				defer func() { <-sem }()
-				r, err := d.job(gctx, i)
+				r, err := d.job(gctx, d.ids[i])
 				if err != nil {
 					return err
 				}

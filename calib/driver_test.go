@@ -493,3 +493,45 @@ func TestQuantizeMoELayerCancel(t *testing.T) {
 		t.Errorf("after cancelling: error %v, %d results emitted", err, n)
 	}
 }
+
+// TestExpertSubset: a run over a subset of the routed experts (a worker of
+// a split build) gives those experts the results and statistics of the
+// whole run, bit for bit, and the starved ones among them; a held-out set
+// and a subset out of order are refused.
+func TestExpertSubset(t *testing.T) {
+	l, cal, _ := starvedLayer(t)
+	opt := LayerOptions{Starved: StarvedAllTokens, MinTokens: 11, SkipShared: true}
+	wholeRep, whole := collect(t, l, cal, Activations{}, opt)
+	sub := []int{1, 5, 6}
+	opt.Experts = sub
+	rep, res := collect(t, l, cal, Activations{}, opt)
+	if len(res) != len(sub) || len(rep.Experts) != len(sub) || !reflect.DeepEqual(rep.Starved, []int{6}) {
+		t.Fatalf("subset %v: %d results, %d expert stats, starved %v", sub, len(res), len(rep.Experts), rep.Starved)
+	}
+	for k, e := range sub {
+		a, b := whole[e], res[k]
+		if b.Expert != e {
+			t.Fatalf("result %d is expert %d, want %d", k, b.Expert, e)
+		}
+		sa, _ := json.Marshal(wholeRep.Experts[e])
+		sb, _ := json.Marshal(rep.Experts[k])
+		if string(sa) != string(sb) {
+			t.Errorf("expert %d: statistics differ from the whole run:\n%s\n%s", e, sa, sb)
+		}
+		for m, p := range [][2][]float32{{a.Quantized.Gate, b.Quantized.Gate}, {a.Quantized.Up, b.Quantized.Up}, {a.Quantized.Down, b.Quantized.Down}} {
+			for j := range p[0] {
+				if math.Float32bits(p[0][j]) != math.Float32bits(p[1][j]) {
+					t.Fatalf("expert %d matrix %d value %d: %g in the whole run, %g in the subset", e, m, j, p[0][j], p[1][j])
+				}
+			}
+		}
+	}
+	_, cal2, held := starvedLayer(t)
+	if _, err := QuantizeMoELayer(context.Background(), l, cal2, held, opt, nil); err == nil || !strings.Contains(err.Error(), "held-out") {
+		t.Errorf("subset with held-out tokens: %v", err)
+	}
+	opt.Experts = []int{5, 1}
+	if _, err := QuantizeMoELayer(context.Background(), l, cal, Activations{}, opt, nil); err == nil || !strings.Contains(err.Error(), "ascending") {
+		t.Errorf("subset out of order: %v", err)
+	}
+}

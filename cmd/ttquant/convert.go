@@ -29,6 +29,7 @@ type buildFlags struct {
 	denseShard                           int64
 	quiet, asJSON, allowNonFinite        bool
 	workersFlag                          *int
+	shard                                *shardFlags
 }
 
 func addBuildFlags(fs *flag.FlagSet) *buildFlags {
@@ -43,6 +44,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.Int64Var(&b.denseShard, "dense-shard-bytes", manifest.DefaultDenseShardBytes, "target size of a dense shard file")
 	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
+	b.shard = addShardFlags(fs)
 	fs.BoolVar(&b.allowNonFinite, "allow-nonfinite", false, "store tensors whose source holds NaN or Inf instead of refusing (they are listed in the manifest and reported)")
 	return b
 }
@@ -69,11 +71,14 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if err := inRange("dense-shard-bytes", b.denseShard, 1, math.MaxInt64); err != nil {
 		return opt, err
 	}
+	sp, err := b.shard.spec()
+	if err != nil {
+		return opt, err
+	}
 	if b.parent != "" && !isSHA256(b.parent) {
 		return opt, usageErrorf("--parent %q: want the sha256 of a manifest (64 lowercase hex digits)", b.parent)
 	}
 	var pl *plan.Plan
-	var err error
 	if b.planFile != "" {
 		pl, err = plan.LoadPlan(b.planFile)
 	} else {
@@ -99,6 +104,7 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 		DenseShardBytes: b.denseShard,
 		Parent:          b.parent,
 		AllowNonFinite:  b.allowNonFinite,
+		Shard:           sp,
 	}
 	if !b.quiet {
 		opt.Progress = newProgress(e.stderr).event
@@ -157,6 +163,9 @@ type buildReport struct {
 }
 
 func printBuild(e *env, res *build.BuildResult, asJSON bool) error {
+	if res.Manifest == nil {
+		return printShard(e, res, asJSON)
+	}
 	if n := len(res.NonFinite); n > 0 {
 		fmt.Fprintf(e.stderr, "WARNING: %d tensors were stored from source values holding NaN or Inf (--allow-nonfinite); each BFP block with one has lost its other values. The manifest lists them under ttquant.nonfinite_tensors: %s\n",
 			n, strings.Join(firstN(res.NonFinite, 5), ", "))

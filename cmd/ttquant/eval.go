@@ -40,6 +40,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
+	sf := addShardFlags(fs)
+	parts := fs.String("parts", "", "with --shard: the `directory` (shared by the workers) this worker writes its part to")
+	assemble := fs.String("assemble", "", "merge the parts a split evaluation's workers wrote to this `directory` (the same flags otherwise) into the table one process computes")
 	d := addDataFlags(fs, calibrationSet|evaluationSet, 0)
 	// Here the calibration flags describe --calib-data's set, and without
 	// --eval-sequences the text is scored record by record.
@@ -47,6 +50,20 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	fs.Lookup("eval-sequences").Usage = "evaluation sequences of --eval-seq-len tokens (0: every record its own window, longer ones split)"
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	sp, err := sf.spec()
+	if err != nil {
+		return err
+	}
+	switch {
+	case sp.Count > 1 && *parts == "":
+		return usageErrorf("--shard %s needs --parts DIR, where the workers write their scores", sp)
+	case sp.Count <= 1 && *parts != "":
+		return usageErrorf("--parts is for the workers of a split evaluation (--shard i/N)")
+	case sp.Count > 1 && *assemble != "":
+		return usageErrorf("--assemble merges the workers' parts; give it without --shard")
+	case sp.Count > 1 && *svgOut != "":
+		return usageErrorf("--svg pictures the merged table: give it with --assemble")
 	}
 	if *model == "" {
 		return usageErrorf("--model SRC is required")
@@ -119,7 +136,8 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
 	}
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
-		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
+		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: *numerics, KVCache: *kvCache, Workers: *workers,
+		Shard: sp, Parts: *parts, Assemble: *assemble}
 	// The flags that describe the calibration set only mean something with
 	// --calib-data, and only when its spec does not carry its own options:
 	// never ignore one silently.
@@ -177,6 +195,20 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w (--max-overlap %g is the limit; --allow-overlap evaluates anyway)", err, *maxOverlap)
 	case err != nil:
 		return err
+	}
+	if p := rep.Part; p != nil {
+		if *asJSON {
+			return writeJSON(e.stdout, struct {
+				SchemaVersion int    `json:"schema_version"`
+				Part          string `json:"part"`
+				Worker        int    `json:"worker"`
+				Workers       int    `json:"workers"`
+				Windows       int    `json:"windows"`
+				Of            int    `json:"of_windows"`
+			}{schemaVersion, p.Path, p.Worker, p.Workers, p.Windows, p.Of})
+		}
+		fmt.Fprintf(e.stdout, "worker      %d/%d: %d of %d windows scored\npart        %s (merge with eval --assemble %s)\n", p.Worker, p.Workers, p.Windows, p.Of, p.Path, *parts)
+		return nil
 	}
 	if *svgOut != "" {
 		var b bytes.Buffer

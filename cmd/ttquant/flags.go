@@ -3,9 +3,11 @@ package main
 import (
 	"flag"
 	"math"
+	"os"
 	"runtime"
 
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/shard"
 )
 
 // inRange is a usage error naming the flag and the accepted range unless
@@ -90,4 +92,38 @@ func isSHA256(s string) bool {
 		}
 	}
 	return true
+}
+
+// shardFlags are --shard and --shard-count, the same in every command whose
+// work splits across processes (convert, gptq --calib).
+type shardFlags struct {
+	value string
+	count int
+}
+
+func addShardFlags(fs *flag.FlagSet) *shardFlags {
+	s := &shardFlags{}
+	fs.StringVar(&s.value, "shard", "", "run one worker of a split build: i/N (worker i of N, from 0), or auto (from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shard-count or TTQUANT_SHARD_COUNT); then ttquant assemble DIR (docs/distributed.md)")
+	fs.IntVar(&s.count, "shard-count", 0, "with --shard auto under a Kubernetes Indexed Job: the number of workers (the job's completions)")
+	return s
+}
+
+// spec returns the worker the flags name (the zero Spec without --shard).
+func (s *shardFlags) spec() (shard.Spec, error) {
+	switch {
+	case s.value == "" && s.count != 0:
+		return shard.Spec{}, usageErrorf("--shard-count applies to --shard auto only")
+	case s.value == "":
+		return shard.Spec{}, nil
+	case s.count != 0 && s.value != "auto":
+		return shard.Spec{}, usageErrorf("--shard-count applies to --shard auto only (--shard %s names its count)", s.value)
+	}
+	if err := inRange("shard-count", int64(s.count), 0, shard.MaxCount); err != nil {
+		return shard.Spec{}, err
+	}
+	sp, err := shard.Parse(s.value, s.count, os.Getenv)
+	if err != nil {
+		return shard.Spec{}, usageErrorf("--shard: %v", err)
+	}
+	return sp, nil
 }

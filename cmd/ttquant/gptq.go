@@ -172,6 +172,7 @@ func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
 		}
 	}
+	printShards(e, w.Shards)
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/manifest"
 )
@@ -24,6 +25,19 @@ func TestMain(m *testing.M) {
 		var args []string
 		if err := json.Unmarshal([]byte(a), &args); err != nil {
 			panic(err)
+		}
+		if os.Getenv("TTQUANT_TEST_NODURABLE") != "" {
+			atomicfile.Durable = false
+		}
+		if os.Getenv("TTQUANT_TEST_SLOW_WRITES") != "" {
+			// Expert files written slowly, so that a test can stop the
+			// process in the middle of one.
+			atomicfile.InjectFaults(func(path string, _ int64, _ int) error {
+				if strings.Contains(filepath.Base(path), "experts-") {
+					time.Sleep(20 * time.Millisecond)
+				}
+				return nil
+			})
 		}
 		os.Exit(runWithSignals(args, os.Stdout, os.Stderr))
 	}

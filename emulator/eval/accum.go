@@ -162,6 +162,8 @@ type Accumulator struct {
 	order   []string
 	labels  map[string][]sums
 	overall []sums
+	// rec, when set, records what Add receives (Evaluate's Record).
+	rec *WindowScores
 }
 
 // NewAccumulator returns an empty accumulator for k ≥ 1 candidates. all
@@ -204,6 +206,10 @@ func (a *Accumulator) Add(q []TokenQuality, label string) error {
 	}
 	if label == a.all {
 		return fmt.Errorf("eval: corpus label %q is reserved for the row covering all positions", label)
+	}
+	if a.rec != nil {
+		a.rec.Labels = append(a.rec.Labels, label)
+		a.rec.Qualities = append(a.rec.Qualities, q...)
 	}
 	var per []sums
 	if label != "" {

@@ -31,6 +31,8 @@ var ErrHeld = errors.New("directory is locked by another process")
 // HeldError names the process that holds a directory's lock.
 type HeldError struct {
 	Dir string
+	// File is the lock file's name in Dir ("" for Name).
+	File string
 	// PID and Command are the holder's, as recorded in the lock file (0 and
 	// "" when the file could not be read).
 	PID     int
@@ -50,8 +52,12 @@ func (e *HeldError) Error() string {
 	case e.PID > 0:
 		who = fmt.Sprintf("pid %d", e.PID)
 	}
+	name := e.File
+	if name == "" {
+		name = Name
+	}
 	return fmt.Sprintf("%s is being written by %s; wait for it to finish or stop it (lock file %s)",
-		e.Dir, who, filepath.Join(e.Dir, Name))
+		e.Dir, who, filepath.Join(e.Dir, name))
 }
 
 // Unwrap makes errors.Is(err, ErrHeld) true.
@@ -78,7 +84,11 @@ type Lock struct {
 // not exist. It never waits: when another process holds the lock the error
 // is a *HeldError. Release undoes everything Acquire did, directories it
 // created included when they are still empty.
-func Acquire(dir string) (*Lock, error) {
+func Acquire(dir string) (*Lock, error) { return AcquireNamed(dir, Name) }
+
+// AcquireNamed is Acquire with a lock file of another name in dir: the
+// workers of a split build each lock their own share of a directory.
+func AcquireNamed(dir, name string) (*Lock, error) {
 	var created []string
 	for attempt := 0; ; attempt++ {
 		c, err := mkdirs(dir)
@@ -90,7 +100,7 @@ func Acquire(dir string) (*Lock, error) {
 			removeDirs(created)
 			return nil, err
 		}
-		l, err := acquire(dir)
+		l, err := acquire(dir, name)
 		if errors.Is(err, os.ErrNotExist) && attempt < 100 {
 			// Another process that had created the directory released
 			// its lock and removed the directory in between: again.
@@ -119,8 +129,8 @@ func mergeDirs(a, b []string) []string {
 	return out
 }
 
-func acquire(dir string) (*Lock, error) {
-	path := filepath.Join(dir, Name)
+func acquire(dir, name string) (*Lock, error) {
+	path := filepath.Join(dir, name)
 	for attempt := 0; ; attempt++ {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
@@ -137,7 +147,7 @@ func acquire(dir string) (*Lock, error) {
 			if gone && attempt < 100 {
 				continue // released while we looked: try again
 			}
-			e := &HeldError{Dir: dir, PID: h.PID, Command: h.Command}
+			e := &HeldError{Dir: dir, File: name, PID: h.PID, Command: h.Command}
 			e.Dead = h.PID > 0 && !pidAlive(h.PID)
 			return nil, e
 		}
@@ -156,7 +166,7 @@ func acquire(dir string) (*Lock, error) {
 		if prev.PID > 0 && prev.PID != os.Getpid() {
 			if !supported && pidAlive(prev.PID) {
 				f.Close()
-				return nil, &HeldError{Dir: dir, PID: prev.PID, Command: prev.Command}
+				return nil, &HeldError{Dir: dir, File: name, PID: prev.PID, Command: prev.Command}
 			}
 			l.Stale = prev.PID
 		}

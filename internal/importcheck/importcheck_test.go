@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
 	"manifest/ttnn":        {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	"emulator/eval":        {},
@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	// The evaluation harness runs the forward pass over decoded checkpoint
 	// tensors: the checkpoint format (not its build pipelines), the
 	// forward pass, text; never the quantizer or calibration directly.
-	"emulator/eval/harness": {"=manifest", "bfp", "safetensors", "emulator", "emulator/eval", "internal/model", "internal/model/forward", "internal/text", "internal/kernels", "internal/atomicfile"},
+	"emulator/eval/harness": {"=manifest", "bfp", "safetensors", "emulator", "emulator/eval", "internal/model", "internal/model/forward", "internal/text", "internal/kernels", "internal/atomicfile", "internal/shard"},
 	// Tokenizer and datasets: a near-leaf, importing only its own
 	// packages, so that calibration and evaluation can use it without it
 	// ever pulling in the checkpoint format or the quantizer.
@@ -89,7 +89,7 @@ var allowedInTests = map[string][]string{
 	"internal/testmodel":     {},
 	"internal/model/forward": {"internal/testmodel"},
 	"calib":                  {"internal/model/forward"}, // the loaders compared with the forward pass's
-	"internal/shard":         {"internal/slurmtest"},
+	"cmd/ttquant":            {"internal/slurmtest"},
 	"calib/textcalib":        {"internal/model/builtin"},      // the example builds a store from the built-in model
 	"internal/model/ffn":     {"internal/rng", "safetensors"}, // random blocks; the tiny model's routers
 	// The harness's tests build native checkpoints of the fixtures.

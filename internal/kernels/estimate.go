@@ -139,3 +139,20 @@ func (r *BenchReport) EstimateMoE(w MoEWorkload) MoEEstimate {
 	e.TotalSeconds = e.HessianSeconds + e.FactorSeconds + e.UpdateSeconds
 	return e
 }
+
+// NominalRate is the rate, in GFLOP/s, of every kernel in NominalReport.
+const NominalRate = 50
+
+// NominalReport is a report in which every kernel runs at NominalRate: its
+// estimates (HessianSeconds, GPTQSolveSeconds, EstimateMoE) are the
+// estimators' floating-point work at one fixed rate, the same on every
+// machine and in every process. Work split between processes that must
+// agree on the split without talking to each other is balanced with it; a
+// measured report differs from one run to the next.
+func NominalReport() *BenchReport {
+	return &BenchReport{Impl: "nominal", Results: []BenchResult{
+		{Name: "hessian", GFLOPS: NominalRate},
+		{Name: "inverse-factor-1", GFLOPS: NominalRate},
+		{Name: "gptq-update-1", GFLOPS: NominalRate},
+	}}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -113,6 +114,15 @@ type BuildOptions struct {
 	// tensor roles, config.json and calibration sites.
 	Family model.Family
 
+	// Shard, when it names one of several workers (Count > 1), makes this
+	// process one worker of a split build: the build's files are divided
+	// into units (shard.go), every worker computes the same partition, and
+	// this one writes only its units' files and a record of them; Assemble
+	// then writes the manifest. The zero value (and 0/1) is the whole
+	// build. Sequential builds (Data) are not split: every layer depends on
+	// the quantized layers before it.
+	Shard shard.Spec
+
 	// testHook, when set, is called after every tensor written (with the
 	// file and tensor name) and after every file committed (tensor "").
 	testHook func(file, tensor string)
@@ -170,6 +180,8 @@ type WorkSummary struct {
 	// Sequential sizes a sequential build from text (dry runs with
 	// BuildOptions.Data; nil otherwise).
 	Sequential *SequentialWork `json:"sequential,omitempty"`
+	// Shards is the partition of a split build (BuildOptions.Shard).
+	Shards *ShardWork `json:"shards,omitempty"`
 }
 
 // MoEWork is the shape of the GPTQ expert work: layers, experts per layer,
@@ -230,6 +242,15 @@ type builder struct {
 	srcInfo    *manifest.SourceInfo
 	srcConfigs []string
 	srcBad     map[string]*sourceBad
+
+	// A worker of a split build (shard.go): the units and their workers,
+	// this worker's jobs and, per GPTQ layer, its routed experts.
+	units        []shardUnit
+	unitOwner    []int
+	owned        map[int]bool
+	layerExperts map[int][]int
+	ownedParts   []*storedTensor
+	shardWork    *ShardWork
 }
 
 // fingerprint is what a resumed build must share with the interrupted one.
@@ -284,6 +305,12 @@ func (opt BuildOptions) Validate() error {
 		return errors.New("build: --asymmetric (BuildOptions.Asymmetric) needs calibration rows: calibration text (--data) or a calibration store (--calib)")
 	case opt.Data != nil && opt.Hessians != nil:
 		return errors.New("build: calibration text (sequential GPTQ) and a Hessian source are exclusive")
+	case opt.Shard != (shard.Spec{}) && !opt.Shard.Valid():
+		return fmt.Errorf("build: shard %d/%d names no worker: want 0 ≤ i < N ≤ %d", opt.Shard.Index, opt.Shard.Count, shard.MaxCount)
+	case opt.Shard.Count > 1 && opt.Data != nil:
+		return errors.New("build: a sequential build (calibration text, --data) cannot be split into shards: each layer is quantized against the quantized layers before it; split a store build (--calib) instead")
+	case opt.Shard.Count > 1 && opt.Hessians != nil:
+		return errors.New("build: a build from a Hessian source cannot be split into shards")
 	case opt.Parent != "" && !hexRe.MatchString(opt.Parent):
 		return fmt.Errorf("build: parent %q is not the sha256 (64 lowercase hex digits) of a manifest", opt.Parent)
 	}
@@ -319,7 +346,15 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if opt.DenseShardBytes == 0 {
 		opt.DenseShardBytes = manifest.DefaultDenseShardBytes
 	}
-	if !opt.DryRun {
+	if !opt.DryRun && opt.Shard.Count > 1 {
+		// One process per worker of a split build; the workers share the
+		// directory.
+		lk, err := shardLock(opt.Out, opt.Shard)
+		if err != nil {
+			return nil, err
+		}
+		defer lk.Release()
+	} else if !opt.DryRun {
 		// One writer per output directory, before anything looks at it.
 		lk, err := fslock.Acquire(opt.Out)
 		if err != nil {
@@ -400,6 +435,11 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		return nil, err
 	}
 	work := b.summary()
+	if opt.Shard.Count > 1 && opt.DryRun {
+		if _, _, work.Shards, err = b.partition(); err != nil {
+			return nil, err
+		}
+	}
 	if opt.DryRun {
 		if kind == kindGPTQ && work.GPTQMatrices > 0 && opt.Data != nil {
 			if _, err := b.sequentialTokenizer(); err != nil {
@@ -422,6 +462,7 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	res, err := b.run(ctx)
 	if res != nil {
 		res.Work = work
+		work.Shards = b.shardWork
 	}
 	return res, err
 }

@@ -159,7 +159,7 @@ type produced struct {
 // recorded.
 func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
 	pending := b.pendingFiles(idxs, keep)
-	recPath := layerRecordPath(b.opt.Out, layer)
+	recPath := b.layerRecord(layer)
 	if len(pending) == 0 {
 		if data, err := os.ReadFile(recPath); err == nil {
 			var ls manifest.LayerStats
@@ -205,7 +205,7 @@ func (b *builder) pendingFiles(idxs []int, keep func(int) bool) map[string]int {
 // bytes, those of kept files included.
 func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[string]int, commit func(int, *fileRecord) error,
 	ml *ffn.MoE, ex map[int]*expertPair, cal, held calib.Activations, stored func(*storedTensor, []byte)) (*manifest.LayerStats, error) {
-	recPath := layerRecordPath(b.opt.Out, layer)
+	recPath := b.layerRecord(layer)
 	jobOf := map[string]*job{}
 	for _, i := range pending {
 		for _, st := range b.jobs[i].tensors {
@@ -215,7 +215,7 @@ func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[st
 	done := map[string]*produced{}
 	count := map[string]int{}
 	g := b.gopt
-	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true, Grids: layerGrids(ex)}
+	lo := calib.LayerOptions{GPTQ: &g, Workers: b.opt.Workers, SkipShared: true, Grids: layerGrids(ex), Experts: b.expertSubset(layer)}
 	take := func(r *calib.ExpertResult) error {
 		if r.Expert < 0 {
 			return nil

@@ -65,6 +65,9 @@ func (b *builder) begin(gptq map[int]bool, seqLayers []int) *tracker {
 		isGPTQ: gptq, left: map[int]int{}, layer: map[int][2]int64{}}
 	byWork := len(gptq) > 0 || seqLayers != nil
 	for i, j := range b.jobs {
+		if !b.owns(i) {
+			continue // another worker's file
+		}
 		t.ev.FilesTotal++
 		t.ev.BytesTotal += j.bytes
 		t.left[j.layer]++

@@ -200,6 +200,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if err != nil {
 			return nil, err
 		}
+		if recs, err := readShardRecords(out); err == nil && len(recs) > 0 {
+			return nil, fmt.Errorf("%w: %s holds worker %s of a split build: run its workers with --shard %s and ttquant assemble, or use another directory", ErrResumeMismatch, out, recs[0].Shard, "i/"+fmt.Sprint(recs[0].Count))
+		}
 		for _, e := range ents {
 			if e.Name() != manifest.PartialDir && e.Name() != fslock.Name {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
@@ -237,8 +240,19 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		return nil, err
 	}
 	fp := b.fingerprint(si)
-	recs, err := b.prepareDir(fp)
-	if err != nil {
+	var recs map[string]*fileRecord
+	if b.sharded() {
+		if err := b.assignShard(); err != nil {
+			return nil, err
+		}
+		var finished bool
+		if recs, finished, err = b.prepareShard(fp); err != nil {
+			return nil, err
+		}
+		if finished {
+			return &BuildResult{Dir: b.opt.Out, AlreadyComplete: true}, nil
+		}
+	} else if recs, err = b.prepareDir(fp); err != nil {
 		return nil, err
 	}
 	out := b.opt.Out
@@ -249,6 +263,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	var plain []int
 	gptqJobs := map[int]bool{}
 	for i, j := range b.jobs {
+		if !b.owns(i) {
+			continue
+		}
 		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
 			layerJobs[j.layer] = append(layerJobs[j.layer], i)
 			gptqJobs[i] = true
@@ -262,7 +279,9 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	b.track = b.begin(gptqJobs, seqLayers)
 
-	files, err := b.copyConfigs(configs)
+	// The workers of a split build all record the config files; the first
+	// writes them.
+	files, err := b.copyConfigs(configs, !b.sharded() || b.opt.Shard.Index == 0)
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +371,18 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		}
 	}
 
+	if b.sharded() {
+		parts, err := b.writeParts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.finishShard(fp, b.head(si, files), results, parts, layerOut); err != nil {
+			return nil, err
+		}
+		b.track.done()
+		mine := len(plain) + len(gptqJobs) // this worker's files
+		return &BuildResult{Dir: out, Files: mine, Kept: kept, AlreadyComplete: kept == mine && mine > 0}, nil
+	}
 	m, data, sums, dataBytes, err := b.writeManifest(ctx, si, results, layerOut, files)
 	if err != nil {
 		return nil, err
@@ -494,16 +525,7 @@ func (b *builder) writeJob(ctx context.Context, j *job) (*fileRecord, error) {
 // writeJobWith writes one output file with the given producer and records
 // it in the bookkeeping directory.
 func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*fileRecord, error) {
-	hts := make([]manifest.HeaderTensor, len(j.tensors))
-	for i, st := range j.tensors {
-		shape := st.shape
-		if st.isBFP {
-			shape = []int64{st.outSize}
-		}
-		hts[i] = manifest.HeaderTensor{Name: st.name, DType: st.outDType, Shape: shape, Size: st.outSize}
-	}
-	md := map[string]string{"format": "ttquant-native"}
-	header, offs, err := manifest.EncodeSTHeader(hts, md)
+	header, offs, err := jobHeader(j)
 	if err != nil {
 		return nil, err
 	}
@@ -559,6 +581,20 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 	}
 	r.File = fe
 	return r, nil
+}
+
+// jobHeader returns the safetensors header of a job's file and its
+// tensors' data offsets.
+func jobHeader(j *job) ([]byte, []int64, error) {
+	hts := make([]manifest.HeaderTensor, len(j.tensors))
+	for i, st := range j.tensors {
+		shape := st.shape
+		if st.isBFP {
+			shape = []int64{st.outSize}
+		}
+		hts[i] = manifest.HeaderTensor{Name: st.name, DType: st.outDType, Shape: shape, Size: st.outSize}
+	}
+	return manifest.EncodeSTHeader(hts, map[string]string{"format": "ttquant-native"})
 }
 
 // entryOf fills the descriptive fields of a tensor entry.
@@ -794,7 +830,7 @@ func planSHA256(pi manifest.PlanInfo) string {
 
 // copyConfigs copies the config and tokenizer files into the output
 // directory.
-func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
+func (b *builder) copyConfigs(configs []string, write bool) ([]manifest.FileEntry, error) {
 	var files []manifest.FileEntry
 	for _, c := range configs {
 		data, err := os.ReadFile(c)
@@ -802,13 +838,43 @@ func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
 			return nil, err
 		}
 		name := filepath.Base(c)
-		sum, err := atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data)
-		if err != nil {
-			return nil, err
+		sum := manifest.SHA256Hex(data)
+		if write {
+			if sum, err = atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data); err != nil {
+				return nil, err
+			}
 		}
 		files = append(files, manifest.FileEntry{Name: name, Role: manifest.FileConfig, Size: int64(len(data)), SHA256: sum})
 	}
 	return files, nil
+}
+
+// manifestHead is everything of a manifest that is not a data file: what
+// a build and the assembly of a split build (Assemble) both write.
+type manifestHead struct {
+	Tool        manifest.ToolInfo    `json:"tool"`
+	Source      manifest.SourceInfo  `json:"source"`
+	Plan        manifest.PlanInfo    `json:"plan"`
+	Layout      manifest.LayoutInfo  `json:"layout"`
+	Command     string               `json:"command"`
+	Options     manifest.BuildParams `json:"options"`
+	Calibration *manifest.CalibInfo  `json:"calibration,omitempty"`
+	Parent      string               `json:"parent,omitempty"`
+	Configs     []manifest.FileEntry `json:"configs"`
+}
+
+func (b *builder) head(si manifest.SourceInfo, configs []manifest.FileEntry) manifestHead {
+	return manifestHead{
+		Tool:        ToolVersion,
+		Source:      si,
+		Plan:        planInfo(b.opt.Plan),
+		Layout:      manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
+		Command:     b.command(),
+		Options:     b.params,
+		Calibration: b.calib,
+		Parent:      b.opt.Parent,
+		Configs:     configs,
+	}
 }
 
 // writeManifest assembles the manifest from the finished files, writes
@@ -816,19 +882,24 @@ func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
 // the unfinished build. It returns the manifest, its bytes, the checksum
 // list and the data files' total size.
 func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, results []*fileRecord, layerOut []manifest.LayerStats, files []manifest.FileEntry) (*manifest.Manifest, []byte, []byte, int64, error) {
-	out := b.opt.Out
+	return writeManifest(ctx, b.opt.Out, b.head(si, files), results, layerOut)
+}
+
+// writeManifest writes the manifest of out from its head, the records of
+// its data files in layout order and the GPTQ layers' statistics.
+func writeManifest(ctx context.Context, out string, h manifestHead, results []*fileRecord, layerOut []manifest.LayerStats) (*manifest.Manifest, []byte, []byte, int64, error) {
 	m := &manifest.Manifest{
 		FormatVersion: manifest.FormatVersion,
 		Format:        manifest.FormatName,
-		Tool:          ToolVersion,
-		Source:        si,
-		Plan:          planInfo(b.opt.Plan),
-		Layout:        manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
+		Tool:          h.Tool,
+		Source:        h.Source,
+		Plan:          h.Plan,
+		Layout:        h.Layout,
 		TTQuant: manifest.TTQuantSection{
-			Command:     b.command(),
-			Options:     b.params,
-			Calibration: b.calib,
-			Parent:      b.opt.Parent,
+			Command:     h.Command,
+			Options:     h.Options,
+			Calibration: h.Calibration,
+			Parent:      h.Parent,
 		},
 	}
 	var dataBytes int64
@@ -845,7 +916,7 @@ func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, res
 		}
 	}
 	sort.Strings(m.TTQuant.NonFinite)
-	m.Files = append(m.Files, files...)
+	m.Files = append(m.Files, h.Configs...)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, nil, 0, err
 	}

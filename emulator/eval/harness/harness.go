@@ -12,6 +12,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/manifest"
@@ -94,6 +95,17 @@ type Options struct {
 	// small models, not for a 35B one). Results are the same.
 	Stream bool
 
+	// Shard, when it names one of several workers (Count > 1), makes the
+	// run one worker of a split evaluation: it scores only its share of
+	// the windows and writes their scores to Parts (split.go); a run with
+	// Assemble then merges the shares into the table one process computes,
+	// bit for bit. Every other option must be the same in every run.
+	Shard shard.Spec
+	Parts string
+	// Assemble is the directory of a split evaluation's parts: the windows
+	// are not run again but their recorded scores merged.
+	Assemble string
+
 	// Progress receives eval.Evaluate's progress after every window.
 	Progress func(eval.Progress)
 	// Log receives one line per step and every warning (for stderr).
@@ -106,6 +118,9 @@ type Report struct {
 	// Warnings are also in the result's Data (overlap and unchecked
 	// calibration).
 	Warnings []string `json:"-"`
+	// Part, for a worker of a split evaluation, is the part it wrote (and
+	// Result is nil).
+	Part *PartInfo `json:"-"`
 }
 
 // ReferenceIdentity identifies the source model run as the reference.
@@ -265,6 +280,16 @@ func (o *Options) check() error {
 	}
 	if o.Workers < 0 || o.Chunk < 0 {
 		return fmt.Errorf("harness: workers %d, chunk %d: want ≥ 0", o.Workers, o.Chunk)
+	}
+	switch {
+	case o.Shard != (shard.Spec{}) && !o.Shard.Valid():
+		return fmt.Errorf("harness: shard %d/%d names no worker", o.Shard.Index, o.Shard.Count)
+	case o.Shard.Count > 1 && o.Parts == "":
+		return errors.New("harness: a worker of a split evaluation needs a directory for its part")
+	case o.Shard.Count <= 1 && o.Parts != "":
+		return errors.New("harness: a directory for parts is for the workers of a split evaluation")
+	case o.Assemble != "" && o.Shard.Count > 1:
+		return errors.New("harness: a worker of a split evaluation does not also merge the parts")
 	}
 	return nil
 }
@@ -494,19 +519,41 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := scorer.Accumulator().SetOrder(labels); err != nil {
 		return nil, err
 	}
-	opt.log("evaluating %d windows (%d sequences) with %d candidates", len(windows), len(data.Evaluation.Sequences), len(cands))
-	refRun := newRunner(ref)
-	err = eval.Evaluate(ctx, scorer, refRun, cands, windows, eval.EvalOptions{Chunk: chunk, Progress: opt.Progress})
-	refRun.wait()
-	for _, c := range cands {
-		c.(*runner).wait()
-	}
-	if err != nil {
-		return nil, err
-	}
 	refInfo := eval.RunInfo{Label: "BF16", Numerics: "cpu-fp32",
 		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Arch.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: tok.SHA256()}}
-	res, err := eval.NewResult(refInfo, infos, scorer, info, Settings{Numerics: num.String(), KVCache: kv, Chunk: chunk})
+	settings := Settings{Numerics: num.String(), KVCache: kv, Chunk: chunk}
+	sp := &splitRun{key: splitKey(refInfo, infos, info, settings, windows), windows: windows}
+	if opt.Assemble != "" {
+		if err := sp.merge(opt.Assemble, scorer); err != nil {
+			return nil, err
+		}
+	} else {
+		eo := eval.EvalOptions{Chunk: chunk, Progress: opt.Progress}
+		if opt.Shard.Count > 1 {
+			if eo.Windows, err = sp.share(opt.Shard); err != nil {
+				return nil, err
+			}
+			eo.Record = func(ws eval.WindowScores) { sp.scores = append(sp.scores, ws) }
+		}
+		opt.log("evaluating %d windows (%d sequences) with %d candidates", len(windows), len(data.Evaluation.Sequences), len(cands))
+		refRun := newRunner(ref)
+		err = eval.Evaluate(ctx, scorer, refRun, cands, windows, eo)
+		refRun.wait()
+		for _, c := range cands {
+			c.(*runner).wait()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if opt.Shard.Count > 1 {
+			path, err := sp.write(opt.Parts, opt.Shard)
+			if err != nil {
+				return nil, err
+			}
+			return &Report{Part: &PartInfo{Path: path, Worker: opt.Shard.Index, Workers: opt.Shard.Count, Windows: len(eo.Windows), Of: len(windows)}, Warnings: warnings}, nil
+		}
+	}
+	res, err := eval.NewResult(refInfo, infos, scorer, info, settings)
 	if err != nil {
 		return nil, err
 	}

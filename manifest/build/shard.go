@@ -1,0 +1,968 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/par"
+	"github.com/ttquant/ttquant/internal/shard"
+	"github.com/ttquant/ttquant/manifest"
+)
+
+// A split build (BuildOptions.Shard) divides a build's output files into
+// units, assigns the units to workers with shard.Partition from their
+// estimated cost, and has each worker write only its units' files and a
+// record of them (a shard record); Assemble checks the records and writes
+// the manifest. A unit is the output of one piece of work that needs
+// nothing from another unit:
+//
+//   - the expert files of one expert group of a layer whose routed experts
+//     GPTQ quantizes (gate_up and down together: a down projection's
+//     Hessian comes from its expert's quantized gate and up), or of k
+//     consecutive groups while there would be more than 8 units a worker
+//     (shardUnits). With held-out
+//     statistics the whole layer is one unit, since its held-out block
+//     error sums every expert's output;
+//   - the tensors of one layer in one dense shard, and every tensor of a
+//     dense shard outside the layers on its own: a dense shard holds a
+//     little of every layer (its GPTQ'd shared experts and attention), too
+//     much for one unit. The worker writes each such tensor's bytes as a
+//     part in the bookkeeping directory, and Assemble writes the dense
+//     shard from its header and its parts, verified;
+//   - every other output file on its own (expert files rounded to
+//     nearest).
+//
+// The costs are the dry run's kernel-time estimators (package kernels) at
+// the fixed rates of kernels.NominalReport, plus the bytes read at a fixed
+// rate, so that every worker computes the same partition on any machine.
+
+// nominalBytesPerSecond is the rate at which the cost model reads and
+// rounds a tensor: convert is bound by it, GPTQ by the solver.
+const nominalBytesPerSecond = 1e9
+
+// assumedCalibTokens is the number of calibration tokens the cost model
+// assumes behind a dense matrix's Hessian; the partition must not depend on
+// the calibration data (the dry run does not read it).
+const assumedCalibTokens = 1 << 18
+
+// shardUnit is one unit of a split build.
+type shardUnit struct {
+	name    string
+	jobs    []int // indices into builder.jobs, ascending
+	layer   int   // the MoE layer whose GPTQ driver produces it (-1: none)
+	experts []int // the routed experts it holds (layer >= 0)
+	// parts, for a unit of a dense shard's tensors (jobs holds the one
+	// shard), are its tensors.
+	parts []*storedTensor
+	cost  float64
+}
+
+// unitTensors returns the tensors a unit produces.
+func (b *builder) unitTensors(u *shardUnit) []*storedTensor {
+	if u.parts != nil {
+		return u.parts
+	}
+	var ts []*storedTensor
+	for _, i := range u.jobs {
+		ts = append(ts, b.jobs[i].tensors...)
+	}
+	return ts
+}
+
+// unitRef is a unit as a shard record lists it.
+type unitRef struct {
+	Name    string   `json:"name"`
+	Files   []string `json:"files"`
+	Tensors []string `json:"tensors,omitempty"` // a dense shard's unit
+	Worker  int      `json:"worker"`
+}
+
+// splitFile is a dense shard of a split build, which Assemble writes from
+// its parts: its name, role and layer, its header, and its tensors in
+// order.
+type splitFile struct {
+	Name    string   `json:"name"`
+	Role    string   `json:"role"`
+	Layer   *int     `json:"layer,omitempty"`
+	Header  []byte   `json:"header"`
+	Tensors []string `json:"tensors"`
+	Offsets []int64  `json:"offsets"`
+}
+
+// partRecord is one finished tensor of a dense shard: its entry (without
+// the file position) and statistics, and the size and sha256 of its part
+// file.
+type partRecord struct {
+	Tensor string                `json:"tensor"`
+	Entry  manifest.TensorEntry  `json:"entry"`
+	Matrix *manifest.MatrixStats `json:"matrix,omitempty"`
+	Size   int64                 `json:"size"`
+	SHA256 string                `json:"sha256"`
+}
+
+func partPath(out, tensor string) string {
+	return filepath.Join(out, manifest.PartialDir, "parts", tensor)
+}
+
+// shardRecord is what one worker of a split build leaves in the
+// bookkeeping directory: written when it starts (Done false, so that the
+// others see which build the directory holds) and again when its units are
+// finished.
+type shardRecord struct {
+	Build fingerprint `json:"build"`
+	Shard string      `json:"shard"`
+	Index int         `json:"index"`
+	Count int         `json:"count"`
+	Done  bool        `json:"done"`
+	// Head is the manifest's head as this worker computed it.
+	Head *manifestHead `json:"head,omitempty"`
+	// Planned lists every unit of the build and its worker, in layout
+	// order; Files every data file in layout order.
+	Planned []unitRef `json:"planned,omitempty"`
+	Files   []string  `json:"files,omitempty"`
+	// Records are this worker's finished files; Layers its part of the
+	// GPTQ layers' statistics (the starved experts among its experts).
+	Records []*fileRecord         `json:"records,omitempty"`
+	Layers  []manifest.LayerStats `json:"layers,omitempty"`
+	// Split lists the dense shards Assemble writes from parts (the same in
+	// every record); Parts are this worker's.
+	Split []splitFile   `json:"split,omitempty"`
+	Parts []*partRecord `json:"parts,omitempty"`
+}
+
+func shardRecordName(s shard.Spec) string {
+	return fmt.Sprintf("shard-%05d-of-%05d.json", s.Index, s.Count)
+}
+
+func shardLockName(s shard.Spec) string {
+	return fmt.Sprintf("shard-%05d-of-%05d.lock", s.Index, s.Count)
+}
+
+// sharded reports whether the build is one worker of a split build.
+func (b *builder) sharded() bool { return b.opt.Shard.Count > 1 }
+
+// shardUnits groups the build's files into units and estimates their cost.
+func (b *builder) shardUnits() []shardUnit {
+	var units []shardUnit
+	// Expert groups of a layer are merged, k consecutive groups a unit,
+	// while there are more than 8 units a worker: a worker loads the
+	// calibration inputs of every layer it has experts in, and fewer,
+	// larger units spread it over fewer layers.
+	groups := map[int]int{}
+	total := 0
+	for _, j := range b.jobs {
+		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] && j.group >= groups[j.layer] {
+			total += j.group + 1 - groups[j.layer]
+			groups[j.layer] = j.group + 1
+		}
+	}
+	k := max(1, total/(8*max(1, b.opt.Shard.Count)))
+	byKey := map[[2]int]int{}
+	for i, j := range b.jobs {
+		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
+			key := [2]int{j.layer, j.group / k}
+			name := fmt.Sprintf("layer %d expert group %d", j.layer, j.group)
+			if lo, hi := key[1]*k, min(key[1]*k+k, groups[j.layer])-1; hi > lo {
+				name = fmt.Sprintf("layer %d expert groups %d–%d", j.layer, lo, hi)
+			}
+			if b.opt.HeldOutSequences > 0 {
+				key[1] = -1
+				name = fmt.Sprintf("layer %d routed experts", j.layer)
+			}
+			k, ok := byKey[key]
+			if !ok {
+				k = len(units)
+				byKey[key] = k
+				units = append(units, shardUnit{name: name, layer: j.layer})
+			}
+			u := &units[k]
+			u.jobs = append(u.jobs, i)
+			for _, st := range j.tensors {
+				if model.Role(st.role) == model.RoleExpertGateUp {
+					u.experts = append(u.experts, st.expert)
+				}
+			}
+			continue
+		}
+		if j.role == manifest.FileDense {
+			byLayer := map[int]int{}
+			for _, st := range j.tensors {
+				if k, ok := byLayer[st.layer]; ok && st.layer >= 0 {
+					units[k].parts = append(units[k].parts, st)
+					continue
+				}
+				name := fmt.Sprintf("dense shard %s tensor %s", j.file, st.name)
+				if st.layer >= 0 {
+					name = fmt.Sprintf("dense shard %s layer %d", j.file, st.layer)
+					byLayer[st.layer] = len(units)
+				}
+				units = append(units, shardUnit{name: name, jobs: []int{i}, layer: -1, parts: []*storedTensor{st}})
+			}
+			continue
+		}
+		units = append(units, shardUnit{name: "file " + j.file, jobs: []int{i}, layer: -1})
+	}
+	for k := range units {
+		slices.Sort(units[k].experts)
+		units[k].cost = b.unitCost(&units[k])
+	}
+	return units
+}
+
+// unitCost is the estimated seconds of one unit.
+func (b *builder) unitCost(u *shardUnit) float64 {
+	rep := kernels.NominalReport()
+	var c float64
+	var gu *storedTensor
+	for _, st := range b.unitTensors(u) {
+		c += float64(st.srcLen) / nominalBytesPerSecond
+		if model.Role(st.role) == model.RoleExpertGateUp && gu == nil {
+			gu = st
+		}
+		if u.layer < 0 && st.method == manifest.MethodGPTQ && len(st.shape) == 2 && b.gopt.BlockSize > 0 {
+			_, rows, cols := manifest.MatDims(st.shape)
+			c += rep.HessianSeconds(assumedCalibTokens, cols) + rep.GPTQSolveSeconds(rows, cols, b.gopt.BlockSize)
+		}
+	}
+	if u.layer >= 0 && gu != nil && len(gu.shape) == 2 && b.modelCfg != nil && b.modelCfg.MoE().Experts > 0 && b.gopt.BlockSize > 0 {
+		w := kernels.DefaultMoEWorkload()
+		all := int64(b.modelCfg.MoE().Experts)
+		w.Layers, w.ExpertsPerLayer = 1, len(u.experts)
+		w.Hidden, w.ExpertWidth = int(gu.shape[1]), int(gu.shape[0]/2)
+		w.RoutedRowsPerLayer = w.RoutedRowsPerLayer * int64(len(u.experts)) / all
+		w.BlockSize = b.gopt.BlockSize
+		c += rep.EstimateMoE(w).TotalSeconds
+	}
+	return c
+}
+
+// ShardWork is the partition of a split build (dry runs and workers with
+// BuildOptions.Shard): the estimated seconds (kernel time at the nominal
+// rates of kernels.NominalReport plus reading at 1 GB/s; comparable
+// between workers, not a prediction of wall time) of every worker.
+type ShardWork struct {
+	Workers     int       `json:"workers"`
+	Units       int       `json:"units"`
+	Worker      int       `json:"worker"`
+	WorkerUnits int       `json:"worker_units"`
+	Loads       []float64 `json:"estimated_seconds"`
+	MaxSeconds  float64   `json:"max_seconds"`
+	MeanSeconds float64   `json:"mean_seconds"`
+	// MaxUnitSeconds is the largest unit: no partition does better than
+	// it.
+	MaxUnitSeconds float64 `json:"max_unit_seconds"`
+	// WorkerMoELayers is the number of MoE layers whose calibration
+	// inputs this worker loads (one process loads every layer's).
+	WorkerMoELayers int `json:"worker_moe_layers"`
+}
+
+// partition assigns the units to the workers of opt.Shard.
+func (b *builder) partition() ([]shardUnit, [][]int, *ShardWork, error) {
+	units := b.shardUnits()
+	costs := make([]float64, len(units))
+	for k, u := range units {
+		costs[k] = u.cost
+	}
+	n := b.opt.Shard.Count
+	asg, err := shard.Partition(costs, n)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	loads := shard.Loads(costs, asg)
+	sw := &ShardWork{Workers: n, Units: len(units), Worker: b.opt.Shard.Index, WorkerUnits: len(asg[b.opt.Shard.Index]), Loads: loads}
+	var sum float64
+	for _, l := range loads {
+		sum += l
+		sw.MaxSeconds = max(sw.MaxSeconds, l)
+	}
+	sw.MeanSeconds = sum / float64(n)
+	for _, c := range costs {
+		sw.MaxUnitSeconds = max(sw.MaxUnitSeconds, c)
+	}
+	layers := map[int]bool{}
+	for _, k := range asg[b.opt.Shard.Index] {
+		if units[k].layer >= 0 {
+			layers[units[k].layer] = true
+		}
+	}
+	sw.WorkerMoELayers = len(layers)
+	return units, asg, sw, nil
+}
+
+// assignShard works out this worker's jobs and, per GPTQ layer, its
+// routed experts (nil when it has all of them).
+func (b *builder) assignShard() error {
+	units, asg, sw, err := b.partition()
+	if err != nil {
+		return err
+	}
+	b.shardWork = sw
+	owner := make([]int, len(units))
+	for w, us := range asg {
+		for _, k := range us {
+			owner[k] = w
+		}
+	}
+	b.units, b.unitOwner = units, owner
+	b.owned = map[int]bool{}
+	b.layerExperts = map[int][]int{}
+	for _, k := range asg[b.opt.Shard.Index] {
+		u := units[k]
+		if u.parts != nil {
+			b.ownedParts = append(b.ownedParts, u.parts...)
+			continue
+		}
+		for _, i := range u.jobs {
+			b.owned[i] = true
+		}
+		if u.layer >= 0 {
+			b.layerExperts[u.layer] = append(b.layerExperts[u.layer], u.experts...)
+		}
+	}
+	for l, ex := range b.layerExperts {
+		slices.Sort(ex)
+		if len(ex) == b.modelCfg.MoE().Experts {
+			b.layerExperts[l] = nil
+		}
+	}
+	return nil
+}
+
+// owns reports whether this process produces job i.
+func (b *builder) owns(i int) bool { return !b.sharded() || b.owned[i] }
+
+// expertSubset returns the routed experts of layer this process quantizes
+// (nil: all of them).
+func (b *builder) expertSubset(layer int) []int {
+	if !b.sharded() {
+		return nil
+	}
+	return b.layerExperts[layer]
+}
+
+// layerRecord is where the statistics of a finished GPTQ layer are kept
+// for a resumed run; each worker of a split build keeps its own part.
+func (b *builder) layerRecord(layer int) string {
+	if !b.sharded() {
+		return layerRecordPath(b.opt.Out, layer)
+	}
+	return filepath.Join(b.opt.Out, manifest.PartialDir, fmt.Sprintf("layer-%03d.%s.stats", layer, strings.TrimSuffix(shardRecordName(b.opt.Shard), ".json")))
+}
+
+// shardLock takes this worker's lock in the bookkeeping directory: workers
+// of different indices run at once, two of the same index do not.
+func shardLock(out string, s shard.Spec) (*fslock.Lock, error) {
+	return fslock.AcquireNamed(filepath.Join(out, manifest.PartialDir), shardLockName(s))
+}
+
+// readShardRecords reads every shard record of dir's bookkeeping, by
+// index; a damaged record is an error naming it.
+func readShardRecords(dir string) ([]*shardRecord, error) {
+	pdir := filepath.Join(dir, manifest.PartialDir)
+	ents, err := os.ReadDir(pdir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*shardRecord
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "shard-") || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(pdir, e.Name())
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var r shardRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if s := (shard.Spec{Index: r.Index, Count: r.Count}); !s.Valid() || shardRecordName(s) != e.Name() {
+			return nil, fmt.Errorf("%s: the record names worker %d/%d", p, r.Index, r.Count)
+		}
+		out = append(out, &r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out, nil
+}
+
+// prepareShard is prepareDir for a worker of a split build: the directory
+// may hold the other workers' files and records, all of the same build and
+// the same split; this worker removes only its own leftovers. finished
+// reports a directory that already holds the assembled checkpoint (nothing
+// to do).
+func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, finished bool, err error) {
+	out := b.opt.Out
+	spec := b.opt.Shard
+	pdir := filepath.Join(out, manifest.PartialDir)
+	if data, err := os.ReadFile(filepath.Join(out, manifest.ManifestName)); err == nil {
+		old, err := manifest.DecodeManifest(data)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w (remove it or choose another output directory)", filepath.Join(out, manifest.ManifestName), err)
+		}
+		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
+			return nil, false, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+		}
+		return nil, true, nil
+	}
+	started := false
+	if data, err := os.ReadFile(filepath.Join(pdir, buildRecordName)); err == nil {
+		var have fingerprint
+		if err := json.Unmarshal(data, &have); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", filepath.Join(pdir, buildRecordName), err)
+		}
+		if d := diffFingerprints(have, fp); len(d) > 0 {
+			return nil, false, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+		}
+		started = true
+	}
+	others, err := readShardRecords(out)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, r := range others {
+		if r.Count != spec.Count {
+			return nil, false, fmt.Errorf("%w: %s holds worker %d/%d of a split into %d workers; this is worker %s (use the same count, or another directory)", ErrResumeMismatch, out, r.Index, r.Count, r.Count, spec)
+		}
+		if d := diffFingerprints(r.Build, fp); len(d) > 0 {
+			return nil, false, fmt.Errorf("%w: worker %d/%d in %s builds with a different %s", ErrResumeMismatch, r.Index, r.Count, out, strings.Join(d, ", "))
+		}
+		started = true
+	}
+	if !started {
+		// Only what the workers of this build write may be there already.
+		ours := map[string]bool{manifest.PartialDir: true, fslock.Name: true}
+		for _, j := range b.jobs {
+			ours[j.file] = true
+		}
+		for _, c := range b.srcConfigs {
+			ours[filepath.Base(c)] = true
+		}
+		ents, err := os.ReadDir(out)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, e := range ents {
+			if !ours[strings.TrimSuffix(e.Name(), manifest.PartialSuffix)] {
+				return nil, false, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
+			}
+		}
+	}
+	// Leftovers of this worker's interrupted writes.
+	rec := filepath.Join(pdir, shardRecordName(spec))
+	os.Remove(rec + manifest.PartialSuffix)
+	recs = map[string]*fileRecord{}
+	for i, j := range b.jobs {
+		if !b.owned[i] {
+			continue
+		}
+		os.Remove(filepath.Join(out, j.file) + manifest.PartialSuffix)
+		os.Remove(recordPath(out, j.file) + manifest.PartialSuffix)
+		data, err := os.ReadFile(recordPath(out, j.file))
+		if err != nil {
+			continue
+		}
+		var r fileRecord
+		if json.Unmarshal(data, &r) == nil && r.File.Name == j.file {
+			recs[j.file] = &r
+		}
+	}
+	for l := range b.layerExperts {
+		os.Remove(b.layerRecord(l) + manifest.PartialSuffix)
+	}
+	for _, st := range b.ownedParts {
+		os.Remove(partPath(out, st.name) + manifest.PartialSuffix)
+		os.Remove(partPath(out, st.name) + ".json" + manifest.PartialSuffix)
+	}
+	if err := writeJSONAtomic(rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
+		return nil, false, err
+	}
+	return recs, false, nil
+}
+
+// writeParts produces this worker's tensors of dense shards as part files
+// (keeping those an earlier run finished, when their hashes check) and
+// returns their records.
+func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
+	recs := make([]*partRecord, len(b.ownedParts))
+	err := par.For(ctx, len(b.ownedParts), b.opt.Workers, func(k int) error {
+		st := b.ownedParts[k]
+		p := partPath(b.opt.Out, st.name)
+		if data, err := os.ReadFile(p + ".json"); err == nil {
+			var r partRecord
+			if json.Unmarshal(data, &r) == nil && r.Tensor == st.name && (r.Entry.Finite || b.opt.AllowNonFinite) {
+				if n, sum, err := manifest.HashFileContext(ctx, p); err == nil && n == r.Size && sum == r.SHA256 {
+					recs[k] = &r
+					return nil
+				}
+			}
+		}
+		data, te, ms, err := b.produce(ctx, st)
+		if err != nil {
+			return fmt.Errorf("tensor %s (shape %v): %w", st.name, st.shape, err)
+		}
+		if int64(len(data)) != st.outSize {
+			return fmt.Errorf("tensor %s produced %d bytes, planned %d", st.name, len(data), st.outSize)
+		}
+		sum, err := atomicfile.WriteFile(p, data)
+		if err != nil {
+			return err
+		}
+		r := &partRecord{Tensor: st.name, Entry: te, Matrix: ms, Size: int64(len(data)), SHA256: sum}
+		if err := writeJSONAtomic(p+".json", r); err != nil {
+			return err
+		}
+		recs[k] = r
+		return nil
+	})
+	return recs, err
+}
+
+// finishShard writes this worker's final record.
+func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*fileRecord, parts []*partRecord, layers []manifest.LayerStats) error {
+	spec := b.opt.Shard
+	r := shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count, Done: true, Head: &head, Layers: layers}
+	for k, u := range b.units {
+		ref := unitRef{Name: u.name, Worker: b.unitOwner[k]}
+		for _, i := range u.jobs {
+			ref.Files = append(ref.Files, b.jobs[i].file)
+		}
+		for _, st := range u.parts {
+			ref.Tensors = append(ref.Tensors, st.name)
+		}
+		r.Planned = append(r.Planned, ref)
+	}
+	for i, j := range b.jobs {
+		r.Files = append(r.Files, j.file)
+		if b.owned[i] {
+			r.Records = append(r.Records, results[i])
+		}
+		if j.role == manifest.FileDense {
+			header, offs, err := jobHeader(j)
+			if err != nil {
+				return err
+			}
+			sf := splitFile{Name: j.file, Role: j.role, Header: header, Offsets: offs}
+			if j.layer >= 0 {
+				sf.Layer = intPtr(j.layer)
+			}
+			for _, st := range j.tensors {
+				sf.Tensors = append(sf.Tensors, st.name)
+			}
+			r.Split = append(r.Split, sf)
+		}
+	}
+	r.Parts = parts
+	return writeJSONAtomic(filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
+}
+
+// ErrAssemble is wrapped by every refusal of Assemble: a worker missing or
+// unfinished, a unit missing, duplicated, damaged or from another build.
+var ErrAssemble = errors.New("cannot assemble")
+
+// AssembleOptions configure Assemble.
+type AssembleOptions struct {
+	// Dir is the output directory the workers of a split build wrote.
+	Dir string
+	// Workers is the number of files hashed at once (default 1).
+	Workers int
+}
+
+// Validate reports an option out of range.
+func (o AssembleOptions) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("build: no directory given")
+	case o.Workers < 0:
+		return fmt.Errorf("build: workers %d: want at least 1 (0 for the default)", o.Workers)
+	}
+	return nil
+}
+
+// Assemble finishes a split build: it checks that every worker of the
+// split finished, that their records agree on the build (command, tool,
+// source, plan, options, calibration data, parent), that every unit was
+// produced exactly once and that every file has the size and sha256 its
+// worker recorded; then it writes SHA256SUMS and the manifest, the same
+// bytes a single process writes for the same build, and removes the
+// bookkeeping. A refusal names the worker, unit or file and writes nothing.
+// A directory that holds an assembled checkpoint and no records is left as
+// it is (AlreadyComplete).
+func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Workers == 0 {
+		opt.Workers = 1
+	}
+	dir := opt.Dir
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, err
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	lk, err := fslock.Acquire(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Release()
+	recs, err := readShardRecords(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		if data, err := os.ReadFile(filepath.Join(dir, manifest.ManifestName)); err == nil {
+			m, err := manifest.DecodeManifest(data)
+			if err != nil {
+				return nil, err
+			}
+			id := manifest.Identity(data)
+			return &BuildResult{Dir: dir, Identity: id, CacheKey: manifest.CacheKey(id), Files: len(m.Files) + 1, Tensors: len(m.Tensors), AlreadyComplete: true, Manifest: m}, nil
+		}
+		return nil, fmt.Errorf("%w: %s holds no records of a split build (run the workers with --shard first)", ErrAssemble, dir)
+	}
+	n := recs[0].Count
+	for _, r := range recs {
+		if r.Count != n {
+			return nil, fmt.Errorf("%w: %s holds workers of a split into %d (worker %s) and into %d (worker %s)", ErrAssemble, dir, n, recs[0].Shard, r.Count, r.Shard)
+		}
+	}
+	// Hold every worker's lock: a worker still running, or started now,
+	// would change the files under the check.
+	for i := 0; i < n; i++ {
+		l, err := shardLock(dir, shard.Spec{Index: i, Count: n})
+		if err != nil {
+			return nil, fmt.Errorf("%w: worker %d/%d: %w", ErrAssemble, i, n, err)
+		}
+		defer l.Release()
+	}
+	byIndex, err := agreeingWorkers(dir, recs, n)
+	if err != nil {
+		return nil, err
+	}
+	first := byIndex[0]
+	g, err := gatherUnits(first, byIndex, n)
+	if err != nil {
+		return nil, err
+	}
+	unitOf, havePart := g.unitOf, g.havePart
+	results, check, err := g.expected(dir, first, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyFiles(ctx, dir, check, unitOf, opt.Workers); err != nil {
+		return nil, err
+	}
+	// Every check has passed: the dense shards are written from their
+	// parts, then the manifest.
+	fileIndex := map[string]int{}
+	for k, f := range first.Files {
+		fileIndex[f] = k
+	}
+	for _, sf := range first.Split {
+		r, err := writeSplitFile(dir, sf, havePart)
+		if err != nil {
+			return nil, err
+		}
+		results[fileIndex[sf.Name]] = r
+	}
+	var parts []manifest.LayerStats
+	for i := 0; i < n; i++ {
+		parts = append(parts, byIndex[i].Layers...)
+	}
+	m, data, sums, dataBytes, err := writeManifest(ctx, dir, *first.Head, results, joinLayerParts(parts))
+	if err != nil {
+		return nil, err
+	}
+	id := manifest.Identity(data)
+	return &BuildResult{
+		Dir: dir, Identity: id, CacheKey: manifest.CacheKey(id),
+		Files: len(m.Files) + 1, Tensors: len(m.Tensors),
+		Bytes:    dataBytes + int64(len(sums)) + int64(len(data)) + configBytes(first.Head.Configs),
+		Manifest: m, NonFinite: m.TTQuant.NonFinite,
+	}, nil
+}
+
+// sameJSON reports whether a and b encode the same (embedded JSON, such as
+// a store's text provenance, compacted).
+func sameJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// ErrUnitDamaged is wrapped by Assemble's refusal of a file whose size or
+// sha256 is not the one its worker recorded.
+var ErrUnitDamaged = errors.New("a file differs from its record")
+
+// verifyFiles hashes every file of want (data, config and part files)
+// against its record.
+func verifyFiles(ctx context.Context, dir string, want []manifest.FileEntry, unitOf map[string]unitRef, workers int) error {
+	errs := make([]error, len(want))
+	_ = par.For(ctx, len(want), workers, func(k int) error {
+		f := want[k]
+		what := "config file " + f.Name
+		if u, ok := unitOf[f.Name]; ok {
+			what = fmt.Sprintf("unit %s: file %s", u.Name, f.Name)
+		}
+		n, sum, err := manifest.HashFileContext(ctx, filepath.Join(dir, f.Name))
+		switch {
+		case err != nil:
+			errs[k] = fmt.Errorf("%w: %s: %w", ErrAssemble, what, err)
+		case n != f.Size:
+			errs[k] = fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, what, n, f.Size, ErrUnitDamaged)
+		case sum != f.SHA256:
+			errs[k] = fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, what, sum, f.SHA256, ErrUnitDamaged)
+		}
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// writeSplitFile writes a dense shard of a split build from its header and
+// its tensors' parts, and returns its record, the one the single process
+// writes.
+func writeSplitFile(dir string, sf splitFile, parts map[string]*partRecord) (*fileRecord, error) {
+	if len(sf.Offsets) != len(sf.Tensors) {
+		return nil, fmt.Errorf("%w: dense shard %s: %d offsets for %d tensors", ErrAssemble, sf.Name, len(sf.Offsets), len(sf.Tensors))
+	}
+	af, err := atomicfile.Create(filepath.Join(dir, sf.Name))
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			af.Abort()
+		}
+	}()
+	if _, err := af.Write(sf.Header); err != nil {
+		return nil, err
+	}
+	r := &fileRecord{}
+	for i, tn := range sf.Tensors {
+		pr := parts[tn]
+		data, err := os.ReadFile(partPath(dir, tn))
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) != pr.Size || manifest.SHA256Hex(data) != pr.SHA256 {
+			return nil, fmt.Errorf("%w: the part of tensor %s changed while assembling", ErrAssemble, tn)
+		}
+		if _, err := af.Write(data); err != nil {
+			return nil, err
+		}
+		te := pr.Entry
+		te.File, te.Offset, te.Length, te.SHA256 = sf.Name, sf.Offsets[i], pr.Size, pr.SHA256
+		r.Tensors = append(r.Tensors, te)
+		if pr.Matrix != nil {
+			r.Matrices = append(r.Matrices, *pr.Matrix)
+		}
+	}
+	n, sum, err := af.Commit()
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	r.File = manifest.FileEntry{Name: sf.Name, Role: sf.Role, Size: n, SHA256: sum, Layer: sf.Layer}
+	return r, nil
+}
+
+// joinLayerParts merges the workers' parts of the GPTQ layers' statistics:
+// the calibration tokens and held-out figures are the same in every part
+// that has them (a layer with held-out statistics is one worker's), the
+// starved experts are the union, ascending as one process lists them.
+func joinLayerParts(parts []manifest.LayerStats) []manifest.LayerStats {
+	by := map[int]*manifest.LayerStats{}
+	var out []manifest.LayerStats
+	for _, p := range parts {
+		l := by[p.Layer]
+		if l == nil {
+			c := p
+			c.Starved = append([]int(nil), p.Starved...)
+			by[p.Layer] = &c
+			continue
+		}
+		l.Starved = append(l.Starved, p.Starved...)
+		if p.HeldOutTokens > 0 {
+			s := l.Starved
+			*l = p
+			l.Starved = s
+		}
+	}
+	for _, l := range by {
+		sort.Ints(l.Starved)
+		if len(l.Starved) == 0 {
+			l.Starved = nil
+		}
+		out = append(out, *l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Layer < out[j].Layer })
+	return out
+}
+
+// agreeingWorkers indexes the records of a split into n by worker and
+// checks that every worker has run, finished, and built the same thing as
+// worker 0 (tool, source, plan, options, data, partition).
+func agreeingWorkers(dir string, recs []*shardRecord, n int) (map[int]*shardRecord, error) {
+	byIndex := map[int]*shardRecord{}
+	for _, r := range recs {
+		byIndex[r.Index] = r
+	}
+	for i := 0; i < n; i++ {
+		switch r := byIndex[i]; {
+		case r == nil:
+			return nil, fmt.Errorf("%w: worker %d/%d has not run (no record in %s)", ErrAssemble, i, n, filepath.Join(dir, manifest.PartialDir))
+		case !r.Done || r.Head == nil:
+			return nil, fmt.Errorf("%w: worker %d/%d has not finished its units (run it again: it resumes)", ErrAssemble, i, n)
+		}
+	}
+	first := byIndex[0]
+	for i := 1; i < n; i++ {
+		r := byIndex[i]
+		d := diffFingerprints(first.Build, r.Build)
+		if first.Build.Tool != r.Build.Tool {
+			d = append(d, fmt.Sprintf("tool (%s %s, now %s %s)", first.Build.Tool.Name, first.Build.Tool.Version, r.Build.Tool.Name, r.Build.Tool.Version))
+		}
+		if len(d) == 0 && !sameJSON(first.Head, r.Head) {
+			d = append(d, "source, plan or calibration description")
+		}
+		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !sameJSON(first.Planned, r.Planned)) {
+			d = append(d, "partition of the units")
+		}
+		if len(d) > 0 {
+			return nil, fmt.Errorf("%w: worker %d/%d's units are of another build than worker 0/%d's: it has a different %s", ErrAssemble, i, n, n, strings.Join(d, ", "))
+		}
+	}
+	return byIndex, nil
+}
+
+// gathered is what the workers' records say was produced: per file and
+// per dense-shard tensor its unit and record.
+type gathered struct {
+	unitOf, partUnit map[string]unitRef
+	split            map[string]bool
+	have             map[string]*fileRecord
+	havePart         map[string]*partRecord
+}
+
+// gatherUnits collects the files and parts the n workers produced,
+// refusing one that is no unit of the build, one produced twice, and one in
+// the record of a worker the partition does not give it to.
+func gatherUnits(first *shardRecord, byIndex map[int]*shardRecord, n int) (*gathered, error) {
+	unitOf := map[string]unitRef{}
+	partUnit := map[string]unitRef{}
+	for _, u := range first.Planned {
+		for _, f := range u.Files {
+			unitOf[f] = u
+		}
+		for _, tn := range u.Tensors {
+			partUnit[tn] = u
+		}
+	}
+	split := map[string]bool{}
+	for _, sf := range first.Split {
+		split[sf.Name] = true
+	}
+	have := map[string]*fileRecord{}
+	from := map[string]int{}
+	havePart := map[string]*partRecord{}
+	partFrom := map[string]int{}
+	for i := 0; i < n; i++ {
+		for _, fr := range byIndex[i].Records {
+			if fr == nil {
+				return nil, fmt.Errorf("%w: worker %d/%d's record lists an empty file record", ErrAssemble, i, n)
+			}
+			name := fr.File.Name
+			u, ok := unitOf[name]
+			if !ok || split[name] {
+				return nil, fmt.Errorf("%w: worker %d/%d produced %s, which is no file of this build (a unit of another plan?)", ErrAssemble, i, n, name)
+			}
+			if w, dup := from[name]; dup {
+				return nil, fmt.Errorf("%w: unit %s (file %s) is produced by worker %d/%d and by worker %d/%d", ErrAssemble, u.Name, name, w, n, i, n)
+			}
+			if u.Worker != i {
+				return nil, fmt.Errorf("%w: unit %s (file %s) is in worker %d/%d's record, but the partition gives it to worker %d/%d", ErrAssemble, u.Name, name, i, n, u.Worker, n)
+			}
+			have[name], from[name] = fr, i
+		}
+		for _, pr := range byIndex[i].Parts {
+			if pr == nil {
+				return nil, fmt.Errorf("%w: worker %d/%d's record lists an empty part", ErrAssemble, i, n)
+			}
+			u, ok := partUnit[pr.Tensor]
+			if !ok {
+				return nil, fmt.Errorf("%w: worker %d/%d produced tensor %s, which no dense shard of this build holds (a unit of another plan?)", ErrAssemble, i, n, pr.Tensor)
+			}
+			if w, dup := partFrom[pr.Tensor]; dup {
+				return nil, fmt.Errorf("%w: unit %s (tensor %s) is produced by worker %d/%d and by worker %d/%d", ErrAssemble, u.Name, pr.Tensor, w, n, i, n)
+			}
+			if u.Worker != i {
+				return nil, fmt.Errorf("%w: unit %s (tensor %s) is in worker %d/%d's record, but the partition gives it to worker %d/%d", ErrAssemble, u.Name, pr.Tensor, i, n, u.Worker, n)
+			}
+			havePart[pr.Tensor], partFrom[pr.Tensor] = pr, i
+		}
+	}
+	return &gathered{unitOf: unitOf, partUnit: partUnit, split: split, have: have, havePart: havePart}, nil
+}
+
+// expected lists, in the build's file order, the record of every file the
+// workers produced (nil for the dense shards still to be joined from
+// parts), and the files and parts to check before anything is written,
+// refusing a missing unit. It records the parts' units in g.unitOf.
+func (g *gathered) expected(dir string, first *shardRecord, n int) ([]*fileRecord, []manifest.FileEntry, error) {
+	unitOf, partUnit, split, have, havePart := g.unitOf, g.partUnit, g.split, g.have, g.havePart
+	results := make([]*fileRecord, len(first.Files))
+	for k, f := range first.Files {
+		if split[f] {
+			continue
+		}
+		if have[f] == nil {
+			u := unitOf[f]
+			return nil, nil, fmt.Errorf("%w: unit %s (file %s, worker %d/%d) is missing", ErrAssemble, u.Name, f, u.Worker, n)
+		}
+		results[k] = have[f]
+	}
+	var check []manifest.FileEntry
+	for _, r := range results {
+		if r != nil {
+			check = append(check, r.File)
+		}
+	}
+	check = append(check, first.Head.Configs...)
+	for _, sf := range first.Split {
+		for _, tn := range sf.Tensors {
+			pr := havePart[tn]
+			if pr == nil {
+				u := partUnit[tn]
+				return nil, nil, fmt.Errorf("%w: unit %s (tensor %s, worker %d/%d) is missing", ErrAssemble, u.Name, tn, u.Worker, n)
+			}
+			rel, _ := filepath.Rel(dir, partPath(dir, tn))
+			check = append(check, manifest.FileEntry{Name: rel, Size: pr.Size, SHA256: pr.SHA256})
+			unitOf[rel] = partUnit[tn]
+		}
+	}
+	return results, check, nil
+}
