@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/ttquant/ttquant/internal/rng"
+	"math/rand/v2"
 )
 
 // brute returns the least loss of any choice with cost ≤ budget (+Inf
@@ -29,18 +29,18 @@ func brute(groups [][]Item, budget float64) float64 {
 	return best
 }
 
-func randomGroups(r *rng.SplitMix64, units int, integer bool) [][]Item {
+func randomGroups(r *rand.Rand, units int, integer bool) [][]Item {
 	groups := make([][]Item, units)
 	for u := range groups {
-		k := 1 + int(r.Next()%4)
+		k := 1 + int(r.Uint64()%4)
 		for range k {
 			var c float64
 			if integer {
-				c = float64(64 * (1 + r.Next()%40))
+				c = float64(64 * (1 + r.Uint64()%40))
 			} else {
-				c = 1 + float64(r.Next()%1000000)/1000
+				c = 1 + float64(r.Uint64()%1000000)/1000
 			}
-			groups[u] = append(groups[u], Item{Cost: c, Loss: float64(r.Next()%100000) / 100})
+			groups[u] = append(groups[u], Item{Cost: c, Loss: float64(r.Uint64()%100000) / 100})
 		}
 	}
 	return groups
@@ -60,11 +60,11 @@ func sums(groups [][]Item) (lo, hi float64) {
 // TestSolveExactAgainstBruteForce: with costs that are multiples of the
 // unit the program is exact: the same least loss as trying every choice.
 func TestSolveExactAgainstBruteForce(t *testing.T) {
-	r := &rng.SplitMix64{State: 7}
+	r := rand.New(rand.NewPCG(7, 0))
 	for trial := range 300 {
 		groups := randomGroups(r, 1+trial%7, true)
 		lo, hi := sums(groups)
-		budget := lo + (hi-lo)*float64(r.Next()%1001)/1000
+		budget := lo + (hi-lo)*float64(r.Uint64()%1001)/1000
 		s, err := Solve(groups, budget, 64)
 		if err != nil {
 			t.Fatal(err)
@@ -84,12 +84,12 @@ func TestSolveExactAgainstBruteForce(t *testing.T) {
 // TestSolveGridBound: on a coarse grid the answer fits the budget and its
 // loss is at most the brute-force optimum at budget − Bound.
 func TestSolveGridBound(t *testing.T) {
-	r := &rng.SplitMix64{State: 11}
+	r := rand.New(rand.NewPCG(11, 0))
 	coarse := 0
 	for trial := range 300 {
 		groups := randomGroups(r, 1+trial%7, false)
 		lo, hi := sums(groups)
-		budget := lo + (hi-lo)*float64(r.Next()%1001)/1000
+		budget := lo + (hi-lo)*float64(r.Uint64()%1001)/1000
 		s, err := solve(groups, budget, 0, 1+int64(trial%50))
 		if err != nil {
 			t.Fatal(err)
