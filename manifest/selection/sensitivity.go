@@ -51,6 +51,9 @@ type Sensitivity struct {
 	// Measured lists the BFP formats measured (one store build each).
 	Measured []manifest.StoredFormat `json:"measured"`
 	Tensors  []TensorSensitivity     `json:"tensors"`
+
+	// sizesOnly marks Prepare's result: sizes without losses.
+	sizesOnly bool
 }
 
 // PlanRef names a plan and its content hash.
@@ -133,8 +136,6 @@ func (o *MeasureOptions) Validate() error {
 		return errors.New("selection: no base plan")
 	case len(bfpFormats(o.Candidates)) == 0:
 		return errors.New("selection: no BFP candidate to measure")
-	case o.Scratch == "":
-		return errors.New("selection: no scratch directory")
 	case o.Workers < 0:
 		return fmt.Errorf("selection: %d workers", o.Workers)
 	}
@@ -181,63 +182,106 @@ func measurementPlan(base *plan.Plan, f manifest.StoredFormat) *plan.Plan {
 	return p
 }
 
-// Measure runs one store build per BFP format among the candidates and
-// returns every quantized matrix's proxy losses and sizes.
-func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
+// Prepare resolves the base plan and the measurement plans against the
+// model's headers: every quantized matrix with its sizes, no losses. A
+// matrix without calibration inputs (no site, outside the layers) is marked
+// unmeasured as the build will find it. It reads no tensor data, so a
+// command checks a byte budget against it before measuring.
+func Prepare(opt MeasureOptions) (*Sensitivity, error) {
+	s, _, err := prepare(opt)
+	if s != nil {
+		s.sizesOnly = true
+	}
+	return s, err
+}
+
+func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	if err := opt.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	base, _ := opt.Base.Validate()
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
-	if opt.Workers == 0 {
-		opt.Workers = 1
-	}
 	modelID, err := ModelIdentity(opt.Source)
 	if err != nil {
-		return nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
+		return nil, nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
 	}
 	planSHA, err := PlanSHA256(base)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := safetensors.OpenModel(opt.Source)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer m.Close()
-	ropt := plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, Family: opt.Family}
+	fam := opt.Family
+	if fam == nil {
+		fam = model.Qwen3
+	}
+	ropt := plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, Family: fam}
 	res, err := base.ResolveWith(m, ropt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s := &Sensitivity{SchemaVersion: SchemaVersion, Kind: sensitivityKind, Model: modelID,
-		BasePlan: PlanRef{base.Name, planSHA}, ExpertsPerFile: opt.ExpertsPerFile}
+		BasePlan: PlanRef{base.Name, planSHA}, ExpertsPerFile: opt.ExpertsPerFile, Measured: bfpFormats(opt.Candidates)}
 	byName := map[string]int{}
 	for _, t := range res.Tensors {
 		if !t.IsBFP() {
 			continue
 		}
 		byName[t.Name] = len(s.Tensors)
-		s.Tensors = append(s.Tensors, TensorSensitivity{Name: t.Name, Role: t.Role, Layer: t.Layer, MTP: t.MTP,
+		ts := TensorSensitivity{Name: t.Name, Role: t.Role, Layer: t.Layer, MTP: t.MTP,
 			Expert: t.Expert, ExpertKind: t.ExpertKind, ExpertGroup: t.ExpertGroup, Elements: t.Elements(), Rows: t.Shape[0],
-			Loss: map[string]float64{}, Bytes: map[manifest.StoredFormat]int64{manifest.StoreAsIs: t.SourceBytes}})
+			Loss: map[string]float64{}, Bytes: map[manifest.StoredFormat]int64{manifest.StoreAsIs: t.SourceBytes}}
+		down := t.Role == model.RoleSharedDown || t.Role == model.RoleMLPDown
+		if t.Layer < 0 || (!down && fam.Site(t.Role) == "") {
+			ts.Unmeasured = "no calibration inputs are defined for this matrix"
+		}
+		s.Tensors = append(s.Tensors, ts)
 	}
 	if len(s.Tensors) == 0 {
-		return nil, fmt.Errorf("selection: plan %q quantizes no matrix of %s", base.Name, opt.Source)
+		return nil, nil, fmt.Errorf("selection: plan %q quantizes no matrix of %s", base.Name, opt.Source)
 	}
-	for _, f := range bfpFormats(opt.Candidates) {
-		mp := measurementPlan(base, f)
-		mres, err := mp.ResolveWith(m, ropt)
+	for _, f := range s.Measured {
+		mres, err := measurementPlan(base, f).ResolveWith(m, ropt)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, t := range mres.Tensors {
 			if i, ok := byName[t.Name]; ok {
 				s.Tensors[i].Bytes[f] = t.StoredBytes
 			}
 		}
+	}
+	return s, byName, nil
+}
+
+// Measure runs one store build per BFP format among the candidates and
+// returns every quantized matrix's proxy losses and sizes.
+func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
+	if opt.ExpertsPerFile == 0 {
+		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
+	}
+	if opt.Workers == 0 {
+		opt.Workers = 1
+	}
+	if opt.Scratch == "" {
+		return nil, errors.New("selection: no scratch directory for the measurement builds")
+	}
+	s, byName, err := prepare(opt)
+	if err != nil {
+		return nil, err
+	}
+	s.Measured = nil
+	for i := range s.Tensors {
+		s.Tensors[i].Unmeasured = ""
+	}
+	for _, f := range bfpFormats(opt.Candidates) {
+		base, _ := opt.Base.Validate()
+		mp := measurementPlan(base, f)
 		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: filepath.Join(opt.Scratch, "measure-"+string(f)), Plan: mp,
 			Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, Calib: opt.Calib, Layers: "all", GPTQOptions: opt.GPTQOptions,
 			AllowSyntheticCalibration: opt.AllowSyntheticCalibration, Progress: opt.Progress, Family: opt.Family})
