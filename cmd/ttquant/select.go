@@ -196,7 +196,13 @@ func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPat
 	if !r.Exact {
 		grid = fmt.Sprintf("grid cell %.4g, within the optimum at budget − %.4g", r.Grid, r.Bound)
 	}
-	fmt.Fprintf(w, "solver: %s; %d units chosen, %d tensors fixed by the base plan or the overrides\n\n", grid, len(r.Units), r.Fixed)
+	pinned := 0
+	for _, u := range r.Units {
+		if u.Pinned {
+			pinned++
+		}
+	}
+	fmt.Fprintf(w, "solver: %s; %d units (%d pinned by the overrides); %d tensors fixed by the base plan or the overrides\n\n", grid, len(r.Units), pinned, r.Fixed)
 	fmt.Fprintf(w, "| plan | stored | per token | bits/weight | predicted error |\n|---|---:|---:|---:|---:|\n")
 	for _, p := range append([]selection.Point{r.Selected, r.Smallest, r.Largest}, r.References...) {
 		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %.6g |\n", p.Name, humanBytes(p.StoredBytes), humanBytes(int64(math.Round(p.TokenBytes))), p.BitsPerWeight, p.PredictedError)
