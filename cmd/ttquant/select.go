@@ -63,13 +63,19 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	}
 	var b selection.Budget
 	n := 0
-	if *budget != "" {
-		n++
-		v, err := selection.ParseSize(*budget)
-		if err != nil {
-			return usageErrorf("--budget: %v", err)
+	for _, f := range []struct {
+		flag, value string
+		kind        selection.BudgetKind
+	}{{"budget", *budget, selection.BudgetBytes}, {"token-bytes", *tokenBytes, selection.BudgetTokenBytes}} {
+		if f.value == "" {
+			continue
 		}
-		b = selection.Budget{Kind: selection.BudgetBytes, Value: v}
+		n++
+		v, err := selection.ParseSize(f.value)
+		if err != nil {
+			return usageErrorf("--%s: %v", f.flag, err)
+		}
+		b = selection.Budget{Kind: f.kind, Value: v}
 	}
 	if *bpw != 0 {
 		n++
@@ -77,14 +83,6 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		b = selection.Budget{Kind: selection.BudgetBPW, Value: *bpw}
-	}
-	if *tokenBytes != "" {
-		n++
-		v, err := selection.ParseSize(*tokenBytes)
-		if err != nil {
-			return usageErrorf("--token-bytes: %v", err)
-		}
-		b = selection.Budget{Kind: selection.BudgetTokenBytes, Value: v}
 	}
 	if n != 1 {
 		return usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
