@@ -39,6 +39,7 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
 	bpw := fs.Float64("bpw", 0, "bits per weight over every stored tensor")
 	tokenBytes := fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
+	weights := fs.String("weights", "", "multipliers of each role class's proxy loss, CLASS=W,... (attn_in, attn_out, mlp_in, mlp_out, other; default 1): the KL per unit of proxy loss measured by single-class changes makes the predicted error a predicted KL")
 	override := fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
 	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
 	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
@@ -87,6 +88,10 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if n != 1 {
 		return usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
 	}
+	w, err := selection.ParseWeights(*weights)
+	if err != nil {
+		return usageErrorf("--weights: %v", err)
+	}
 	var over *plan.Plan
 	if *override != "" {
 		if over, err = plan.LoadPlan(*override); err != nil {
@@ -106,7 +111,7 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	}
 	mopt := selection.MeasureOptions{Source: opt.Source, Calib: *calibPath, Base: opt.Plan, Candidates: candidates,
 		Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, GPTQOptions: &g, AllowSyntheticCalibration: *allowSynth}
-	sopt := selection.Options{Source: opt.Source, Base: opt.Plan, Overrides: over, Candidates: candidates, Budget: b}
+	sopt := selection.Options{Source: opt.Source, Base: opt.Plan, Overrides: over, Candidates: candidates, Budget: b, Weights: w}
 
 	// Refusals before the measurement: a sensitivity file of other inputs,
 	// an unmeasured candidate, a byte budget outside the achievable range,

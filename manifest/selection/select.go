@@ -29,6 +29,8 @@ type Options struct {
 	Overrides  *plan.Plan
 	Candidates []Candidate
 	Budget     Budget
+	// Weights multiply each role class's losses (default 1 each).
+	Weights Weights
 	// CurvePoints is the number of points of the Pareto curve (default 64).
 	CurvePoints int
 	Family      model.Family
@@ -48,7 +50,8 @@ type Unit struct {
 	Pinned bool      `json:"pinned,omitempty"`
 	Bytes  int64     `json:"bytes"`
 	Cost   float64   `json:"cost"`
-	// Error is the unit's predicted added error (Σ weighted proxy loss).
+	// Error is the unit's predicted added error: Σ proxy loss × routing
+	// frequency × the role class's weight.
 	Error float64 `json:"predicted_error"`
 
 	tensors []*TensorSensitivity
@@ -79,6 +82,7 @@ type FormatBytes struct {
 type Result struct {
 	Plan     *plan.Plan `json:"-"`
 	Budget   Budget     `json:"budget"`
+	Weights  Weights    `json:"weights,omitempty"`
 	Selected Point      `json:"selected"`
 	// Smallest and Largest are the all-cheapest and all-costliest plans.
 	Smallest Point `json:"smallest"`
@@ -180,7 +184,7 @@ func Select(opt Options) (*Result, error) {
 		cm.elements += t.Elements()
 	}
 
-	units, err := buildUnits(s, over, fixedRes, opt.Candidates)
+	units, err := buildUnits(s, over, fixedRes, opt.Candidates, opt.Weights)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +208,7 @@ func Select(opt Options) (*Result, error) {
 				pt, _ := fixedRes.Lookup(t.Name)
 				it.Cost += cm.cost(pt, t.Bytes[c.Format])
 				l, _ := t.WeightedLoss(c, s.Calibration.Tokens)
-				it.Loss += l
+				it.Loss += l * opt.Weights.Of(t.Role)
 			}
 			whole64 = whole64 && bytes%64 == 0
 			u.items = append(u.items, it)
@@ -249,10 +253,10 @@ func Select(opt Options) (*Result, error) {
 	}
 	lowest := pick(func(a, b Item) bool { return a.Cost < b.Cost })
 	highest := pick(func(a, b Item) bool { return a.Cost > b.Cost })
-	res := &Result{Budget: opt.Budget}
+	res := &Result{Budget: opt.Budget, Weights: opt.Weights}
 	mkPoint := func(name string, choice []int) (Point, *plan.Plan, error) {
 		p := selectedPlan(base, over, freeUnits, choice, name)
-		pt, err := pointOf(p, m, ropt, cm, s)
+		pt, err := pointOf(p, m, ropt, cm, s, opt.Weights)
 		return pt, p, err
 	}
 	if res.Smallest, _, err = mkPoint("smallest", lowest); err != nil {
@@ -331,7 +335,7 @@ func Select(opt Options) (*Result, error) {
 	}
 	for _, name := range plan.PresetNames() {
 		p, _ := plan.Preset(name)
-		pt, err := pointOf(p, m, ropt, cm, s)
+		pt, err := pointOf(p, m, ropt, cm, s, opt.Weights)
 		if err != nil {
 			continue // a preset that does not apply to this model, or a precision not measured
 		}
@@ -381,7 +385,7 @@ func indexOf(cs []Candidate, c Candidate) int {
 // layer) into units and applies the overrides: a unit whose matrices an
 // override matches is pinned to that rule's precision; one it matches in
 // part, or with two precisions, is an error.
-func buildUnits(s *Sensitivity, over *plan.Plan, fixedRes *plan.Resolved, cands []Candidate) ([]Unit, error) {
+func buildUnits(s *Sensitivity, over *plan.Plan, fixedRes *plan.Resolved, cands []Candidate, w Weights) ([]Unit, error) {
 	var units []Unit
 	idx := map[string]int{}
 	for i := range s.Tensors {
@@ -449,7 +453,7 @@ func buildUnits(s *Sensitivity, over *plan.Plan, fixedRes *plan.Resolved, cands 
 				}
 				l = 0
 			}
-			u.Error += l
+			u.Error += l * w.Of(t.Role)
 		}
 	}
 	if len(units) == 0 {
@@ -489,7 +493,7 @@ func unitPattern(names []string) string {
 // pointOf resolves p and returns its cost, sizes and predicted error (the
 // selectable matrices' weighted losses; an error when p puts one of them
 // in a precision that was not measured).
-func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *costModel, s *Sensitivity) (Point, error) {
+func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *costModel, s *Sensitivity, w Weights) (Point, error) {
 	r, err := p.ResolveWith(m, ropt)
 	if err != nil {
 		return Point{}, err
@@ -519,7 +523,7 @@ func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *c
 		if !ok && !s.sizesOnly {
 			return Point{}, fmt.Errorf("selection: plan %s stores %s as %s, which was not measured", p.Name, t.Name, c)
 		}
-		pt.PredictedError += l
+		pt.PredictedError += l * w.Of(t.Role)
 	}
 	if elements > 0 {
 		pt.BitsPerWeight = 8 * float64(pt.StoredBytes) / float64(elements)
