@@ -39,7 +39,7 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
 	bpw := fs.Float64("bpw", 0, "bits per weight over every stored tensor")
 	tokenBytes := fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
-	weights := fs.String("weights", "", "multipliers of each role class's proxy loss, CLASS=W,... (attn_in, attn_out, mlp_in, mlp_out, other; default 1): the KL per unit of proxy loss measured by single-class changes makes the predicted error a predicted KL")
+	weights := fs.String("weights", "", "multipliers of each role class's proxy loss, CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1): the KL per unit of proxy loss measured by single-class changes makes the predicted error a predicted KL")
 	override := fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
 	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
 	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")

@@ -33,14 +33,14 @@ func TestParseCandidatesSizesWeights(t *testing.T) {
 			t.Errorf("size %q accepted", bad)
 		}
 	}
-	w, err := ParseWeights("attn_out=0.13,mlp_in=0.0004")
-	if err != nil || w.Of(model.RoleGDNOut) != 0.13 || w.Of(model.RoleExpertGateUp) != 0.0004 || w.Of(model.RoleAttnQ) != 1 {
+	w, err := ParseWeights("attn_out=0.13,mlp_in=0.0004,attn_out@0=2")
+	if err != nil || w.Of(model.RoleGDNOut, 1) != 0.13 || w.Of(model.RoleGDNOut, 0) != 2 || w.Of(model.RoleExpertGateUp, 0) != 0.0004 || w.Of(model.RoleAttnQ, 0) != 1 {
 		t.Errorf("weights %v, %v", w, err)
 	}
-	if w.String() != "attn_out=0.13,mlp_in=0.0004" {
+	if w.String() != "attn_out=0.13,attn_out@0=2,mlp_in=0.0004" {
 		t.Errorf("weights print as %q", w.String())
 	}
-	for _, bad := range []string{"attn=1", "attn_out=-1", "attn_out=x", "attn_out=1,attn_out=2", "attn_out"} {
+	for _, bad := range []string{"attn=1", "attn_out=-1", "attn_out=x", "attn_out=1,attn_out=2", "attn_out", "attn_out@x=1", "attn_out@-1=1", "attn_out@01=1", "bad@0=1"} {
 		if _, err := ParseWeights(bad); err == nil {
 			t.Errorf("weights %q accepted", bad)
 		}

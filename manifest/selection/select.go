@@ -208,7 +208,7 @@ func Select(opt Options) (*Result, error) {
 				pt, _ := fixedRes.Lookup(t.Name)
 				it.Cost += cm.cost(pt, t.Bytes[c.Format])
 				l, _ := t.WeightedLoss(c, s.Calibration.Tokens)
-				it.Loss += l * opt.Weights.Of(t.Role)
+				it.Loss += l * opt.Weights.Of(t.Role, t.Layer)
 			}
 			whole64 = whole64 && bytes%64 == 0
 			u.items = append(u.items, it)
@@ -453,7 +453,7 @@ func buildUnits(s *Sensitivity, over *plan.Plan, fixedRes *plan.Resolved, cands 
 				}
 				l = 0
 			}
-			u.Error += l * w.Of(t.Role)
+			u.Error += l * w.Of(t.Role, t.Layer)
 		}
 	}
 	if len(units) == 0 {
@@ -523,7 +523,7 @@ func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *c
 		if !ok && !s.sizesOnly {
 			return Point{}, fmt.Errorf("selection: plan %s stores %s as %s, which was not measured", p.Name, t.Name, c)
 		}
-		pt.PredictedError += l * w.Of(t.Role)
+		pt.PredictedError += l * w.Of(t.Role, t.Layer)
 	}
 	if elements > 0 {
 		pt.BitsPerWeight = 8 * float64(pt.StoredBytes) / float64(elements)

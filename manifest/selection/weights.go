@@ -43,12 +43,17 @@ func RoleClass(r model.Role) string {
 	return ClassOther
 }
 
-// Weights multiply the losses of each role class (1 when absent).
+// Weights multiply the losses of each role class, or of a class in one
+// layer (key CLASS@LAYER, which wins over CLASS); 1 when absent.
 type Weights map[string]float64
 
-// Of returns the weight of a role.
-func (w Weights) Of(r model.Role) float64 {
-	if v, ok := w[RoleClass(r)]; ok {
+// Of returns the weight of a role in a layer.
+func (w Weights) Of(r model.Role, layer int) float64 {
+	c := RoleClass(r)
+	if v, ok := w[c+"@"+strconv.Itoa(layer)]; ok {
+		return v
+	}
+	if v, ok := w[c]; ok {
 		return v
 	}
 	return 1
@@ -64,9 +69,9 @@ func (w Weights) String() string {
 	return strings.Join(parts, ",")
 }
 
-// ParseWeights reads CLASS=W,… ("" is no weights); an unknown class, a
-// repeated one or a weight that is not a finite non-negative number is an
-// error.
+// ParseWeights reads CLASS=W or CLASS@LAYER=W, comma-separated ("" is no
+// weights); an unknown class, a bad layer, a repeated key or a weight that
+// is not a finite non-negative number is an error.
 func ParseWeights(s string) (Weights, error) {
 	w := Weights{}
 	if strings.TrimSpace(s) == "" {
@@ -74,12 +79,17 @@ func ParseWeights(s string) (Weights, error) {
 	}
 	for _, part := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		class, layer, perLayer := strings.Cut(k, "@")
 		known := false
 		for _, c := range Classes {
-			known = known || c == k
+			known = known || c == class
+		}
+		if perLayer {
+			l, err := strconv.Atoi(layer)
+			known = known && err == nil && l >= 0 && strconv.Itoa(l) == layer
 		}
 		if !ok || !known {
-			return nil, fmt.Errorf("selection: weight %q: want CLASS=W with CLASS one of %s", part, strings.Join(Classes, ", "))
+			return nil, fmt.Errorf("selection: weight %q: want CLASS=W or CLASS@LAYER=W with CLASS one of %s", part, strings.Join(Classes, ", "))
 		}
 		if _, dup := w[k]; dup {
 			return nil, fmt.Errorf("selection: weight of %s given twice", k)
