@@ -336,8 +336,8 @@ func WriteXYSVG(w io.Writer, c XYChart) error {
 		}
 		xlo, xhi, ylo, yhi = min(xlo, xs[i]), max(xhi, xs[i]), min(ylo, ys[i]), max(yhi, ys[i])
 	}
-	s := newSVG(760, 440)
-	left, top, right, bottom := 90.0, 40.0, 520.0, 360.0
+	s := newSVG(900, 440)
+	left, top, right, bottom := 90.0, 40.0, 560.0, 360.0
 	x := newAxis(xlo, xhi, left+10, right-10, false)
 	y := newAxis(ylo, yhi, bottom, top, false)
 	s.frame(x, y, left, top, right, bottom, c.Title, c.XLabel, c.YLabel)

@@ -257,6 +257,7 @@ func Select(opt Options) (*Result, error) {
 	mkPoint := func(name string, choice []int) (Point, *plan.Plan, error) {
 		p := selectedPlan(base, over, freeUnits, choice, name)
 		pt, err := pointOf(p, m, ropt, cm, s, opt.Weights)
+		pt.Name = name
 		return pt, p, err
 	}
 	if res.Smallest, _, err = mkPoint("smallest", lowest); err != nil {
@@ -573,8 +574,12 @@ func formatTotals(r *plan.Resolved) (formats, roles []FormatBytes) {
 // WriteSVG draws the Pareto curve of cost against predicted error with the
 // selected plan and the references.
 func (r *Result) WriteSVG(w io.Writer) error {
+	ylabel := "predicted error (Σ proxy loss × routing share)"
+	if len(r.Weights) > 0 {
+		ylabel = "predicted KL (Σ proxy loss × share × class weight)"
+	}
 	c := eval.XYChart{Title: "precision selection: " + r.Budget.String(), XLabel: costLabel(r.Budget.Kind),
-		YLabel: "predicted error (Σ weighted proxy loss)", CurveName: "best plan per budget"}
+		YLabel: ylabel, CurveName: "best plan per budget"}
 	for _, p := range r.Curve {
 		c.CurveX, c.CurveY = append(c.CurveX, p.Cost/xScale(r.Budget.Kind)), append(c.CurveY, p.PredictedError)
 	}
