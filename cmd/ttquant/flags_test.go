@@ -19,11 +19,18 @@ func TestOutOfRangeFlags(t *testing.T) {
 	gptqArgs := []string{"gptq", "--model", model, "--calib", store, "--out", out}
 	convertArgs := []string{"convert", "--model", model, "--out", out}
 	quantArgs := []string{"calib", "quantize", "--model", model, "--store", store}
+	selectArgs := []string{"select", "--model", model, "--calib", store, "--out", out}
 	cases := []struct {
 		args []string
 		flag string
 	}{
 		{append(gptqArgs, "--percdamp", "-1"), "--percdamp"},
+		{append(selectArgs, "--bpw", "0.1"), "--bpw"},
+		{append(selectArgs, "--bpw", "NaN"), "--bpw"},
+		{append(selectArgs, "--budget", "-5GB"), "--budget"},
+		{append(selectArgs, "--token-bytes", "0"), "--token-bytes"},
+		{append(selectArgs, "--budget", "5GB", "--weights", "attn_out=-1"), "--weights"},
+		{append(selectArgs, "--budget", "5GB", "--weights", "lm=2"), "--weights"},
 		{append(gptqArgs, "--percdamp", "NaN"), "--percdamp"},
 		{append(gptqArgs, "--percdamp", "2"), "--percdamp"},
 		{append(gptqArgs, "--block-size", "0"), "--block-size"},

@@ -41,7 +41,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	allowShort := addAllowShortFlag(fs)
 	asymmetric := fs.Bool("asymmetric", false, "fit every GPTQ matrix to the source model's outputs on the source model's inputs (with --data the source model runs alongside; with --calib only down projections change; matrices with fewer than 16 calibration rows per input column stay as they are; docs/calibration.md)")
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth); GPTQ on them can be worse than rounding")
-	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts (the MLP blocks: routed and shared experts, or a dense layer's MLP), dense (every other matrix), all, or a regular expression over stored tensor names")
+	layers := fs.String("layers", "experts", "matrices to quantize with GPTQ: experts (the MLP blocks: routed and shared experts, or a dense layer's MLP), dense (every other matrix), all, plan (the matrices the plan gives method gptq; the others rounded), or a regular expression over stored tensor names")
 	gf := addGPTQFlags(fs)
 	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each layer's held-out error against RTN (and, with --data, the stream's drift from the source model)")
 	estimate := fs.Duration("estimate", 5*time.Second, "with --dry-run: time spent measuring the kernels to estimate the GPTQ kernel time (0: no estimate)")

@@ -11,7 +11,8 @@ import (
 // Pictures of results as standalone SVG 1.1 documents: WriteSVG draws an
 // evaluation (per-corpus mean KL with error bars, the distribution of the
 // per-position KL of each candidate), WriteLineSVG any few series over a
-// common x axis (the demo's per-layer errors).
+// common x axis (the demo's per-layer errors), WriteXYSVG a curve with
+// labelled points (the precision selection's Pareto curve).
 
 // palette colours the candidates or series in order.
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
@@ -295,5 +296,68 @@ func WriteLineSVG(w io.Writer, c LineChart) error {
 		names = append(names, sr.Name)
 	}
 	s.legend(right-200, top+14, names)
+	return s.finish(w)
+}
+
+// XYChart is a curve over its own x values with a few labelled points
+// (the selection's Pareto curve with the plans it is compared with).
+type XYChart struct {
+	Title, XLabel, YLabel string
+	// Curve is drawn as a line through its points, named CurveName.
+	CurveName string
+	CurveX    []float64
+	CurveY    []float64
+	Points    []XYPoint
+}
+
+// XYPoint is one labelled point of an XYChart.
+type XYPoint struct {
+	Label string
+	X, Y  float64
+}
+
+// WriteXYSVG draws an XYChart: the curve, then each point with its label
+// in the legend.
+func WriteXYSVG(w io.Writer, c XYChart) error {
+	if len(c.CurveX) != len(c.CurveY) {
+		return fmt.Errorf("eval: curve has %d x and %d y values", len(c.CurveX), len(c.CurveY))
+	}
+	if len(c.CurveX) == 0 && len(c.Points) == 0 {
+		return fmt.Errorf("eval: an empty chart")
+	}
+	xs, ys := append([]float64(nil), c.CurveX...), append([]float64(nil), c.CurveY...)
+	for _, p := range c.Points {
+		xs, ys = append(xs, p.X), append(ys, p.Y)
+	}
+	xlo, xhi, ylo, yhi := math.Inf(1), math.Inf(-1), 0.0, math.Inf(-1)
+	for i := range xs {
+		if math.IsNaN(xs[i]) || math.IsInf(xs[i], 0) || math.IsNaN(ys[i]) || math.IsInf(ys[i], 0) {
+			return fmt.Errorf("eval: point (%v, %v) cannot be drawn", xs[i], ys[i])
+		}
+		xlo, xhi, ylo, yhi = min(xlo, xs[i]), max(xhi, xs[i]), min(ylo, ys[i]), max(yhi, ys[i])
+	}
+	s := newSVG(900, 440)
+	left, top, right, bottom := 90.0, 40.0, 560.0, 360.0
+	x := newAxis(xlo, xhi, left+10, right-10, false)
+	y := newAxis(ylo, yhi, bottom, top, false)
+	s.frame(x, y, left, top, right, bottom, c.Title, c.XLabel, c.YLabel)
+	px, py := make([]float64, len(c.CurveX)), make([]float64, len(c.CurveX))
+	for i := range c.CurveX {
+		px[i], py[i] = x.at(c.CurveX[i]), y.at(c.CurveY[i])
+	}
+	var names []string
+	if len(px) > 0 {
+		s.polyline(px, py, colour(0))
+		names = append(names, c.CurveName)
+	}
+	for i, p := range c.Points {
+		fmt.Fprintf(&s.b, `<circle cx="%s" cy="%s" r="5" fill="%s"/>`+"\n", f2(x.at(p.X)), f2(y.at(p.Y)), colour(i+1))
+		names = append(names, p.Label)
+	}
+	if len(px) == 0 {
+		// No curve: the legend's colours start at the points'.
+		names = append([]string{""}, names...)
+	}
+	s.legend(right+20, top+14, names)
 	return s.finish(w)
 }

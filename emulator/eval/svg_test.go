@@ -80,3 +80,26 @@ func TestWriteSVG(t *testing.T) {
 		t.Error("a zero on a log axis is drawn")
 	}
 }
+
+// TestWriteXYSVG: the curve is one polyline, each point a circle with its
+// label, and values that cannot be drawn are refused.
+func TestWriteXYSVG(t *testing.T) {
+	c := XYChart{Title: "t", XLabel: "x", YLabel: "y", CurveName: "curve",
+		CurveX: []float64{1, 2, 3}, CurveY: []float64{3, 1, 0.5},
+		Points: []XYPoint{{"selected", 2, 1}, {"uniform", 3, 2}}}
+	var b bytes.Buffer
+	if err := WriteXYSVG(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	n := parseSVG(t, b.Bytes())
+	if n["polyline"] != 1 || n["circle"] != 2 || !strings.Contains(b.String(), ">selected<") || !strings.Contains(b.String(), ">uniform<") {
+		t.Errorf("elements %v\n%s", n, b.String())
+	}
+	c.Points[0].Y = math.NaN()
+	if err := WriteXYSVG(io.Discard, c); err == nil {
+		t.Error("a NaN point was drawn")
+	}
+	if err := WriteXYSVG(io.Discard, XYChart{CurveX: []float64{1}}); err == nil {
+		t.Error("a curve with more x than y values was drawn")
+	}
+}

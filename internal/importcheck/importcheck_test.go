@@ -51,8 +51,11 @@ var allowed = map[string][]string{
 	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build":       {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
-	"manifest/ttnn":        {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
+	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
+	"manifest/ttnn":  {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
+	// Precision selection: measures through the store build, solves, draws
+	// the Pareto curve with the evaluation's SVG helpers.
+	"manifest/selection":   {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "emulator/eval"},
 	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	"emulator/eval":        {},
 	"internal/importcheck": {"internal/testdata"},

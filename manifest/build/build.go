@@ -82,7 +82,8 @@ type BuildOptions struct {
 	// before anything is written: GPTQ on synthetic activations can be
 	// worse than rounding.
 	AllowSyntheticCalibration bool
-	// Layers selects the matrices GPTQ handles: "experts", "dense", "all"
+	// Layers selects the matrices GPTQ handles: "experts", "dense", "all",
+	// "plan" (the matrices the plan gives method gptq, the others rounded)
 	// or a regular expression over stored tensor names.
 	Layers string
 	// GPTQOptions are the solver options (zero value: gptq.DefaultOptions).
@@ -538,10 +539,14 @@ func layerSelector(s string) (func(*storedTensor) bool, error) {
 		return func(st *storedTensor) bool { return !st.isExpertMatrix() && !st.isMLPMatrix() }, nil
 	case "all":
 		return func(*storedTensor) bool { return true }, nil
+	case "plan":
+		// Exactly the matrices the plan gives method gptq: a plan that
+		// chooses GPTQ or RTN per matrix (ttquant select) is built as is.
+		return func(st *storedTensor) bool { return st.method == manifest.MethodGPTQ }, nil
 	}
 	re, err := regexp.Compile(s)
 	if err != nil {
-		return nil, fmt.Errorf("manifest: --layers %q is neither experts, dense, all nor a valid regular expression: %w", s, err)
+		return nil, fmt.Errorf("manifest: --layers %q is neither experts, dense, all, plan nor a valid regular expression: %w", s, err)
 	}
 	return func(st *storedTensor) bool { return re.MatchString(st.name) }, nil
 }

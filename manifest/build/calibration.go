@@ -27,6 +27,13 @@ import (
 // AllowSyntheticCalibration.
 var ErrSyntheticCalibration = errors.New("the store holds synthetic activations, not activations of the model on text; GPTQ on them can be worse than rounding")
 
+// StoreIdentity is the identity a GPTQ build records for a calibration
+// store directory (manifest.CalibInfo.SHA256): the sha256 of a JSON list
+// of every file's (name, size, sha256), sorted by name.
+func StoreIdentity(ctx context.Context, dir string, workers int) (string, error) {
+	return storeIdentity(ctx, dir, workers)
+}
+
 // storeIdentity hashes every file of a calibration store directory: the
 // sha256 of a JSON list of (name, size, sha256) sorted by name.
 func storeIdentity(ctx context.Context, dir string, workers int) (string, error) {

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/plan"
+	"github.com/ttquant/ttquant/manifest/selection"
+)
+
+func init() {
+	register(&command{name: "select", summary: "choose a precision per matrix to fit a budget with the least predicted error", run: runSelect})
+}
+
+// selectReport is the --json document of select.
+type selectReport struct {
+	SchemaVersion int               `json:"schema_version"`
+	Plan          string            `json:"plan_file"`
+	Sensitivity   string            `json:"sensitivity_file"`
+	Measured      bool              `json:"measured"`
+	SVG           string            `json:"svg_file"`
+	Result        *selection.Result `json:"result"`
+}
+
+func runSelect(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "select", "--model SRC --calib STORE (--budget SIZE | --bpw X | --token-bytes SIZE) --out PLAN.json [flags]")
+	bf := addBuildFlags(fs)
+	calibPath := fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on (required)")
+	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth)")
+	cands := fs.String("candidates", selection.DefaultCandidates, "precisions each matrix may get: FORMAT:METHOD (BFP4_b:gptq, BFP4_b:rtn, BFP8_b:rtn, BFP8_b:gptq, BFP2_b:gptq, BFP2_b:rtn) or AS_IS, comma-separated")
+	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
+	bpw := fs.Float64("bpw", 0, "bits per weight over every stored tensor")
+	tokenBytes := fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
+	weights := fs.String("weights", "", "multipliers of each role class's proxy loss, CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1): the KL per unit of proxy loss measured by single-class changes makes the predicted error a predicted KL")
+	override := fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
+	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
+	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
+	gf := addGPTQFlags(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected argument %q", pos[0])
+	}
+	opt, err := bf.options(e, true)
+	if err != nil {
+		return err
+	}
+	if *calibPath == "" {
+		return usageErrorf("--calib is required (a calibration store from calib build)")
+	}
+	candidates, err := selection.ParseCandidates(*cands)
+	if err != nil {
+		return usageErrorf("--candidates: %v", err)
+	}
+	var b selection.Budget
+	n := 0
+	for _, f := range []struct {
+		flag, value string
+		kind        selection.BudgetKind
+	}{{"budget", *budget, selection.BudgetBytes}, {"token-bytes", *tokenBytes, selection.BudgetTokenBytes}} {
+		if f.value == "" {
+			continue
+		}
+		n++
+		v, err := selection.ParseSize(f.value)
+		if err != nil {
+			return usageErrorf("--%s: %v", f.flag, err)
+		}
+		b = selection.Budget{Kind: f.kind, Value: v}
+	}
+	if *bpw != 0 {
+		n++
+		if err := inRangeFloat("bpw", *bpw, 0.5, 64); err != nil {
+			return err
+		}
+		b = selection.Budget{Kind: selection.BudgetBPW, Value: *bpw}
+	}
+	if n != 1 {
+		return usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
+	}
+	w, err := selection.ParseWeights(*weights)
+	if err != nil {
+		return usageErrorf("--weights: %v", err)
+	}
+	var over *plan.Plan
+	if *override != "" {
+		if over, err = plan.LoadPlan(*override); err != nil {
+			return err
+		}
+	}
+	g, err := gf.options()
+	if err != nil {
+		return err
+	}
+	stem := strings.TrimSuffix(bf.out, ".json")
+	if *sens == "" {
+		*sens = stem + ".sensitivity.json"
+	}
+	if *svgPath == "" {
+		*svgPath = stem + ".svg"
+	}
+	mopt := selection.MeasureOptions{Source: opt.Source, Calib: *calibPath, Base: opt.Plan, Candidates: candidates,
+		Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, GPTQOptions: &g, AllowSyntheticCalibration: *allowSynth}
+	sopt := selection.Options{Source: opt.Source, Base: opt.Plan, Overrides: over, Candidates: candidates, Budget: b, Weights: w}
+
+	// Refusals before the measurement: a sensitivity file of other inputs,
+	// an unmeasured candidate, a byte budget outside the achievable range,
+	// an override splitting a unit.
+	var s *selection.Sensitivity
+	measured := false
+	if _, statErr := os.Stat(*sens); statErr == nil {
+		if s, err = selection.LoadSensitivity(*sens); err != nil {
+			return err
+		}
+		modelID, err := selection.ModelIdentity(opt.Source)
+		if err != nil {
+			return err
+		}
+		storeID, err := build.StoreIdentity(ctx, *calibPath, opt.Workers)
+		if err != nil {
+			return err
+		}
+		if err := s.Check(modelID, storeID, opt.Plan, opt.ExpertsPerFile); err != nil {
+			return err
+		}
+	} else {
+		skel, err := selection.Prepare(mopt)
+		if err != nil {
+			return err
+		}
+		if b.Kind != selection.BudgetTokenBytes {
+			sopt.Sensitivity = skel
+			if _, err := selection.Select(sopt); err != nil {
+				return err
+			}
+		}
+		tmp, err := os.MkdirTemp(filepath.Dir(bf.out), ".select-measure-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		mopt.Scratch = tmp
+		if !bf.quiet {
+			fmt.Fprintf(e.stderr, "select: measuring %d matrices (one store build per format: %v)\n", len(skel.Tensors), skel.Measured)
+		}
+		if s, err = selection.Measure(ctx, mopt); err != nil {
+			if errors.Is(err, build.ErrSyntheticCalibration) {
+				return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
+			}
+			return err
+		}
+		measured = true
+	}
+	sopt.Sensitivity = s
+	res, err := selection.Select(sopt)
+	if err != nil {
+		return err
+	}
+	if measured {
+		if err := s.Save(*sens); err != nil {
+			return err
+		}
+	}
+	if err := res.Plan.Save(bf.out); err != nil {
+		return err
+	}
+	var svg strings.Builder
+	if err := res.WriteSVG(&svg); err != nil {
+		return err
+	}
+	if _, err := atomicfile.WriteFile(*svgPath, []byte(svg.String())); err != nil {
+		return err
+	}
+	if bf.asJSON {
+		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *sens, Measured: measured, SVG: *svgPath, Result: res})
+	}
+	printSelection(e.stdout, res, bf.out, *sens, *svgPath, measured)
+	return nil
+}
+
+func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPath string, measured bool) {
+	fmt.Fprintf(w, "## Precision selection: %s\n\n", r.Budget)
+	verb := "read"
+	if measured {
+		verb = "measured, written to"
+	}
+	fmt.Fprintf(w, "plan `%s`; sensitivities %s `%s`; Pareto curve `%s`\n\n", planPath, verb, sensPath, svgPath)
+	grid := "exact (64-byte cells)"
+	if !r.Exact {
+		grid = fmt.Sprintf("grid cell %.4g, within the optimum at budget − %.4g", r.Grid, r.Bound)
+	}
+	pinned := 0
+	for _, u := range r.Units {
+		if u.Pinned {
+			pinned++
+		}
+	}
+	fmt.Fprintf(w, "solver: %s; %d units (%d pinned by the overrides); %d tensors fixed by the base plan or the overrides\n\n", grid, len(r.Units), pinned, r.Fixed)
+	fmt.Fprintf(w, "| plan | stored | per token | bits/weight | predicted error |\n|---|---:|---:|---:|---:|\n")
+	for _, p := range append([]selection.Point{r.Selected, r.Smallest, r.Largest}, r.References...) {
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %.6g |\n", p.Name, humanBytes(p.StoredBytes), humanBytes(int64(math.Round(p.TokenBytes))), p.BitsPerWeight, p.PredictedError)
+	}
+	fmt.Fprintf(w, "\n| format | tensors | bytes |\n|---|---:|---:|\n")
+	for _, f := range r.Formats {
+		fmt.Fprintf(w, "| %s | %d | %s |\n", f.Format, f.Tensors, humanBytes(f.Bytes))
+	}
+	fmt.Fprintf(w, "\n| role | format | tensors | bytes |\n|---|---|---:|---:|\n")
+	for _, f := range r.Roles {
+		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", f.Role, f.Format, f.Tensors, humanBytes(f.Bytes))
+	}
+	fmt.Fprintf(w, "\n| layer | unit | choice | bytes | routed share | predicted error |\n|---:|---|---|---:|---:|---:|\n")
+	for _, u := range r.Units {
+		pin := ""
+		if u.Pinned {
+			pin = " (override)"
+		}
+		fmt.Fprintf(w, "| %d | %s | %s%s | %s | %.3f | %.6g |\n", u.Layer, u.Name, u.Choice, pin, humanBytes(u.Bytes), u.Frequency, u.Error)
+	}
+}
