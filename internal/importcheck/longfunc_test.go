@@ -28,6 +28,7 @@ var toSplit = map[string]bool{
 	"cmd/ttquant/eval.go:runEval":           true,
 	"cmd/ttquant/gptq.go:runGPTQ":           true,
 	"cmd/ttquant/run.go:runRun":             true,
+	"cmd/ttquant/select.go:runSelect":       true,
 	"emulator/eval/harness/harness.go:Run":  true,
 	"gptq/solver.go:run":                    true,
 	"cmd/internal/demo/demo.go:Run":         true,
