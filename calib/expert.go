@@ -8,6 +8,7 @@ import (
 
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/quant"
 )
 
 // allTokenHessian is the Hessian of every calibration token of the layer,
@@ -143,7 +144,7 @@ func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]
 	if err != nil {
 		return nil, MatrixStats{}, err
 	}
-	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodRTN, Hessian: HessianNone, Fallback: fallback}
+	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: quant.RTN, Hessian: HessianNone, Fallback: fallback}
 	q, err := gptq.RTN(w, rows, cols, g)
 	if err != nil {
 		return nil, ms, fmt.Errorf("calib: %s %s [%d, %d]: %w", qz.what, matrixNames[i], rows, cols, err)
@@ -185,7 +186,7 @@ func (qz quantizer) gptq(i int, w, target []float32, rows, cols int, h []float64
 	if !kernels.AllFinite32(res.Q) {
 		return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
 	}
-	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodGPTQ, Hessian: src, HessianTokens: n,
+	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: quant.GPTQ, Hessian: src, HessianTokens: n,
 		Damp: res.Damp, PercDamp: res.PercDamp, ProxyLoss: res.ProxyLoss, RTNProxyLoss: res.RTNProxyLoss}
 	if res.NoFeedback {
 		ms.Fallback = "no damping gave a usable factorization; quantized without error feedback"
@@ -241,8 +242,8 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 	if q.Up, st[1], err = qz.gptq(1, w.Up, tu, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
-	st[0].Asymmetric = tg != nil && st[0].Method == MethodGPTQ
-	st[1].Asymmetric = tu != nil && st[1].Method == MethodGPTQ
+	st[0].Asymmetric = tg != nil && st[0].Method == quant.GPTQ
+	st[1].Asymmetric = tu != nil && st[1].Method == quant.GPTQ
 	hd, srcD, nD, err := downH(q)
 	if err != nil {
 		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)
@@ -262,7 +263,7 @@ func (qz quantizer) gateUpDown(w *ExpertWeights, inter int, hGU []float64, fGU *
 	if q.Down, st[2], err = qz.gptq(2, w.Down, td, h, inter, hd, fD, srcD, nD); err != nil {
 		return nil, st, err
 	}
-	st[2].Asymmetric = td != nil && st[2].Method == MethodGPTQ
+	st[2].Asymmetric = td != nil && st[2].Method == quant.GPTQ
 	return q, st, nil
 }
 
@@ -315,7 +316,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 	var q *ExpertWeights
 	starved := n == 0 || n < d.opt.MinTokens
 	switch {
-	case d.opt.Method == MethodRTN:
+	case d.opt.Method == quant.RTN:
 		q, st.Matrices, err = qz.allRTN(w, inter, "")
 	case starved:
 		st.Starved, st.Policy = true, d.opt.Starved
@@ -453,7 +454,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 	st := ExpertStats{Expert: SharedExpert, Tokens: d.calib.Tokens}
 	var q *ExpertWeights
 	var err error
-	if d.opt.Method == MethodRTN {
+	if d.opt.Method == quant.RTN {
 		q, st.Matrices, err = qz.allRTN(w, inter, "")
 	} else {
 		hAll, herr := d.allHessian()

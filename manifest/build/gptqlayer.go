@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
@@ -280,9 +281,9 @@ func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[st
 // exactly as they are stored, whatever formats the plan gives them.
 func layerGrids(ex map[int]*expertPair) []calib.ExpertGrids {
 	gridOf := func(st *storedTensor) gptq.Grid {
-		axis := gptq.InputAxis
-		if st.axis == manifest.AxisOutput {
-			axis = gptq.OutputAxis
+		axis := bfp.AxisInput
+		if st.axis == bfp.AxisOutput {
+			axis = bfp.AxisOutput
 		}
 		return gptq.NewBFPGrid(st.bfpF, axis)
 	}
@@ -355,7 +356,7 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		reasons = append(reasons, r.Stats.Reason)
 	}
 	for _, m := range mats {
-		if string(m.Method) == string(manifest.MethodGPTQ) {
+		if m.Method == manifest.MethodGPTQ {
 			ms.Method = manifest.MethodGPTQ
 		}
 		ms.Damp = max(ms.Damp, m.Damp)

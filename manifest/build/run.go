@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
@@ -693,9 +694,9 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if len(h) != cols*cols {
 		return nil, te, nil, fmt.Errorf("Hessian has %d entries, want %d×%d", len(h), cols, cols)
 	}
-	axis := gptq.InputAxis
+	axis := bfp.AxisInput
 	if st.axis == "output" {
-		axis = gptq.OutputAxis
+		axis = bfp.AxisOutput
 	}
 	res, asym, err := b.quantizeDense(ctx, st, w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis))
 	if errors.Is(err, gptq.ErrOptions) {
