@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/safetensors"
@@ -200,11 +201,11 @@ type StoreOptions struct {
 	// 256 MiB. Rows go to the file as they are written: the writer's
 	// memory does not grow with the shard size.
 	ShardBytes int64
-	// WrapWrites, when set, wraps the writer of every file the store
-	// writes (activation bytes of a shard, the index), by file name. It
+	// Faults, when set, wraps the writer of every file the store writes
+	// (activation bytes of a shard, the index), by the file's path. It
 	// exists for fault injection: tests make it fail as a full disk
 	// would. Nil in normal use.
-	WrapWrites func(file string, w io.Writer) io.Writer
+	Faults atomicfile.Faults
 }
 
 // StoreWriter writes a calibration store directory. Sites are written with
@@ -494,12 +495,9 @@ func (s *SiteWriter) startShard() error {
 	fw.SetMetadata(storeMetadata(s.w.prov, s.info.Layer, s.info.Site, s.info.Alignment, first, rows))
 	pr, pw := io.Pipe()
 	size := rows * s.rowBytes()
-	wrap := s.w.opt.WrapWrites
+	faults, path := s.w.opt.Faults, filepath.Join(s.w.dir, name)
 	err = fw.AddFunc("activations", s.w.opt.DType, []int64{rows, int64(s.info.Cols)}, size, func(dst io.Writer) error {
-		if wrap != nil {
-			dst = wrap(name, dst)
-		}
-		_, err := io.CopyN(dst, pr, size)
+		_, err := io.CopyN(faults.Wrap(path, dst), pr, size)
 		return err
 	})
 	if err != nil {
@@ -653,37 +651,8 @@ func (w *StoreWriter) Close() error {
 		return err
 	}
 	raw = append(raw, '\n')
-	if err := writeFileSync(filepath.Join(w.dir, StoreIndexName), raw, w.opt.WrapWrites); err != nil {
+	if _, err := w.opt.Faults.WriteFile(filepath.Join(w.dir, StoreIndexName), raw); err != nil {
 		return fmt.Errorf("calib: store: %w", err)
-	}
-	return nil
-}
-
-// writeFileSync writes data to path through a synced temporary file
-// renamed into place; wrap, when set, wraps the file's writer.
-func writeFileSync(path string, data []byte, wrap func(string, io.Writer) io.Writer) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	var dst io.Writer = f
-	if wrap != nil {
-		dst = wrap(filepath.Base(path), f)
-	}
-	_, err = dst.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
 	}
 	return nil
 }

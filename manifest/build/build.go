@@ -15,6 +15,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
@@ -108,6 +109,10 @@ type BuildOptions struct {
 	// DryRun plans the work and reports it without reading tensor data or
 	// writing anything.
 	DryRun bool
+	// Faults, when set, wraps the writer of every file the build writes
+	// (atomicfile.Faults): fault injection for tests, which make writes
+	// fail as a full disk would. Nil in normal use.
+	Faults atomicfile.Faults
 	// Parent is the sha256 of the manifest this checkpoint derives from.
 	Parent string
 	// Family is the source's model family (default model.Qwen3): its

@@ -151,19 +151,19 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		}
 		recs = recordsOf(old)
 		for name, r := range recs {
-			if err := writeJSONAtomic(recordPath(out, name), r); err != nil {
+			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
 				return nil, err
 			}
 		}
 		b.wasFinished = true
 		for _, ls := range old.TTQuant.Layers {
 			if ls.CalibTokens > 0 || ls.ResidualMeanSquare > 0 {
-				if err := writeJSONAtomic(layerRecordPath(out, ls.Layer), ls); err != nil {
+				if err := writeJSONAtomic(b.opt.Faults, layerRecordPath(out, ls.Layer), ls); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := writeJSONAtomic(bpath, fp); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
 			return nil, err
 		}
 		// From here on the directory is an unfinished build again until the
@@ -207,7 +207,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}
-		if err := writeJSONAtomic(bpath, fp); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
 			return nil, err
 		}
 	}
@@ -221,12 +221,12 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 	return recs, nil
 }
 
-func writeJSONAtomic(path string, v any) error {
+func writeJSONAtomic(faults atomicfile.Faults, path string, v any) error {
 	data, err := json.MarshalIndent(v, "", " ")
 	if err != nil {
 		return err
 	}
-	_, err = atomicfile.WriteFile(path, append(data, '\n'))
+	_, err = faults.WriteFile(path, append(data, '\n'))
 	return err
 }
 
@@ -284,7 +284,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	// commit records a freshly written file.
 	commit := func(i int, r *fileRecord) error {
-		if err := writeJSONAtomic(recordPath(out, b.jobs[i].file), r); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, recordPath(out, b.jobs[i].file), r); err != nil {
 			return err
 		}
 		results[i] = r
@@ -520,7 +520,7 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 		return nil, err
 	}
 	path := filepath.Join(b.opt.Out, j.file)
-	af, err := atomicfile.Create(path)
+	af, err := b.opt.Faults.Create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -814,7 +814,7 @@ func (b *builder) copyConfigs(configs []string) ([]manifest.FileEntry, error) {
 			return nil, err
 		}
 		name := filepath.Base(c)
-		sum, err := atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data)
+		sum, err := b.opt.Faults.WriteFile(filepath.Join(b.opt.Out, name), data)
 		if err != nil {
 			return nil, err
 		}
@@ -862,7 +862,7 @@ func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, res
 		return nil, nil, nil, 0, err
 	}
 	sums := manifest.EncodeSums(m.Files)
-	sumsHash, err := atomicfile.WriteFile(filepath.Join(out, manifest.SumsName), sums)
+	sumsHash, err := b.opt.Faults.WriteFile(filepath.Join(out, manifest.SumsName), sums)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
@@ -871,7 +871,7 @@ func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, res
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
-	if _, err := atomicfile.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
+	if _, err := b.opt.Faults.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
 		return nil, nil, nil, 0, err
 	}
 	atomicfile.SyncDir(out)
