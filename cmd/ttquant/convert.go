@@ -89,8 +89,8 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if err != nil {
 		return opt, err
 	}
-	setToolVersion()
 	opt = build.BuildOptions{
+		Tool:            toolVersion(),
 		Source:          b.model,
 		Out:             b.out,
 		Plan:            pl,
@@ -106,10 +106,11 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	return opt, nil
 }
 
-// setToolVersion records this binary's version in the manifests it writes.
-func setToolVersion() {
+// toolVersion is this binary's version, recorded in the manifests it
+// writes.
+func toolVersion() manifest.ToolInfo {
 	bi := readBuildInfo()
-	build.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
+	return manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
 }
 
 // buildError explains an interrupted build, saying what the output

@@ -12,6 +12,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
 
@@ -114,6 +115,10 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	} else if !dopt.Evaluation.Requested() {
 		return usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
 	}
+	// --workers bounds the kernels' goroutines too, as in run and calib
+	// build: the process's setting, chosen here, not by the harness.
+	prev := kernels.SetWorkers(*workers)
+	defer kernels.SetWorkers(prev)
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
 		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: *numerics, KVCache: *kvCache, Workers: *workers}
 	// The flags that describe the calibration set only mean something with

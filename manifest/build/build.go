@@ -25,11 +25,6 @@ import (
 	"github.com/ttquant/ttquant/safetensors"
 )
 
-// ToolVersion identifies the program recorded in manifests. Commands set it
-// from their build information before building; the zero value records
-// "ttquant (devel)".
-var ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: "(devel)"}
-
 // BuildOptions configure Convert and GPTQ.
 type BuildOptions struct {
 	// Source is the source checkpoint: a .safetensors file, a directory or
@@ -109,6 +104,9 @@ type BuildOptions struct {
 	// DryRun plans the work and reports it without reading tensor data or
 	// writing anything.
 	DryRun bool
+	// Tool identifies the program recorded in the manifest: commands pass
+	// their build information; the zero value records "ttquant (devel)".
+	Tool manifest.ToolInfo
 	// Faults, when set, wraps the writer of every file the build writes
 	// (atomicfile.Faults): fault injection for tests, which make writes
 	// fail as a full disk would. Nil in normal use.

@@ -29,10 +29,19 @@ var ErrResumeMismatch = errors.New("output directory holds a different build")
 
 const buildRecordName = "build.json"
 
+// tool is the program recorded in the manifest: BuildOptions.Tool, or
+// "ttquant (devel)" when it is not set.
+func (b *builder) tool() manifest.ToolInfo {
+	if b.opt.Tool == (manifest.ToolInfo{}) {
+		return manifest.ToolInfo{Name: "ttquant", Version: "(devel)"}
+	}
+	return b.opt.Tool
+}
+
 func (b *builder) fingerprint(si manifest.SourceInfo) fingerprint {
 	fp := fingerprint{
 		Command: b.command(),
-		Tool:    ToolVersion,
+		Tool:    b.tool(),
 		Source:  si.Identity,
 		Plan:    planInfo(b.opt.Plan).SHA256,
 		Options: b.params,
@@ -832,7 +841,7 @@ func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, res
 	m := &manifest.Manifest{
 		FormatVersion: manifest.FormatVersion,
 		Format:        manifest.FormatName,
-		Tool:          ToolVersion,
+		Tool:          b.tool(),
 		Source:        si,
 		Plan:          planInfo(b.opt.Plan),
 		Layout:        manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/emulator/eval"
-	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -83,8 +82,12 @@ type Options struct {
 	// KVCache is the checkpoints' runs' key-value cache format of
 	// full-attention layers: "" or KVCacheF32 (float32), or KVCacheBFP8.
 	KVCache string
-	// Workers is the number of goroutines of the kernels and the scorer
-	// (0: GOMAXPROCS). Results do not depend on it.
+	// Workers is the number of goroutines Run starts for itself: windows
+	// and candidates evaluated, weights decoded, the scorer's (0:
+	// GOMAXPROCS). Run sets no process-wide setting from it: how many
+	// goroutines the kernels under the forward pass use is
+	// kernels.SetWorkers, the program's to choose. Results depend on
+	// neither.
 	Workers int
 	// Chunk is the number of positions scored at a time (0: 16).
 	Chunk int
@@ -293,8 +296,6 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	prev := kernels.SetWorkers(workers)
-	defer kernels.SetWorkers(prev)
 
 	ref, err := forward.Open(opt.Model)
 	if err != nil {
