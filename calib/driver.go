@@ -204,9 +204,10 @@ type MatrixStats struct {
 	// same for round-to-nearest; both 0 without a Hessian.
 	ProxyLoss    float64 `json:"proxy_loss"`
 	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
-	// Fallback is non-empty when the requested method was replaced, and
-	// says why.
-	Fallback string `json:"fallback,omitempty"`
+	// Fallback is set when the requested method was replaced (or GPTQ
+	// ran without error feedback), and says why; its kind is one of the
+	// Err… fallback kinds.
+	Fallback *FallbackError `json:"fallback,omitempty"`
 	// Asymmetric is set when GPTQ quantized the matrix's fit to the
 	// original model's outputs (Activations.Target) rather than the
 	// matrix itself; ProxyLoss and RTNProxyLoss are then measured

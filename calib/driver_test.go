@@ -3,6 +3,7 @@ package calib
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -135,8 +136,8 @@ func TestQuantizeMoELayerHeldOut(t *testing.T) {
 	}
 	for _, st := range append(rep.Experts, *rep.Shared) {
 		for _, m := range st.Matrices {
-			if m.Method != quant.GPTQ || m.Fallback != "" {
-				t.Errorf("expert %d %s: method %s fallback %q", st.Expert, m.Name, m.Method, m.Fallback)
+			if m.Method != quant.GPTQ || m.Fallback != nil {
+				t.Errorf("expert %d %s: method %s fallback %v", st.Expert, m.Name, m.Method, m.Fallback)
 			}
 			if !(m.ProxyLoss <= m.RTNProxyLoss) {
 				t.Errorf("expert %d %s: proxy loss %g above RTN's %g", st.Expert, m.Name, m.ProxyLoss, m.RTNProxyLoss)
@@ -227,7 +228,7 @@ func TestStarvedExperts(t *testing.T) {
 					case StarvedRTN:
 						rows := []int{32, 32, 64}[i]
 						want, _ := gptq.RTN([][]float32{w.Gate, w.Up, w.Down}[i], rows, len(got)/rows, gptq.NewBFPGrid(bfpDefault, bfp.AxisInput))
-						if m.Method != quant.RTN || m.Hessian != HessianNone || m.Fallback == "" || !reflect.DeepEqual(got, want) {
+						if m.Method != quant.RTN || m.Hessian != HessianNone || m.Fallback == nil || !errors.Is(m.Fallback, ErrStarved) || !reflect.DeepEqual(got, want) {
 							t.Errorf("expert %d %s: %+v, or values differ from RTN", e, m.Name, m)
 						}
 					case StarvedIdentity:

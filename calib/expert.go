@@ -139,7 +139,7 @@ type quantizer struct {
 }
 
 // rtn rounds one matrix to nearest and fills its stats.
-func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]float32, MatrixStats, error) {
+func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback *FallbackError) ([]float32, MatrixStats, error) {
 	g, err := qz.d.gridFor(qz.expert, i)
 	if err != nil {
 		return nil, MatrixStats{}, err
@@ -181,18 +181,18 @@ func (qz quantizer) gptq(i int, w, target []float32, rows, cols int, h []float64
 		return nil, MatrixStats{}, err // an invalid option is never a fallback
 	}
 	if err != nil {
-		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())
+		return qz.rtn(i, w, rows, cols, Fallback(ErrGPTQFailed, "", err))
 	}
 	if !kernels.AllFinite32(res.Q) {
-		return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
+		return qz.rtn(i, w, rows, cols, Fallback(ErrNonFiniteResult, "", nil))
 	}
 	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: quant.GPTQ, Hessian: src, HessianTokens: n,
 		Damp: res.Damp, PercDamp: res.PercDamp, ProxyLoss: res.ProxyLoss, RTNProxyLoss: res.RTNProxyLoss}
 	if res.NoFeedback {
-		ms.Fallback = "no damping gave a usable factorization; quantized without error feedback"
+		ms.Fallback = Fallback(ErrNoFeedback, "", nil)
 	}
 	if !finite(ms.ProxyLoss) || !finite(ms.RTNProxyLoss) || !finite(ms.Damp) {
-		return qz.rtn(i, w, rows, cols, "GPTQ reported a non-finite loss")
+		return qz.rtn(i, w, rows, cols, Fallback(ErrNonFiniteLoss, "", nil))
 	}
 	return res.Q, ms, nil
 }
@@ -281,7 +281,7 @@ type asymRows struct {
 func aliases(a, b []float32) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
 // allRTN rounds the three matrices to nearest.
-func (qz quantizer) allRTN(w *ExpertWeights, inter int, fallback string) (*ExpertWeights, [3]MatrixStats, error) {
+func (qz quantizer) allRTN(w *ExpertWeights, inter int, fallback *FallbackError) (*ExpertWeights, [3]MatrixStats, error) {
 	var st [3]MatrixStats
 	h := qz.d.cfg.Hidden
 	q := &ExpertWeights{}
@@ -317,7 +317,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 	starved := n == 0 || n < d.opt.MinTokens
 	switch {
 	case d.opt.Method == quant.RTN:
-		q, st.Matrices, err = qz.allRTN(w, inter, "")
+		q, st.Matrices, err = qz.allRTN(w, inter, nil)
 	case starved:
 		st.Starved, st.Policy = true, d.opt.Starved
 		st.Reason = fmt.Sprintf("%d routed calibration tokens, minimum %d", n, d.opt.MinTokens)
@@ -326,7 +326,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		}
 		switch d.opt.Starved {
 		case StarvedRTN:
-			q, st.Matrices, err = qz.allRTN(w, inter, "starved expert: "+st.Reason)
+			q, st.Matrices, err = qz.allRTN(w, inter, Fallback(ErrStarved, "starved expert: "+st.Reason, nil))
 		case StarvedIdentity:
 			hi, fi := d.identityHidden()
 			q, st.Matrices, err = qz.gateUpDown(w, inter, hi, fi, HessianIdentity, 0,
@@ -399,7 +399,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 // round-to-nearest version on the held-out tokens routed to it.
 func (d *driver) heldOutPart(w, q *ExpertWeights, inter int, toks []int32, wts []float32, qz quantizer, st *ExpertStats) (*heldOutPart, error) {
 	h := d.cfg.Hidden
-	rtn, _, err := qz.allRTN(w, inter, "")
+	rtn, _, err := qz.allRTN(w, inter, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +455,7 @@ func (d *driver) sharedJob() (*jobResult, error) {
 	var q *ExpertWeights
 	var err error
 	if d.opt.Method == quant.RTN {
-		q, st.Matrices, err = qz.allRTN(w, inter, "")
+		q, st.Matrices, err = qz.allRTN(w, inter, nil)
 	} else {
 		hAll, herr := d.allHessian()
 		if herr != nil {

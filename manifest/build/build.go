@@ -124,10 +124,12 @@ type BuildOptions struct {
 
 // HessianSource supplies the Hessian of a stored matrix: a cols×cols matrix
 // over the input features, and the number of tokens behind it. A nil
-// Hessian with a reason means GPTQ cannot run for that matrix; the builder
-// falls back to RTN and records the reason.
+// Hessian with a fallback reason (a *calib.FallbackError, of kind
+// calib.ErrNoInputs for missing inputs) means GPTQ cannot run for that
+// matrix; the builder falls back to RTN and records the reason. err is a
+// failure that stops the build.
 type HessianSource interface {
-	Hessian(ctx context.Context, tensor string, layer, expert int, cols int) (h []float64, tokens int64, reason string, err error)
+	Hessian(ctx context.Context, tensor string, layer, expert int, cols int) (h []float64, tokens int64, fallback *calib.FallbackError, err error)
 }
 
 // ProgressEvent reports progress. Kind is "start", "file" (one output file

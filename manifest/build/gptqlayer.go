@@ -362,8 +362,8 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		ms.Damp = max(ms.Damp, m.Damp)
 		ms.ProxyLoss += m.ProxyLoss
 		ms.RTNProxyLoss += m.RTNProxyLoss
-		if m.Fallback != "" {
-			reasons = append(reasons, m.Name+": "+m.Fallback)
+		if m.Fallback != nil {
+			reasons = append(reasons, m.Name+": "+m.Fallback.Error())
 		}
 		if m.Asymmetric {
 			ms.Fit = manifest.FitAsymmetric

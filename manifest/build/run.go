@@ -671,7 +671,7 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if st.expert >= 0 {
 		ms.Expert = intPtr(st.expert)
 	}
-	rtn := func(reason string) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
+	rtn := func(reason *calib.FallbackError) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
 		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
 		if err != nil {
 			return nil, te, nil, err
@@ -682,29 +682,31 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 		}
 		te.Method = manifest.MethodRTN
 		ms.Method = manifest.MethodRTN
-		ms.Fallback = reason
+		if reason != nil {
+			ms.Fallback = reason.Error()
+		}
 		ms.Error = manifest.SquaredError(w, q)
 		return packed, te, ms, nil
 	}
 	if slices != 1 {
-		return rtn(fmt.Sprintf("GPTQ needs a matrix; shape %v has %d slices", st.shape, slices))
+		return rtn(calib.Fallback(calib.ErrNotMatrix, fmt.Sprintf("GPTQ needs a matrix; shape %v has %d slices", st.shape, slices), nil))
 	}
 	if b.hess == nil {
-		return rtn("no calibration data")
+		return rtn(calib.Fallback(calib.ErrNoCalibration, "", nil))
 	}
-	h, tokens, reason, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
+	h, tokens, fallback, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
 	if err != nil {
 		return nil, te, nil, err
 	}
 	ms.Tokens = tokens
 	if h == nil {
-		return rtn(reason)
+		return rtn(fallback)
 	}
 	if len(h) != cols*cols {
 		return nil, te, nil, fmt.Errorf("Hessian has %d entries, want %d×%d", len(h), cols, cols)
 	}
 	axis := bfp.AxisInput
-	if st.axis == "output" {
+	if st.axis == bfp.AxisOutput {
 		axis = bfp.AxisOutput
 	}
 	res, asym, err := b.quantizeDense(ctx, st, w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis))
@@ -716,7 +718,7 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 		return nil, te, nil, be.error
 	}
 	if err != nil {
-		return rtn("gptq: " + err.Error())
+		return rtn(calib.Fallback(calib.ErrGPTQFailed, "gptq", err))
 	}
 	packed, back, err := manifest.PackExact(st.bfpF, st.tile, res.Q, st.shape, st.orient)
 	if err != nil {
