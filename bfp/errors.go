@@ -11,6 +11,8 @@ import (
 var (
 	// ErrUnknownFormat: a format value or name that is not BFP8_b, BFP4_b or BFP2_b.
 	ErrUnknownFormat = errors.New("unknown BFP format")
+	// ErrUnknownAxis: an exponent-sharing axis that is not input or output.
+	ErrUnknownAxis = errors.New("unknown block axis")
 	// ErrInvalidTile: a tile shape tt-metal does not accept.
 	ErrInvalidTile = errors.New("invalid tile shape")
 	// ErrShape: rows or cols not positive, too large, or not matching the data.
@@ -32,6 +34,18 @@ func (e *FormatError) Error() string {
 
 // Unwrap returns ErrUnknownFormat.
 func (e *FormatError) Unwrap() error { return ErrUnknownFormat }
+
+// AxisError reports an unknown block axis. It wraps ErrUnknownAxis.
+type AxisError struct {
+	Value string // the name that was given
+}
+
+func (e *AxisError) Error() string {
+	return fmt.Sprintf("bfp: unknown block axis %q (want input or output)", e.Value)
+}
+
+// Unwrap returns ErrUnknownAxis.
+func (e *AxisError) Unwrap() error { return ErrUnknownAxis }
 
 // TileError reports a tile shape tt-metal does not accept. It wraps
 // ErrInvalidTile.

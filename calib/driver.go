@@ -14,15 +14,7 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/ffn"
-)
-
-// Method is how the expert matrices are quantized.
-type Method string
-
-// Methods.
-const (
-	MethodGPTQ Method = "gptq"
-	MethodRTN  Method = "rtn"
+	"github.com/ttquant/ttquant/internal/quant"
 )
 
 // StarvedPolicy says what to do with an expert that received fewer routed
@@ -50,15 +42,6 @@ func ParseStarvedPolicy(s string) (StarvedPolicy, error) {
 	return "", fmt.Errorf("calib: unknown starved-expert policy %q (want rtn, identity or all-tokens)", s)
 }
 
-// ParseMethod parses "gptq" or "rtn".
-func ParseMethod(s string) (Method, error) {
-	switch m := Method(strings.ToLower(strings.TrimSpace(s))); m {
-	case MethodGPTQ, MethodRTN:
-		return m, nil
-	}
-	return "", fmt.Errorf("calib: unknown method %q (want gptq or rtn)", s)
-}
-
 // DefaultMinTokensFraction is the default starvation threshold as a
 // fraction of the layer's calibration tokens (0.5%, the threshold GPTQModel
 // uses for its RTN fallback).
@@ -69,11 +52,12 @@ const DefaultMinTokensFraction = 0.005
 type LayerOptions struct {
 	// Format of the expert matrices: bfp.BFP4 by default.
 	Format bfp.Format
-	// Axis along which 16 values share an exponent: gptq.InputAxis by
+	// Axis along which 16 values share an exponent: bfp.AxisInput by
 	// default.
-	Axis gptq.Axis
-	// Method for the routed and shared experts: MethodGPTQ by default.
-	Method Method
+	Axis bfp.Axis
+	// Method for the routed and shared experts, quant.GPTQ (the
+	// default) or quant.RTN.
+	Method quant.Method
 	// GPTQ solver options; nil selects gptq.DefaultOptions(). Name is set
 	// per matrix.
 	GPTQ *gptq.Options
@@ -144,14 +128,14 @@ func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
 	if o.Format == 0 {
 		o.Format = bfp.BFP4
 	}
-	if o.Axis == 0 {
-		o.Axis = gptq.InputAxis
+	if o.Axis == "" {
+		o.Axis = bfp.AxisInput
 	}
 	if o.Method == "" {
-		o.Method = MethodGPTQ
+		o.Method = quant.GPTQ
 	}
-	if _, err := ParseMethod(string(o.Method)); err != nil {
-		return o, err
+	if o.Method != quant.GPTQ && o.Method != quant.RTN {
+		return o, fmt.Errorf("calib: method %q for experts (want gptq or rtn)", string(o.Method))
 	}
 	if o.GPTQ == nil {
 		d := gptq.DefaultOptions()
@@ -213,9 +197,9 @@ const (
 
 // MatrixStats describes how one matrix was quantized.
 type MatrixStats struct {
-	Name   string `json:"name"`   // gate_proj, up_proj or down_proj
-	Grid   string `json:"grid"`   // e.g. "BFP4_b input-axis"
-	Method Method `json:"method"` // what was actually applied
+	Name   string       `json:"name"`   // gate_proj, up_proj or down_proj
+	Grid   string       `json:"grid"`   // e.g. "BFP4_b input-axis"
+	Method quant.Method `json:"method"` // what was actually applied
 	// Hessian is the source of the Hessian (HessianRouted, …) and
 	// HessianTokens the number of tokens in it.
 	Hessian       string `json:"hessian"`
@@ -229,9 +213,10 @@ type MatrixStats struct {
 	// same for round-to-nearest; both 0 without a Hessian.
 	ProxyLoss    float64 `json:"proxy_loss"`
 	RTNProxyLoss float64 `json:"rtn_proxy_loss"`
-	// Fallback is non-empty when the requested method was replaced, and
-	// says why.
-	Fallback string `json:"fallback,omitempty"`
+	// Fallback is set when the requested method was replaced (or GPTQ
+	// ran without error feedback), and says why; its kind is one of the
+	// Err… fallback kinds.
+	Fallback *FallbackError `json:"fallback,omitempty"`
 	// Asymmetric is set when GPTQ quantized the matrix's fit to the
 	// original model's outputs (Activations.Target) rather than the
 	// matrix itself; ProxyLoss and RTNProxyLoss are then measured
@@ -287,7 +272,7 @@ type BlockError struct {
 type LayerReport struct {
 	Format    string        `json:"format"`
 	Axis      string        `json:"axis"`
-	Method    Method        `json:"method"`
+	Method    quant.Method  `json:"method"`
 	Policy    StarvedPolicy `json:"starved_policy"`
 	Tokens    int           `json:"tokens"`     // calibration tokens
 	MinTokens int           `json:"min_tokens"` // starvation threshold used

@@ -3,6 +3,7 @@ package calib
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/ffn"
+	"github.com/ttquant/ttquant/internal/quant"
 )
 
 // testLayer builds a small MoE block with deterministic weights.
@@ -117,7 +119,7 @@ func TestQuantizeMoELayerHeldOut(t *testing.T) {
 		if r.Expert != SharedExpert {
 			w, _ = l.Experts.Expert(r.Expert)
 		}
-		g := gptq.NewBFPGrid(rep.formatValue(t), gptq.InputAxis)
+		g := gptq.NewBFPGrid(rep.formatValue(t), bfp.AxisInput)
 		q := &ffn.ExpertWeights{}
 		q.Gate, _ = gptq.RTN(w.Gate, len(w.Gate)/cfg.Hidden, cfg.Hidden, g)
 		q.Up, _ = gptq.RTN(w.Up, len(w.Up)/cfg.Hidden, cfg.Hidden, g)
@@ -135,8 +137,8 @@ func TestQuantizeMoELayerHeldOut(t *testing.T) {
 	}
 	for _, st := range append(rep.Experts, *rep.Shared) {
 		for _, m := range st.Matrices {
-			if m.Method != MethodGPTQ || m.Fallback != "" {
-				t.Errorf("expert %d %s: method %s fallback %q", st.Expert, m.Name, m.Method, m.Fallback)
+			if m.Method != quant.GPTQ || m.Fallback != nil {
+				t.Errorf("expert %d %s: method %s fallback %v", st.Expert, m.Name, m.Method, m.Fallback)
 			}
 			if !(m.ProxyLoss <= m.RTNProxyLoss) {
 				t.Errorf("expert %d %s: proxy loss %g above RTN's %g", st.Expert, m.Name, m.ProxyLoss, m.RTNProxyLoss)
@@ -226,16 +228,16 @@ func TestStarvedExperts(t *testing.T) {
 					switch pol {
 					case StarvedRTN:
 						rows := []int{32, 32, 64}[i]
-						want, _ := gptq.RTN([][]float32{w.Gate, w.Up, w.Down}[i], rows, len(got)/rows, gptq.NewBFPGrid(bfpDefault, gptq.InputAxis))
-						if m.Method != MethodRTN || m.Hessian != HessianNone || m.Fallback == "" || !reflect.DeepEqual(got, want) {
+						want, _ := gptq.RTN([][]float32{w.Gate, w.Up, w.Down}[i], rows, len(got)/rows, gptq.NewBFPGrid(bfpDefault, bfp.AxisInput))
+						if m.Method != quant.RTN || m.Hessian != HessianNone || m.Fallback == nil || !errors.Is(m.Fallback, ErrStarved) || !reflect.DeepEqual(got, want) {
 							t.Errorf("expert %d %s: %+v, or values differ from RTN", e, m.Name, m)
 						}
 					case StarvedIdentity:
-						if m.Method != MethodGPTQ || m.Hessian != HessianIdentity {
+						if m.Method != quant.GPTQ || m.Hessian != HessianIdentity {
 							t.Errorf("expert %d %s: %+v", e, m.Name, m)
 						}
 					case StarvedAllTokens:
-						if m.Method != MethodGPTQ || m.Hessian != HessianAllTokens || m.HessianTokens != 2048 {
+						if m.Method != quant.GPTQ || m.Hessian != HessianAllTokens || m.HessianTokens != 2048 {
 							t.Errorf("expert %d %s: %+v", e, m.Name, m)
 						}
 					}
@@ -287,7 +289,7 @@ func TestWorkersIdentical(t *testing.T) {
 func TestQuantizeMoELayerRTNMethod(t *testing.T) {
 	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
 	l := testLayer(cfg, 3)
-	rep, res := collect(t, l, activations(t, 0, 256, 64, 1), activations(t, 256, 64, 64, 1), LayerOptions{Method: MethodRTN})
+	rep, res := collect(t, l, activations(t, 0, 256, 64, 1), activations(t, 256, 64, 64, 1), LayerOptions{Method: quant.RTN})
 	if len(res) != 4 || rep.Shared != nil {
 		t.Fatalf("%d results, shared %v", len(res), rep.Shared)
 	}
@@ -358,7 +360,7 @@ func TestExpertOrder(t *testing.T) {
 	}
 	n := len(toks)
 	w, _ := l.Experts.Expert(e)
-	g := gptq.NewBFPGrid(bfp.BFP4, gptq.InputAxis)
+	g := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	opt := gptq.DefaultOptions()
 	hgu := gptq.NewHessian(64)
 	hgu.Add(xe, n)
@@ -429,7 +431,7 @@ func TestGridPerMatrix(t *testing.T) {
 	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 16, NormTopK: true}
 	l := testLayer(cfg, 9)
 	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
-	b4, b8 := gptq.NewBFPGrid(bfp.BFP4, gptq.InputAxis), gptq.NewBFPGrid(bfp.BFP8, gptq.OutputAxis)
+	b4, b8 := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput), gptq.NewBFPGrid(bfp.BFP8, bfp.AxisOutput)
 	grids := make([]ExpertGrids, cfg.Experts)
 	for e := range grids {
 		grids[e] = ExpertGrids{Gate: b4, Up: b4, Down: b8}
@@ -469,7 +471,7 @@ func TestGridPerMatrix(t *testing.T) {
 		t.Errorf("grids for too few experts: %v", err)
 	}
 	badGrid := append([]ExpertGrids(nil), grids...)
-	badGrid[1].Down = gptq.NewBFPGrid(bfp.Format(99), gptq.InputAxis)
+	badGrid[1].Down = gptq.NewBFPGrid(bfp.Format(99), bfp.AxisInput)
 	if err := (LayerOptions{Grids: badGrid}).Validate(); err == nil {
 		t.Error("an invalid grid passed Validate")
 	}

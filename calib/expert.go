@@ -9,6 +9,7 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model/ffn"
+	"github.com/ttquant/ttquant/internal/quant"
 )
 
 // allTokenHessian is the Hessian of every calibration token of the layer,
@@ -117,12 +118,12 @@ type quantizer struct {
 }
 
 // rtn rounds one matrix to nearest and fills its stats.
-func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback string) ([]float32, MatrixStats, error) {
+func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback *FallbackError) ([]float32, MatrixStats, error) {
 	g, err := qz.d.gridFor(qz.expert, i)
 	if err != nil {
 		return nil, MatrixStats{}, err
 	}
-	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodRTN, Hessian: HessianNone, Fallback: fallback}
+	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: quant.RTN, Hessian: HessianNone, Fallback: fallback}
 	q, err := gptq.RTN(w, rows, cols, g)
 	if err != nil {
 		return nil, ms, fmt.Errorf("calib: %s %s [%d, %d]: %w", qz.what, matrixNames[i], rows, cols, err)
@@ -159,18 +160,18 @@ func (qz quantizer) gptq(i int, w, target []float32, rows, cols int, h []float64
 		return nil, MatrixStats{}, err // an invalid option is never a fallback
 	}
 	if err != nil {
-		return qz.rtn(i, w, rows, cols, "GPTQ failed: "+err.Error())
+		return qz.rtn(i, w, rows, cols, Fallback(ErrGPTQFailed, "", err))
 	}
 	if !kernels.AllFinite32(res.Q) {
-		return qz.rtn(i, w, rows, cols, "GPTQ produced a non-finite value")
+		return qz.rtn(i, w, rows, cols, Fallback(ErrNonFiniteResult, "", nil))
 	}
-	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: MethodGPTQ, Hessian: src, HessianTokens: n,
+	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: quant.GPTQ, Hessian: src, HessianTokens: n,
 		Damp: res.Damp, PercDamp: res.PercDamp, ProxyLoss: res.ProxyLoss, RTNProxyLoss: res.RTNProxyLoss}
 	if res.NoFeedback {
-		ms.Fallback = "no damping gave a usable factorization; quantized without error feedback"
+		ms.Fallback = Fallback(ErrNoFeedback, "", nil)
 	}
 	if !finite(ms.ProxyLoss) || !finite(ms.RTNProxyLoss) || !finite(ms.Damp) {
-		return qz.rtn(i, w, rows, cols, "GPTQ reported a non-finite loss")
+		return qz.rtn(i, w, rows, cols, Fallback(ErrNonFiniteLoss, "", nil))
 	}
 	return res.Q, ms, nil
 }
@@ -220,8 +221,8 @@ func (qz quantizer) gateUpDown(w *ffn.ExpertWeights, inter int, hGU []float64, f
 	if q.Up, st[1], err = qz.gptq(1, w.Up, tu, inter, h, hGU, fGU, srcGU, nGU); err != nil {
 		return nil, st, err
 	}
-	st[0].Asymmetric = tg != nil && st[0].Method == MethodGPTQ
-	st[1].Asymmetric = tu != nil && st[1].Method == MethodGPTQ
+	st[0].Asymmetric = tg != nil && st[0].Method == quant.GPTQ
+	st[1].Asymmetric = tu != nil && st[1].Method == quant.GPTQ
 	hd, srcD, nD, err := downH(q)
 	if err != nil {
 		return nil, st, fmt.Errorf("calib: %s down_proj Hessian: %w", qz.what, err)
@@ -241,7 +242,7 @@ func (qz quantizer) gateUpDown(w *ffn.ExpertWeights, inter int, hGU []float64, f
 	if q.Down, st[2], err = qz.gptq(2, w.Down, td, h, inter, hd, fD, srcD, nD); err != nil {
 		return nil, st, err
 	}
-	st[2].Asymmetric = td != nil && st[2].Method == MethodGPTQ
+	st[2].Asymmetric = td != nil && st[2].Method == quant.GPTQ
 	return q, st, nil
 }
 
@@ -259,7 +260,7 @@ type asymRows struct {
 func aliases(a, b []float32) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
 // allRTN rounds the three matrices to nearest.
-func (qz quantizer) allRTN(w *ffn.ExpertWeights, inter int, fallback string) (*ffn.ExpertWeights, [3]MatrixStats, error) {
+func (qz quantizer) allRTN(w *ffn.ExpertWeights, inter int, fallback *FallbackError) (*ffn.ExpertWeights, [3]MatrixStats, error) {
 	var st [3]MatrixStats
 	h := qz.d.cfg.Hidden
 	q := &ffn.ExpertWeights{}
@@ -294,8 +295,8 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 	var q *ffn.ExpertWeights
 	starved := n == 0 || n < d.opt.MinTokens
 	switch {
-	case d.opt.Method == MethodRTN:
-		q, st.Matrices, err = qz.allRTN(w, inter, "")
+	case d.opt.Method == quant.RTN:
+		q, st.Matrices, err = qz.allRTN(w, inter, nil)
 	case starved:
 		st.Starved, st.Policy = true, d.opt.Starved
 		st.Reason = fmt.Sprintf("%d routed calibration tokens, minimum %d", n, d.opt.MinTokens)
@@ -304,7 +305,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 		}
 		switch d.opt.Starved {
 		case StarvedRTN:
-			q, st.Matrices, err = qz.allRTN(w, inter, "starved expert: "+st.Reason)
+			q, st.Matrices, err = qz.allRTN(w, inter, Fallback(ErrStarved, "starved expert: "+st.Reason, nil))
 		case StarvedIdentity:
 			hi, fi := d.identityHidden()
 			q, st.Matrices, err = qz.gateUpDown(w, inter, hi, fi, HessianIdentity, 0,
@@ -377,7 +378,7 @@ func (d *driver) expertJob(e int) (*jobResult, error) {
 // round-to-nearest version on the held-out tokens routed to it.
 func (d *driver) heldOutPart(w, q *ffn.ExpertWeights, inter int, toks []int32, wts []float32, qz quantizer, st *ExpertStats) (*heldOutPart, error) {
 	h := d.cfg.Hidden
-	rtn, _, err := qz.allRTN(w, inter, "")
+	rtn, _, err := qz.allRTN(w, inter, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -432,8 +433,8 @@ func (d *driver) sharedJob() (*jobResult, error) {
 	st := ExpertStats{Expert: SharedExpert, Tokens: d.calib.Tokens}
 	var q *ffn.ExpertWeights
 	var err error
-	if d.opt.Method == MethodRTN {
-		q, st.Matrices, err = qz.allRTN(w, inter, "")
+	if d.opt.Method == quant.RTN {
+		q, st.Matrices, err = qz.allRTN(w, inter, nil)
 	} else {
 		hAll, herr := d.allHessian()
 		if herr != nil {

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/safetensors"
@@ -200,11 +201,11 @@ type StoreOptions struct {
 	// 256 MiB. Rows go to the file as they are written: the writer's
 	// memory does not grow with the shard size.
 	ShardBytes int64
-	// WrapWrites, when set, wraps the writer of every file the store
-	// writes (activation bytes of a shard, the index), by file name. It
+	// Faults, when set, wraps the writer of every file the store writes
+	// (activation bytes of a shard, the index), by the file's path. It
 	// exists for fault injection: tests make it fail as a full disk
 	// would. Nil in normal use.
-	WrapWrites func(file string, w io.Writer) io.Writer
+	Faults atomicfile.Faults
 }
 
 // StoreWriter writes a calibration store directory. Sites are written with
@@ -422,7 +423,7 @@ func (w *StoreWriter) AddWrittenSite(si SiteInfo) error {
 	if want := si.Alignment.rowOffsets(w.lens)[len(w.lens)]; si.Tokens != want {
 		return fmt.Errorf("calib: store: site %s has %d rows, want %d", key, si.Tokens, want)
 	}
-	if err := checkShardList(si, key); err != nil {
+	if err := checkShardList(w.dir, si); err != nil {
 		return err
 	}
 	for _, sh := range si.Shards {
@@ -494,12 +495,9 @@ func (s *SiteWriter) startShard() error {
 	fw.SetMetadata(storeMetadata(s.w.prov, s.info.Layer, s.info.Site, s.info.Alignment, first, rows))
 	pr, pw := io.Pipe()
 	size := rows * s.rowBytes()
-	wrap := s.w.opt.WrapWrites
+	faults, path := s.w.opt.Faults, filepath.Join(s.w.dir, name)
 	err = fw.AddFunc("activations", s.w.opt.DType, []int64{rows, int64(s.info.Cols)}, size, func(dst io.Writer) error {
-		if wrap != nil {
-			dst = wrap(name, dst)
-		}
-		_, err := io.CopyN(dst, pr, size)
+		_, err := io.CopyN(faults.Wrap(path, dst), pr, size)
 		return err
 	})
 	if err != nil {
@@ -653,37 +651,8 @@ func (w *StoreWriter) Close() error {
 		return err
 	}
 	raw = append(raw, '\n')
-	if err := writeFileSync(filepath.Join(w.dir, StoreIndexName), raw, w.opt.WrapWrites); err != nil {
+	if _, err := w.opt.Faults.WriteFile(filepath.Join(w.dir, StoreIndexName), raw); err != nil {
 		return fmt.Errorf("calib: store: %w", err)
-	}
-	return nil
-}
-
-// writeFileSync writes data to path through a synced temporary file
-// renamed into place; wrap, when set, wraps the file's writer.
-func writeFileSync(path string, data []byte, wrap func(string, io.Writer) io.Writer) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	var dst io.Writer = f
-	if wrap != nil {
-		dst = wrap(filepath.Base(path), f)
-	}
-	_, err = dst.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
 	}
 	return nil
 }
@@ -704,59 +673,59 @@ func OpenStore(dir string) (*Store, error) {
 	path := filepath.Join(dir, StoreIndexName)
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("calib: opening store: %w", err)
+		return nil, storeErr(ErrStoreIndex, path, err, "")
 	}
 	var idx storeIndex
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&idx); err != nil {
-		return nil, fmt.Errorf("calib: %s: %w", path, err)
+		return nil, storeErr(ErrStoreIndex, path, err, "")
 	}
 	if idx.Format != StoreFormat {
-		return nil, fmt.Errorf("calib: %s: format %q, want %q", path, idx.Format, StoreFormat)
+		return nil, storeErr(ErrStoreIndex, path, nil, "format %q, want %q", idx.Format, StoreFormat)
 	}
 	if idx.FormatVersion < 1 || idx.FormatVersion > StoreFormatVersion {
-		return nil, fmt.Errorf("calib: %s: format version %d not supported (want 1 … %d)", path, idx.FormatVersion, StoreFormatVersion)
+		return nil, storeErr(ErrStoreIndex, path, nil, "format version %d not supported (want 1 … %d)", idx.FormatVersion, StoreFormatVersion)
 	}
 	p := idx.Provenance
 	if len(idx.SequenceLengths) != p.Sequences {
-		return nil, fmt.Errorf("calib: %s: %d sequence lengths for %d sequences", path, len(idx.SequenceLengths), p.Sequences)
+		return nil, storeErr(ErrStoreIndex, path, nil, "%d sequence lengths for %d sequences", len(idx.SequenceLengths), p.Sequences)
 	}
 	s := &Store{dir: dir, idx: idx, offs: make([]int64, len(idx.SequenceLengths)+1)}
 	for i, n := range idx.SequenceLengths {
 		if n <= 0 {
-			return nil, fmt.Errorf("calib: %s: sequence %d has length %d", path, i, n)
+			return nil, storeErr(ErrStoreIndex, path, nil, "sequence %d has length %d", i, n)
 		}
 		s.offs[i+1] = s.offs[i] + int64(n)
 	}
 	if s.offs[len(s.offs)-1] != p.Tokens {
-		return nil, fmt.Errorf("calib: %s: sequence lengths sum to %d, provenance says %d tokens", path, s.offs[len(s.offs)-1], p.Tokens)
+		return nil, storeErr(ErrStoreIndex, path, nil, "sequence lengths sum to %d, provenance says %d tokens", s.offs[len(s.offs)-1], p.Tokens)
 	}
 	seen := map[string]bool{}
 	for _, sj := range idx.Sites {
 		key := fmt.Sprintf("%d/%s", sj.Layer, sj.Site)
 		if seen[key] {
-			return nil, fmt.Errorf("calib: %s: site %s listed twice", path, key)
+			return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, nil, "listed twice")
 		}
 		seen[key] = true
 		si := SiteInfo{Layer: sj.Layer, Site: sj.Site, Cols: sj.Cols, Tokens: sj.Tokens, DType: sj.DType, Alignment: AlignToken, Shards: sj.Shards}
 		if sj.Alignment != "" {
 			if idx.FormatVersion < 2 {
-				return nil, fmt.Errorf("calib: %s: site %s has an alignment, which format version %d does not have (2 does)", path, key, idx.FormatVersion)
+				return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, nil, "an alignment, which format version %d does not have (2 does)", idx.FormatVersion)
 			}
 			if si.Alignment, err = ParseAlignment(sj.Alignment); err != nil {
-				return nil, fmt.Errorf("calib: %s: site %s: %w", path, key, err)
+				return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, err, "")
 			}
 		}
 		want := si.Alignment.rowOffsets(idx.SequenceLengths)[p.Sequences]
 		if si.Cols <= 0 || si.Tokens != want {
-			return nil, fmt.Errorf("calib: %s: site %s has %d columns and %d rows (%s-aligned, the store's %d tokens in %d sequences give %d)", path, key, si.Cols, si.Tokens, si.Alignment, p.Tokens, p.Sequences, want)
+			return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, nil, "%d columns and %d rows (%s-aligned, the store's %d tokens in %d sequences give %d)", si.Cols, si.Tokens, si.Alignment, p.Tokens, p.Sequences, want)
 		}
 		if si.DType != "BF16" && si.DType != "F32" {
-			return nil, fmt.Errorf("calib: %s: site %s has dtype %q (want BF16 or F32)", path, key, si.DType)
+			return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, nil, "dtype %q (want BF16 or F32)", si.DType)
 		}
-		if err := checkShardList(si, key); err != nil {
-			return nil, fmt.Errorf("calib: %s: %w", path, err)
+		if err := checkShardList(path, si); err != nil {
+			return nil, err
 		}
 		s.sites = append(s.sites, si)
 	}
@@ -765,19 +734,19 @@ func OpenStore(dir string) (*Store, error) {
 
 // checkShardList checks that a site's shards are plain file names covering
 // its rows in order.
-func checkShardList(si SiteInfo, key string) error {
+func checkShardList(path string, si SiteInfo) error {
 	var next int64
 	for _, sh := range si.Shards {
 		if !validShardName(sh.File) {
-			return fmt.Errorf("site %s: shard name %q is not a plain file name in the store directory (no directories, no \"..\")", key, sh.File)
+			return siteErr(ErrStoreIndex, path, si.Layer, si.Site, nil, "shard name %q is not a plain file name in the store directory (no directories, no \"..\")", sh.File)
 		}
 		if sh.FirstToken != next || sh.Tokens <= 0 {
-			return fmt.Errorf("site %s shard %q covers [%d, +%d), expected to start at %d", key, sh.File, sh.FirstToken, sh.Tokens, next)
+			return siteErr(ErrStoreIndex, path, si.Layer, si.Site, nil, "shard %q covers [%d, +%d), expected to start at %d", sh.File, sh.FirstToken, sh.Tokens, next)
 		}
 		next += sh.Tokens
 	}
 	if next != si.Tokens {
-		return fmt.Errorf("site %s shards cover %d of %d rows", key, next, si.Tokens)
+		return siteErr(ErrStoreIndex, path, si.Layer, si.Site, nil, "shards cover %d of %d rows", next, si.Tokens)
 	}
 	return nil
 }
@@ -845,7 +814,7 @@ func (s *Store) TokenIDs() ([][]int32, error) {
 	path := filepath.Join(s.dir, StoreSequencesName)
 	f, err := safetensors.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("calib: %w", err)
+		return nil, storeErr(ErrStoreTokens, path, err, "")
 	}
 	defer f.Close()
 	ti, ok := f.Lookup("token_ids")
@@ -853,11 +822,11 @@ func (s *Store) TokenIDs() ([][]int32, error) {
 		return nil, nil
 	}
 	if ti.DType != safetensors.I32 || len(ti.Shape) != 1 || ti.Shape[0] != s.idx.Provenance.Tokens {
-		return nil, fmt.Errorf("calib: %s: token_ids is %v %v, want I32 [%d]", path, ti.DType, ti.Shape, s.idx.Provenance.Tokens)
+		return nil, storeErr(ErrStoreTokens, path, nil, "token_ids is %v %v, want I32 [%d]", ti.DType, ti.Shape, s.idx.Provenance.Tokens)
 	}
 	raw, err := f.ReadTensor("token_ids")
 	if err != nil {
-		return nil, fmt.Errorf("calib: %w", err)
+		return nil, storeErr(ErrStoreTokens, path, err, "")
 	}
 	out := make([][]int32, len(s.idx.SequenceLengths))
 	for i := range out {
@@ -868,7 +837,7 @@ func (s *Store) TokenIDs() ([][]int32, error) {
 		}
 	}
 	if h := HashTokenIDs(out); h != s.idx.Provenance.TokenIDsSHA256 {
-		return nil, fmt.Errorf("calib: %s: token ids hash to %s, provenance says %s", path, h, s.idx.Provenance.TokenIDsSHA256)
+		return nil, storeErr(ErrStoreTokens, path, nil, "token ids hash to %s, provenance says %s", h, s.idx.Provenance.TokenIDsSHA256)
 	}
 	return out, nil
 }
@@ -880,10 +849,10 @@ func (s *Store) TokenIDs() ([][]int32, error) {
 func (s *Store) Stream(layer int, site string, first, n int64, chunkRows int, fn func(first int64, rows []float32) error) error {
 	si, ok := s.Site(layer, site)
 	if !ok {
-		return fmt.Errorf("calib: store %s has no site %q for layer %d", s.dir, site, layer)
+		return siteErr(ErrNoSite, s.dir, layer, site, nil, "the store has no such site")
 	}
 	if first < 0 || n < 0 || first+n > si.Tokens {
-		return fmt.Errorf("calib: store %s: rows [%d, %d) outside site %d/%s's %d tokens", s.dir, first, first+n, layer, site, si.Tokens)
+		return siteErr(ErrNoSite, s.dir, layer, site, nil, "rows [%d, %d) outside the site's %d tokens", first, first+n, si.Tokens)
 	}
 	if chunkRows <= 0 {
 		chunkRows = 4096
@@ -912,7 +881,7 @@ func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf
 	path := filepath.Join(s.dir, sh.File)
 	f, err := safetensors.Open(path)
 	if err != nil {
-		return fmt.Errorf("calib: %w", err)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 	}
 	defer f.Close()
 	if err := s.checkShard(f, si, sh); err != nil {
@@ -920,13 +889,13 @@ func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf
 	}
 	sr, err := f.SectionReader("activations")
 	if err != nil {
-		return fmt.Errorf("calib: %s: %w", path, err)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 	}
 	for r := a; r < b; {
 		k := min(int64(chunkRows), b-r)
 		nb := k * rowBytes
 		if _, err := sr.ReadAt(buf[:nb], (r-sh.FirstToken)*rowBytes); err != nil {
-			return fmt.Errorf("calib: %s: reading rows %d..%d: %w", path, r, r+k, err)
+			return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "reading rows %d..%d", r, r+k)
 		}
 		v := vals[:k*int64(si.Cols)]
 		dt := safetensors.BF16
@@ -934,7 +903,7 @@ func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf
 			dt = safetensors.F32
 		}
 		if err := safetensors.DecodeFloat32s(v, buf[:nb], dt); err != nil {
-			return fmt.Errorf("calib: %s: %w", path, err)
+			return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 		}
 		if err := fn(r, v); err != nil {
 			return err
@@ -973,15 +942,15 @@ func checkShardHeader(f *safetensors.File, p Provenance, si SiteInfo, sh ShardIn
 	sort.Strings(keys)
 	for _, k := range keys {
 		if md[k] != want[k] {
-			return fmt.Errorf("calib: %s: metadata %s = %q, index says %q", path, k, md[k], want[k])
+			return siteErr(ErrStoreShard, path, si.Layer, si.Site, nil, "metadata %s = %q, index says %q", k, md[k], want[k])
 		}
 	}
 	ti, ok := f.Lookup("activations")
 	if !ok {
-		return fmt.Errorf("calib: %s: no tensor \"activations\"", path)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, nil, "no tensor \"activations\"")
 	}
 	if ti.DType.String() != si.DType || len(ti.Shape) != 2 || ti.Shape[0] != sh.Tokens || ti.Shape[1] != int64(si.Cols) {
-		return fmt.Errorf("calib: %s: tensor activations is %v %v, want %s [%d, %d]", path, ti.DType, ti.Shape, si.DType, sh.Tokens, si.Cols)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, nil, "tensor activations is %v %v, want %s [%d, %d]", ti.DType, ti.Shape, si.DType, sh.Tokens, si.Cols)
 	}
 	return nil
 }
@@ -990,10 +959,10 @@ func checkShardHeader(f *safetensors.File, p Provenance, si SiteInfo, sh ShardIn
 func (s *Store) ReadRows(layer int, site string, first, n int64) ([]float32, error) {
 	si, ok := s.Site(layer, site)
 	if !ok {
-		return nil, fmt.Errorf("calib: store %s has no site %q for layer %d", s.dir, site, layer)
+		return nil, siteErr(ErrNoSite, s.dir, layer, site, nil, "the store has no such site")
 	}
 	if n < 0 || n > math.MaxInt32*8 {
-		return nil, fmt.Errorf("calib: store %s: %d rows requested", s.dir, n)
+		return nil, siteErr(ErrNoSite, s.dir, layer, site, nil, "%d rows requested", n)
 	}
 	out := make([]float32, 0, n*int64(si.Cols))
 	err := s.Stream(layer, site, first, n, 0, func(_ int64, rows []float32) error {

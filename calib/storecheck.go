@@ -2,7 +2,6 @@ package calib
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -40,8 +39,8 @@ func (s *Store) Check(ctx context.Context, deep bool) error {
 					if si.Alignment != AlignToken {
 						unit = "row"
 					}
-					return fmt.Errorf("calib: store %s: layer %d site %s: %s %d feature %d is %g",
-						s.dir, si.Layer, si.Site, unit, first+int64(i/si.Cols), i%si.Cols, v)
+					return siteErr(ErrStoreValues, s.dir, si.Layer, si.Site, nil, "%s %d feature %d is %g",
+						unit, first+int64(i/si.Cols), i%si.Cols, v)
 				}
 			}
 			return nil
@@ -59,20 +58,20 @@ func checkShardFile(dir string, p Provenance, si SiteInfo, sh ShardInfo) error {
 	path := filepath.Join(dir, sh.File)
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", dir, si.Layer, si.Site, sh.File, err)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 	}
 	if fi.Mode()&os.ModeSymlink != 0 {
 		// Stores may be assembled from links; the target must be regular.
 		if fi, err = os.Stat(path); err != nil {
-			return fmt.Errorf("calib: store %s: shard %s: %w", dir, sh.File, err)
+			return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 		}
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("calib: store %s: shard %s is not a regular file", dir, sh.File)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, nil, "not a regular file")
 	}
 	f, err := safetensors.Open(path)
 	if err != nil {
-		return fmt.Errorf("calib: store %s: layer %d site %s: shard %s: %w", dir, si.Layer, si.Site, sh.File, err)
+		return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 	}
 	defer f.Close()
 	return checkShardHeader(f, p, si, sh)

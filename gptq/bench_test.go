@@ -120,7 +120,7 @@ func BenchmarkGPTQ(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, name), func(b *testing.B) {
 				w, h := benchProblem(b, rows, cols)
-				g := NewBFPGrid(bfp.BFP4, InputAxis)
+				g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 				opt := DefaultOptions()
 				opt.NoProxyLoss = !report
 				b.ResetTimer()
@@ -157,7 +157,7 @@ func BenchmarkGPTQVariants(b *testing.B) {
 		} {
 			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, v.name), func(b *testing.B) {
 				w, h := benchProblem(b, rows, cols)
-				g := NewBFPGrid(bfp.BFP4, InputAxis)
+				g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					if _, err := Quantize(w, rows, cols, h, g, v.opt); err != nil {
@@ -177,7 +177,7 @@ func BenchmarkGPTQVariants(b *testing.B) {
 func BenchmarkGPTQExponent(b *testing.B) {
 	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
 		rows, cols := shape[0], shape[1]
-		for _, axis := range []Axis{InputAxis, OutputAxis} {
+		for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 			for _, r := range []ExponentRule{ExpMax, ExpSearch} {
 				b.Run(fmt.Sprintf("%dx%d/%v/%v", rows, cols, axis, r), func(b *testing.B) {
 					w, h := benchProblem(b, rows, cols)

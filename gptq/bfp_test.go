@@ -100,10 +100,10 @@ func transpose(q []float32, rows, cols int) []float32 {
 
 // packRoundTrip packs q in the orientation its grid stores and checks that
 // unpacking returns it bit for bit.
-func packRoundTrip(t *testing.T, f bfp.Format, axis Axis, q []float32, rows, cols int) {
+func packRoundTrip(t *testing.T, f bfp.Format, axis bfp.Axis, q []float32, rows, cols int) {
 	t.Helper()
 	src, pr, pc := q, rows, cols
-	if axis == OutputAxis {
+	if axis == bfp.AxisOutput {
 		src, pr, pc = transpose(q, rows, cols), cols, rows
 	}
 	packed, err := bfp.Pack(f, bfp.Tile{H: 32, W: 32}, src, pr, pc)
@@ -145,7 +145,7 @@ func TestBFPPackRoundTrip(t *testing.T) {
 	}
 	for _, p := range bfpProblems(t) {
 		for _, f := range []bfp.Format{bfp.BFP8, bfp.BFP4} {
-			for _, axis := range []Axis{InputAxis, OutputAxis} {
+			for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 				for oi, o := range opts {
 					if oi > 0 && p.Name == "p2_128x512" && (f == bfp.BFP8 || oi%2 == 0) {
 						// p2 is the largest problem by far: run it with every
@@ -189,20 +189,20 @@ func TestBFPPackRoundTrip(t *testing.T) {
 func TestBFPRTNMatchesPack(t *testing.T) {
 	p := newSynthProblem("rand", 40, 72, 50, 3)
 	for _, f := range []bfp.Format{bfp.BFP8, bfp.BFP4, bfp.BFP2} {
-		for _, axis := range []Axis{InputAxis, OutputAxis} {
+		for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 			q, err := RTN(p.W, p.Rows, p.Cols, NewBFPGrid(f, axis))
 			if err != nil {
 				t.Fatal(err)
 			}
 			src, pr, pc := p.W, p.Rows, p.Cols
-			if axis == OutputAxis {
+			if axis == bfp.AxisOutput {
 				src, pr, pc = transpose(p.W, p.Rows, p.Cols), p.Cols, p.Rows
 			}
 			want, err := bfp.Quantize(f, bfp.Tile{H: 32, W: 32}, src, pr, pc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if axis == OutputAxis {
+			if axis == bfp.AxisOutput {
 				want = transpose(want, pr, pc)
 			}
 			for i := range q {
@@ -218,7 +218,7 @@ func TestBFPRTNMatchesPack(t *testing.T) {
 // RTN's on both axes; on p4 (40 tokens) it is finite and below RTN's.
 func TestBFPProxyLoss(t *testing.T) {
 	for _, p := range loadProblems(t) {
-		for _, axis := range []Axis{InputAxis, OutputAxis} {
+		for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 			res, err := Quantize(p.W, p.Rows, p.Cols, p.H, NewBFPGrid(bfp.BFP4, axis), DefaultOptions())
 			if err != nil {
 				t.Fatal(err)
@@ -267,7 +267,7 @@ func TestBFPProxyLoss(t *testing.T) {
 // float64 mode only a handful of values may round differently.
 func TestBFPInputBlockInvariance(t *testing.T) {
 	p := newSynthProblem("inv", 48, 160, 300, 21)
-	g := NewBFPGrid(bfp.BFP4, InputAxis)
+	g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	for _, act := range []bool{false, true} {
 		var qs [][]float32
 		for _, bs := range [][2]int{{128, 0}, {40, 0}, {23, 0}, {7, 0}, {128, 16}, {64, 5}} {

@@ -52,5 +52,4 @@
 // linalg.go. The per-column rank-1 updates use a small AVX routine of this
 // package (axpy_amd64.s, chosen by a CPUID check) with a Go twin that gives
 // the same bits (build tag purego, other architectures).
-
 package gptq

@@ -33,7 +33,7 @@ func ExampleQuantize() {
 	if err := h.Add(x, tokens); err != nil {
 		panic(err)
 	}
-	grid := gptq.NewBFPGrid(bfp.BFP4, gptq.InputAxis)
+	grid := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	res, err := gptq.Quantize(w, rows, cols, h.Matrix(), grid, gptq.DefaultOptions())
 	if err != nil {
 		panic(err)

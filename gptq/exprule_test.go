@@ -49,7 +49,7 @@ func TestParseExponentRule(t *testing.T) {
 func TestExponentRuleRefused(t *testing.T) {
 	p := newSynthProblem("refuse", 16, 32, 40, 5)
 	ig := NewIntGrid(IntConfig{Bits: 4})
-	bg := NewBFPGrid(bfp.BFP4, InputAxis)
+	bg := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	for _, r := range []ExponentRule{ExpMax, ExpTTMetal, ExpSearch} {
 		opt := DefaultOptions()
 		opt.Exponent = r
@@ -104,7 +104,7 @@ func hdiag(h []float64, cols int) []float64 {
 // checkExponents checks that every stored group of q (in its grid's
 // orientation) has a shared exponent below 255 and that Pack→Unpack
 // reproduces q.
-func checkExponents(t *testing.T, f bfp.Format, axis Axis, q []float32, rows, cols int) {
+func checkExponents(t *testing.T, f bfp.Format, axis bfp.Axis, q []float32, rows, cols int) {
 	t.Helper()
 	for _, v := range q {
 		if e := math.Float32bits(v) >> 23 & 0xff; e == 255 {
@@ -137,7 +137,7 @@ func TestExponentRuleProperty(t *testing.T) {
 	for _, p := range probs {
 		diag := hdiag(p.H, p.Cols)
 		for _, f := range bfp.Formats() {
-			for _, axis := range []Axis{InputAxis, OutputAxis} {
+			for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 				g := NewBFPGrid(f, axis)
 				name := fmt.Sprintf("%s/%v/%v", p.Name, f, axis)
 				base, err := RTN(p.W, p.Rows, p.Cols, g)
@@ -207,7 +207,7 @@ func TestExponentRuleLosses(t *testing.T) {
 	for _, rp := range loadProblems(t) {
 		diag := hdiag(rp.H, rp.Cols)
 		for _, f := range []bfp.Format{bfp.BFP4, bfp.BFP8} {
-			for _, axis := range []Axis{InputAxis, OutputAxis} {
+			for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 				g := NewBFPGrid(f, axis)
 				line := fmt.Sprintf("| %s | %v | %v |", rp.ID, f, axis)
 				var rtnMax float64

@@ -58,7 +58,7 @@ func FuzzQuantize(f *testing.F) {
 		opt.ActOrder = mode&8 != 0
 		opt.Float64 = mode&16 != 0
 		opt.KeepDead = mode&32 != 0
-		grids := []Grid{NewBFPGrid(bfp.BFP4, InputAxis), NewBFPGrid(bfp.BFP8, OutputAxis), NewIntGrid(IntConfig{Bits: 3, GroupSize: 4, Sym: mode&64 != 0})}
+		grids := []Grid{NewBFPGrid(bfp.BFP4, bfp.AxisInput), NewBFPGrid(bfp.BFP8, bfp.AxisOutput), NewIntGrid(IntConfig{Bits: 3, GroupSize: 4, Sym: mode&64 != 0})}
 		for _, g := range grids {
 			res, err := Quantize(w, rows, cols, h, g, opt)
 			if err != nil {

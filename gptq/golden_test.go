@@ -26,10 +26,10 @@ func goldenQ(t *testing.T) string {
 		g   Grid
 		opt Options
 	}{
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01}},
-		{NewBFPGrid(bfp.BFP8, OutputAxis), Options{BlockSize: 64, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 100, PercDamp: 0.02, StaticGroups: true, KeepDead: true}},
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01, Float64: true, ActOrder: true}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 128, PercDamp: 0.01}},
+		{NewBFPGrid(bfp.BFP8, bfp.AxisOutput), Options{BlockSize: 64, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 100, PercDamp: 0.02, StaticGroups: true, KeepDead: true}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 128, PercDamp: 0.01, Float64: true, ActOrder: true}},
 		{NewIntGrid(IntConfig{Bits: 4, GroupSize: 32}), Options{BlockSize: 128, PercDamp: 0.01, ActOrder: true}},
 		{NewIntGrid(IntConfig{Bits: 3, Sym: true}), Options{BlockSize: 128, PercDamp: 0.01, Float64: true}},
 	}
@@ -90,11 +90,11 @@ func goldenReport(t *testing.T) string {
 		g   Grid
 		opt Options
 	}{
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01}},
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01, NoProxyLoss: true}},
-		{NewBFPGrid(bfp.BFP8, OutputAxis), Options{BlockSize: 64, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 100, PercDamp: 0.02, StaticGroups: true, KeepDead: true}},
-		{NewBFPGrid(bfp.BFP4, InputAxis), Options{BlockSize: 128, PercDamp: 0.01, Float64: true, ActOrder: true}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 128, PercDamp: 0.01}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 128, PercDamp: 0.01, NoProxyLoss: true}},
+		{NewBFPGrid(bfp.BFP8, bfp.AxisOutput), Options{BlockSize: 64, SubBlock: 16, PercDamp: 0.01, ActOrder: true}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 100, PercDamp: 0.02, StaticGroups: true, KeepDead: true}},
+		{NewBFPGrid(bfp.BFP4, bfp.AxisInput), Options{BlockSize: 128, PercDamp: 0.01, Float64: true, ActOrder: true}},
 		{NewIntGrid(IntConfig{Bits: 4, GroupSize: 32}), Options{BlockSize: 128, PercDamp: 0.01, ActOrder: true}},
 		{NewIntGrid(IntConfig{Bits: 3, Sym: true}), Options{BlockSize: 128, PercDamp: 0.01, Float64: true}},
 	}
@@ -141,7 +141,7 @@ func TestGoldenReport(t *testing.T) {
 // integer and BFP grids, both precisions, 1e-4 relative.
 func TestProxyLossIncrementalReference(t *testing.T) {
 	for _, p := range loadProblems(t) {
-		for _, g := range []Grid{NewBFPGrid(bfp.BFP4, InputAxis), NewBFPGrid(bfp.BFP8, OutputAxis), NewIntGrid(IntConfig{Bits: 4, GroupSize: 32})} {
+		for _, g := range []Grid{NewBFPGrid(bfp.BFP4, bfp.AxisInput), NewBFPGrid(bfp.BFP8, bfp.AxisOutput), NewIntGrid(IntConfig{Bits: 4, GroupSize: 32})} {
 			for _, f64 := range []bool{false, true} {
 				opt := DefaultOptions()
 				opt.Float64 = f64
@@ -170,7 +170,7 @@ func TestProxyLossIncremental(t *testing.T) {
 	for _, sh := range [][3]int{{300, 260, 400}, {64, 512, 300}} {
 		p := newSynthProblem("incr", sh[0], sh[1], sh[2], 29)
 		for _, g := range []Grid{
-			NewBFPGrid(bfp.BFP4, InputAxis), NewBFPGrid(bfp.BFP8, OutputAxis),
+			NewBFPGrid(bfp.BFP4, bfp.AxisInput), NewBFPGrid(bfp.BFP8, bfp.AxisOutput),
 			NewIntGrid(IntConfig{Bits: 4, GroupSize: 64}), NewIntGrid(IntConfig{Bits: 2, Sym: true}),
 		} {
 			for _, opt := range []Options{
@@ -204,7 +204,7 @@ func TestChunkingIndependent(t *testing.T) {
 		{BlockSize: 32, SubBlock: 8, PercDamp: 0.01},
 		{BlockSize: 24, PercDamp: 0.01, ActOrder: true, Float64: true},
 	} {
-		for _, axis := range []Axis{InputAxis, OutputAxis} {
+		for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 			g := NewBFPGrid(bfp.BFP4, axis)
 			var ref *Result
 			for _, procs := range []int{1, 4} {
@@ -237,7 +237,7 @@ func TestChunkingIndependent(t *testing.T) {
 func TestPooledBuffersClean(t *testing.T) {
 	p := newSynthProblem("pool", 200, 130, 300, 37)
 	for _, opt := range []Options{{BlockSize: 64, PercDamp: 0.01}, {BlockSize: 50, PercDamp: 0.01, Float64: true}} {
-		g := NewBFPGrid(bfp.BFP4, InputAxis)
+		g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 		want, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package gptq
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
 )
@@ -22,52 +21,6 @@ type Grid interface {
 	// Validate reports whether the grid's parameters are usable.
 	Validate() error
 	isGrid()
-}
-
-// Axis selects which 16 values of a weight matrix share one BFP exponent.
-type Axis int
-
-const (
-	// InputAxis: the 16 values sharing an exponent are 16 consecutive input
-	// features of one output, i.e. 16 consecutive columns of one row of the
-	// [out, in] weight. The packed matrix is stored [out, in].
-	InputAxis Axis = iota + 1
-	// OutputAxis: the 16 values sharing an exponent are 16 consecutive
-	// outputs of one input feature, i.e. 16 consecutive rows of one column
-	// of the [out, in] weight. The packed matrix is stored transposed, [in,
-	// out], the layout a Tenstorrent matmul reads as its second operand.
-	OutputAxis
-)
-
-// String returns "input" or "output" ("Axis(n)" for an invalid value).
-func (a Axis) String() string {
-	switch a {
-	case InputAxis:
-		return "input"
-	case OutputAxis:
-		return "output"
-	}
-	return fmt.Sprintf("Axis(%d)", int(a))
-}
-
-// Valid reports whether a is InputAxis or OutputAxis.
-func (a Axis) Valid() error {
-	if a != InputAxis && a != OutputAxis {
-		return fmt.Errorf("gptq: invalid block axis %v (want input or output)", a)
-	}
-	return nil
-}
-
-// ParseAxis parses "input" or "output" (case-insensitive; "in" and "out"
-// are accepted too).
-func ParseAxis(s string) (Axis, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "input", "in":
-		return InputAxis, nil
-	case "output", "out":
-		return OutputAxis, nil
-	}
-	return 0, fmt.Errorf("gptq: unknown block axis %q (want input or output)", s)
 }
 
 // BFPGrid quantizes onto a Tenstorrent block-floating-point format: groups of
@@ -91,13 +44,13 @@ func ParseAxis(s string) (Axis, error) {
 // instead taken from the original weights before the loop starts.
 type BFPGrid struct {
 	Format bfp.Format
-	Axis   Axis
+	Axis   bfp.Axis
 }
 
 // NewBFPGrid returns a BFP grid of format f whose shared-exponent groups run
 // along axis. Invalid arguments are reported by Validate (and by Quantize and
 // RTN).
-func NewBFPGrid(f bfp.Format, axis Axis) Grid { return &BFPGrid{Format: f, Axis: axis} }
+func NewBFPGrid(f bfp.Format, axis bfp.Axis) Grid { return &BFPGrid{Format: f, Axis: axis} }
 
 // String returns e.g. "BFP4_b input-axis".
 func (g *BFPGrid) String() string { return g.Format.String() + " " + g.Axis.String() + "-axis" }
@@ -107,7 +60,10 @@ func (g *BFPGrid) Validate() error {
 	if err := g.Format.Valid(); err != nil {
 		return fmt.Errorf("gptq: BFP grid: %w", err)
 	}
-	return g.Axis.Valid()
+	if err := g.Axis.Valid(); err != nil {
+		return fmt.Errorf("gptq: BFP grid: %w", err)
+	}
+	return nil
 }
 
 func (g *BFPGrid) isGrid() {}

@@ -129,7 +129,7 @@ func TestInverseFactor(t *testing.T) {
 // TestDeterministic: identical inputs give bit-identical results.
 func TestDeterministic(t *testing.T) {
 	p := newSynthProblem("det", 64, 200, 150, 11)
-	for _, g := range []Grid{NewBFPGrid(bfp.BFP4, InputAxis), NewBFPGrid(bfp.BFP4, OutputAxis), NewIntGrid(IntConfig{Bits: 4, GroupSize: 32, MSE: true})} {
+	for _, g := range []Grid{NewBFPGrid(bfp.BFP4, bfp.AxisInput), NewBFPGrid(bfp.BFP4, bfp.AxisOutput), NewIntGrid(IntConfig{Bits: 4, GroupSize: 32, MSE: true})} {
 		for _, f64 := range []bool{false, true} {
 			opt := Options{BlockSize: 64, PercDamp: 0.01, ActOrder: true, Float64: f64, NoProxyLoss: f64}
 			a, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, opt)
@@ -225,7 +225,7 @@ func checkFinite(t *testing.T, res *Result) {
 func TestBadInput(t *testing.T) {
 	w := make([]float32, 6)
 	h := []float64{1, 0, 0, 1}
-	g := NewBFPGrid(bfp.BFP4, InputAxis)
+	g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	nan := float32(math.NaN())
 	cases := []struct {
 		name string
@@ -261,8 +261,11 @@ func TestBadInput(t *testing.T) {
 			_, err := Quantize(w, 3, 2, h, NewIntGrid(IntConfig{Bits: 9}), DefaultOptions())
 			return err
 		}, ErrOptions},
-		{"bad format", func() error { _, err := Quantize(w, 3, 2, h, NewBFPGrid(0, InputAxis), DefaultOptions()); return err }, ErrOptions},
-		{"bad axis", func() error { _, err := Quantize(w, 3, 2, h, NewBFPGrid(bfp.BFP4, 0), DefaultOptions()); return err }, ErrOptions},
+		{"bad format", func() error {
+			_, err := Quantize(w, 3, 2, h, NewBFPGrid(0, bfp.AxisInput), DefaultOptions())
+			return err
+		}, ErrOptions},
+		{"bad axis", func() error { _, err := Quantize(w, 3, 2, h, NewBFPGrid(bfp.BFP4, ""), DefaultOptions()); return err }, ErrOptions},
 		{"negative block", func() error { _, err := Quantize(w, 3, 2, h, g, Options{BlockSize: -1}); return err }, ErrOptions},
 		{"nan damp", func() error { _, err := Quantize(w, 3, 2, h, g, Options{PercDamp: math.NaN()}); return err }, ErrOptions},
 		{"rtn short", func() error { _, err := RTN(w[:4], 3, 2, g); return err }, ErrShape},
@@ -308,7 +311,7 @@ func TestHessianEmptyAndUnchanged(t *testing.T) {
 // TestReport: the report carries the result's numbers and the loss ratio.
 func TestReport(t *testing.T) {
 	p := newSynthProblem("rep", 32, 64, 100, 5)
-	g := NewBFPGrid(bfp.BFP4, OutputAxis)
+	g := NewBFPGrid(bfp.BFP4, bfp.AxisOutput)
 	res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +342,7 @@ func TestFactorShared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := NewBFPGrid(bfp.BFP4, InputAxis)
+		g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 		type out struct {
 			res *Result
 			err error

@@ -16,7 +16,7 @@ import (
 func TestSameResultAnyGOMAXPROCS(t *testing.T) {
 	p := newSynthProblem("procs", 600, 96, 200, 17)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	for _, axis := range []Axis{InputAxis, OutputAxis} {
+	for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
 		for _, opt := range []Options{
 			{BlockSize: 32, PercDamp: 0.01},
 			{BlockSize: 40, SubBlock: 8, PercDamp: 0.01, ActOrder: true},

@@ -76,7 +76,7 @@ func rtnRuleTo[T float](q []T, g Grid, w []T, rows, cols int, rule ExponentRule,
 	}
 	rd := newBFPRounder(bg.Format)
 	ec := newExpChoice(rd, rule)
-	if bg.Axis == InputAxis {
+	if bg.Axis == bfp.AxisInput {
 		for r := 0; r < rows; r++ {
 			for c0 := 0; c0 < cols; c0 += bfp.GroupSize {
 				c1 := min(c0+bfp.GroupSize, cols)
@@ -134,7 +134,7 @@ func rtnTo[T float](q []T, g Grid, w []T, rows, cols int) []T {
 	case *BFPGrid:
 		rd := newBFPRounder(g.Format)
 		var buf, qb [bfp.GroupSize]float32
-		if g.Axis == InputAxis {
+		if g.Axis == bfp.AxisInput {
 			for r := 0; r < rows; r++ {
 				bfpRoundGroups(rd, w[r*cols:(r+1)*cols], q[r*cols:(r+1)*cols])
 			}

@@ -16,7 +16,7 @@ func BenchmarkRTN(b *testing.B) {
 	for i := range w {
 		w[i] = float32(0.02 * rng.NormFloat64())
 	}
-	g := NewBFPGrid(bfp.BFP4, InputAxis)
+	g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	q := make([]float32, len(w))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -33,7 +33,7 @@ func TestHessianScale(t *testing.T) {
 		}
 		return out
 	}
-	grid := NewBFPGrid(bfp.BFP4, InputAxis)
+	grid := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
 	for _, f64 := range []bool{false, true} {
 		for _, act := range []bool{false, true} {
 			opt := DefaultOptions()

@@ -26,7 +26,7 @@ func bind[T float](g Grid, s *solver[T]) colQuantizer[T] {
 	case *IntGrid:
 		return newIntState(g, s)
 	case *BFPGrid:
-		if g.Axis == InputAxis {
+		if g.Axis == bfp.AxisInput {
 			return newBFPInputState(g, s)
 		}
 		rd := newBFPRounder(g.Format)

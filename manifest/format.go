@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/quant"
 )
 
 // StoredFormat is how a tensor is stored: BFP tiles, BF16, F32 or the
@@ -82,71 +83,20 @@ func (f StoredFormat) Lossless(srcDType string) bool {
 	return false
 }
 
-// Method is how a tensor's stored values were obtained. The zero value is
-// invalid.
-type Method string
+// Method is how a tensor's stored values were obtained; it is
+// quant.Method, the word the calibration driver uses too. The zero value
+// is invalid.
+type Method = quant.Method
 
 // Methods recorded per tensor and named in plan rules.
 const (
-	MethodGPTQ Method = "gptq"
-	MethodRTN  Method = "rtn"
-	MethodNone Method = "none"
+	MethodGPTQ = quant.GPTQ
+	MethodRTN  = quant.RTN
+	MethodNone = quant.None
 )
 
 // ParseMethod returns the method named s (any case).
-func ParseMethod(s string) (Method, error) {
-	switch m := Method(strings.ToLower(strings.TrimSpace(s))); m {
-	case MethodGPTQ, MethodRTN, MethodNone:
-		return m, nil
-	}
-	return "", fmt.Errorf("unknown method %q (want gptq, rtn or none)", s)
-}
-
-// Valid reports whether m is a method in its canonical spelling.
-func (m Method) Valid() bool { return m == MethodGPTQ || m == MethodRTN || m == MethodNone }
-
-func (m Method) String() string { return string(m) }
-
-// MarshalText gives the canonical spelling and refuses an invalid method.
-func (m Method) MarshalText() ([]byte, error) {
-	if !m.Valid() {
-		return nil, fmt.Errorf("manifest: invalid method %q", string(m))
-	}
-	return []byte(m), nil
-}
-
-// Axis is the direction of a weight [out, in] along which a BFP format's
-// 16-value exponent groups run. The zero value is invalid (and means "no
-// axis" where a field is optional).
-type Axis string
-
-// Block axes.
-const (
-	AxisInput  Axis = "input"  // along the input features (the last dimension)
-	AxisOutput Axis = "output" // along the output features (the stored matrix is transposed)
-)
-
-// ParseAxis returns the axis named s (any case).
-func ParseAxis(s string) (Axis, error) {
-	switch a := Axis(strings.ToLower(strings.TrimSpace(s))); a {
-	case AxisInput, AxisOutput:
-		return a, nil
-	}
-	return "", fmt.Errorf("unknown axis %q (want input or output)", s)
-}
-
-// Valid reports whether a is an axis in its canonical spelling.
-func (a Axis) Valid() bool { return a == AxisInput || a == AxisOutput }
-
-func (a Axis) String() string { return string(a) }
-
-// MarshalText gives the canonical spelling and refuses an invalid axis.
-func (a Axis) MarshalText() ([]byte, error) {
-	if !a.Valid() {
-		return nil, fmt.Errorf("manifest: invalid axis %q", string(a))
-	}
-	return []byte(a), nil
-}
+func ParseMethod(s string) (Method, error) { return quant.ParseMethod(s) }
 
 // DefaultTile is the tile shape of a BFP rule that names none.
 const DefaultTile = "32x32"

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/bfp"
 )
 
 // TestTypedValues: StoredFormat, Method and Axis parse any case into one
@@ -23,25 +25,25 @@ func TestTypedValues(t *testing.T) {
 	if m, err := ParseMethod(" GPTQ"); err != nil || m != MethodGPTQ {
 		t.Errorf("ParseMethod: %q %v", m, err)
 	}
-	if a, err := ParseAxis("Output"); err != nil || a != AxisOutput {
+	if a, err := bfp.ParseAxis("Output"); err != nil || a != bfp.AxisOutput {
 		t.Errorf("ParseAxis: %q %v", a, err)
 	}
 	if _, err := ParseMethod("awq"); err == nil {
 		t.Error("ParseMethod(awq) accepted")
 	}
-	if _, err := ParseAxis("rows"); err == nil {
-		t.Error("ParseAxis(rows) accepted")
+	if _, err := bfp.ParseAxis("rows"); err == nil {
+		t.Error("bfp.ParseAxis(rows) accepted")
 	}
 	var zf StoredFormat
 	var zm Method
-	var za Axis
-	if zf.Valid() || zm.Valid() || za.Valid() || StoredFormat("BFP8_B").Valid() {
+	var za bfp.Axis
+	if zf.Valid() || zm.Valid() || za.Valid() == nil || StoredFormat("BFP8_B").Valid() {
 		t.Error("a zero or non-canonical value is valid")
 	}
 	if _, err := json.Marshal(RuleInfo{Pattern: "x", Format: "BFP8_B", Method: MethodRTN}); err == nil {
 		t.Error("a rule with a non-canonical format was encoded")
 	}
-	b, err := json.Marshal(RuleInfo{Pattern: "x", Format: StoreBFP4, Method: MethodGPTQ, Axis: AxisInput})
+	b, err := json.Marshal(RuleInfo{Pattern: "x", Format: StoreBFP4, Method: MethodGPTQ, Axis: bfp.AxisInput})
 	if err != nil || !strings.Contains(string(b), `"format":"BFP4_b"`) {
 		t.Errorf("encoded rule %s, %v", b, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/ttquant/ttquant/bfp"
 )
 
 // Names of the fixed files of a native checkpoint.
@@ -99,7 +101,7 @@ type RuleInfo struct {
 	Pattern string       `json:"pattern"`
 	Format  StoredFormat `json:"format"`
 	Method  Method       `json:"method"`
-	Axis    Axis         `json:"axis,omitempty"`
+	Axis    bfp.Axis     `json:"axis,omitempty"`
 	Tile    string       `json:"tile,omitempty"`
 }
 

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 )
 
 // PartialDir is the directory inside an unfinished store that holds what a
@@ -126,78 +127,62 @@ type streamFile struct {
 func stepRecordName(step int) string { return fmt.Sprintf("layer%03d.json", step) }
 func inputName(step int) string      { return fmt.Sprintf("input%03d.f32", step) }
 
-// writeJSONFile writes v to path through a synced temporary file.
-func writeJSONFile(path string, v any, wrap func(string, io.Writer) io.Writer) error {
+// writeJSONFile writes v to path through writeFile.
+func writeJSONFile(path string, v any, faults atomicfile.Faults) error {
 	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFile(path, func(w io.Writer) error {
+	_, err = writeFile(path, func(w io.Writer) error {
 		_, err := w.Write(append(raw, '\n'))
 		return err
-	}, wrap)
+	}, faults)
+	return err
 }
 
-// writeFile writes path through a temporary file that is synced and
-// renamed into place, so a file of the partial directory is complete or
-// absent.
-func writeFile(path string, fill func(io.Writer) error, wrap func(string, io.Writer) io.Writer) (err error) {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+// writeFile writes path through internal/atomicfile (a temporary file,
+// synced and renamed into place), so a file of the partial directory is
+// complete or absent, and returns its sha256.
+func writeFile(path string, fill func(io.Writer) error, faults atomicfile.Faults) (string, error) {
+	af, err := faults.Create(path)
 	if err != nil {
-		return fmt.Errorf("textcalib: %w", err)
+		return "", fmt.Errorf("textcalib: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	var dst io.Writer = f
-	if wrap != nil {
-		dst = wrap(filepath.Base(path), f)
+	bw := bufio.NewWriterSize(af, 1<<20)
+	if err = fill(bw); err == nil {
+		err = bw.Flush()
 	}
-	bw := bufio.NewWriterSize(dst, 1<<20)
-	if err := fill(bw); err != nil {
-		return fmt.Errorf("textcalib: writing %s: %w", path, err)
+	if err != nil {
+		af.Abort()
+		return "", fmt.Errorf("textcalib: writing %s: %w", path, err)
 	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("textcalib: writing %s: %w", path, err)
+	_, sum, err := af.Commit()
+	if err != nil {
+		return "", fmt.Errorf("textcalib: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("textcalib: syncing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("textcalib: closing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("textcalib: %w", err)
-	}
-	return nil
+	return sum, nil
 }
 
 // writeStream writes x's exact float32 bytes to path and returns its
 // description.
-func writeStream(path string, x []float32, wrap func(string, io.Writer) io.Writer) (*streamFile, error) {
-	h := sha256.New()
-	err := writeFile(path, func(w io.Writer) error {
-		mw := io.MultiWriter(w, h)
+func writeStream(path string, x []float32, faults atomicfile.Faults) (*streamFile, error) {
+	sum, err := writeFile(path, func(w io.Writer) error {
 		buf := make([]byte, 0, 1<<16)
 		for i := 0; i < len(x); i += 1 << 14 {
 			buf = buf[:0]
 			for _, v := range x[i:min(len(x), i+1<<14)] {
 				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
 			}
-			if _, err := mw.Write(buf); err != nil {
+			if _, err := w.Write(buf); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, wrap)
+	}, faults)
 	if err != nil {
 		return nil, err
 	}
-	return &streamFile{File: filepath.Base(path), Bytes: 4 * int64(len(x)), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return &streamFile{File: filepath.Base(path), Bytes: 4 * int64(len(x)), SHA256: sum}, nil
 }
 
 // readStream reads a residual stream file of n values and checks its size
@@ -285,7 +270,9 @@ func strictJSON(raw []byte, v any) error {
 
 var (
 	shardFileRE = regexp.MustCompile(`^\.?layer[0-9]{3,}\..*\.safetensors(\.tmp-.*)?$`)
-	partialRE   = regexp.MustCompile(`^(input[0-9]{3,}\.f32|layer[0-9]{3,}\.json)(\.tmp)?$`)
+	// The temporary files: atomicfile's, and ".tmp" as earlier versions
+	// named them.
+	partialRE = regexp.MustCompile(`^(input[0-9]{3,}\.f32|layer[0-9]{3,}\.json)(\.tmp|\.partial)?$`)
 )
 
 // strayShards lists the files of dir named like shards (or their
@@ -317,7 +304,7 @@ func cleanPartial(dir string, step int, keep string) error {
 			continue
 		}
 		var k int
-		if _, err := fmt.Sscanf(n, "layer%d.json", &k); err == nil && !strings.HasSuffix(n, ".tmp") && k < step {
+		if _, err := fmt.Sscanf(n, "layer%d.json", &k); err == nil && !strings.HasSuffix(n, ".tmp") && !strings.HasSuffix(n, atomicfile.Suffix) && k < step {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil {

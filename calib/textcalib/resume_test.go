@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/safetensors"
@@ -143,8 +144,8 @@ func TestResumeByteIdentical(t *testing.T) {
 			resumedMsg = msg
 		}
 	}
-	opt.Store.WrapWrites = func(name string, w io.Writer) io.Writer {
-		if strings.HasPrefix(name, "layer003.") {
+	opt.Store.Faults = func(path string, w io.Writer) io.Writer {
+		if strings.HasPrefix(filepath.Base(path), "layer003.") {
 			cancel()
 		}
 		return w
@@ -162,7 +163,8 @@ func TestResumeByteIdentical(t *testing.T) {
 	// A killed process leaves temporary files and half-written shards of
 	// the layer it was in; a resumed build replaces them.
 	for _, name := range []string{"layer003.attn.00000.safetensors", ".layer003.attn.00001.safetensors.tmp-123",
-		filepath.Join(PartialDir, "input004.f32.tmp"), filepath.Join(PartialDir, "layer003.json.tmp")} {
+		filepath.Join(PartialDir, "input004.f32.tmp"), filepath.Join(PartialDir, "layer003.json.tmp"),
+		filepath.Join(PartialDir, "input004.f32"+atomicfile.Suffix), filepath.Join(PartialDir, "layer003.json"+atomicfile.Suffix)} {
 		if err := os.WriteFile(filepath.Join(out, name), []byte("partial"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +219,7 @@ func TestInterruptedBeforeFirstLayer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opt := resumeOptions(t, out)
-	opt.Store.WrapWrites = func(name string, w io.Writer) io.Writer {
+	opt.Store.Faults = func(_ string, w io.Writer) io.Writer {
 		cancel()
 		return w
 	}
@@ -293,7 +295,8 @@ type fullDisk struct {
 	hit    bool
 }
 
-func (f *fullDisk) wrap(name string, w io.Writer) io.Writer {
+func (f *fullDisk) wrap(path string, w io.Writer) io.Writer {
+	name := filepath.Base(path)
 	if !strings.HasPrefix(name, f.prefix) {
 		return w
 	}
@@ -334,7 +337,7 @@ func TestDiskFull(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "store")
 			opt := resumeOptions(t, out)
 			fd := &fullDisk{prefix: c.file, limit: c.limit}
-			opt.Store.WrapWrites = fd.wrap
+			opt.Store.Faults = fd.wrap
 			_, err := Build(context.Background(), opt)
 			if !errors.Is(err, syscall.ENOSPC) || !fd.hit {
 				t.Fatalf("full disk at %s: %v (hit %v)", c.file, err, fd.hit)
@@ -355,7 +358,7 @@ func TestDiskFull(t *testing.T) {
 	// A full disk in the first layer of a fresh build leaves nothing.
 	out := filepath.Join(t.TempDir(), "store")
 	opt := resumeOptions(t, out)
-	opt.Store.WrapWrites = (&fullDisk{prefix: "layer000.", limit: 100}).wrap
+	opt.Store.Faults = (&fullDisk{prefix: "layer000.", limit: 100}).wrap
 	if _, err := Build(context.Background(), opt); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("full disk in layer 0: %v", err)
 	}

@@ -207,7 +207,7 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		return nil, fmt.Errorf("textcalib: %w", err)
 	}
 	if partial == nil {
-		if err := writeJSONFile(filepath.Join(pdir, buildRecordName), rec, sopt.WrapWrites); err != nil {
+		if err := writeJSONFile(filepath.Join(pdir, buildRecordName), rec, sopt.Faults); err != nil {
 			return nil, err
 		}
 		partial = &partialState{build: rec}
@@ -283,11 +283,11 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		}
 		sr := &stepRecord{Step: k, Layer: k, Sites: sites}
 		if k+1 < rec.Steps {
-			if sr.Next, err = writeStream(filepath.Join(pdir, inputName(k+1)), x, sopt.WrapWrites); err != nil {
+			if sr.Next, err = writeStream(filepath.Join(pdir, inputName(k+1)), x, sopt.Faults); err != nil {
 				return nil, err
 			}
 		}
-		if err := writeJSONFile(filepath.Join(pdir, stepRecordName(k)), sr, sopt.WrapWrites); err != nil {
+		if err := writeJSONFile(filepath.Join(pdir, stepRecordName(k)), sr, sopt.Faults); err != nil {
 			return nil, err
 		}
 		finished = k + 1

@@ -9,8 +9,8 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
-	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/quant"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -277,10 +277,10 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if opt.Format, err = bfp.ParseFormat(*format); err != nil {
 		return usageErrorf("--format: %v", err)
 	}
-	if opt.Axis, err = gptq.ParseAxis(*axis); err != nil {
+	if opt.Axis, err = bfp.ParseAxis(*axis); err != nil {
 		return usageErrorf("--axis: %v", err)
 	}
-	if opt.Method, err = calib.ParseMethod(*method); err != nil {
+	if opt.Method, err = quant.ParseMethod(*method); err != nil {
 		return usageErrorf("--method: %v", err)
 	}
 	if opt.Starved, err = calib.ParseStarvedPolicy(*starved); err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -94,8 +95,9 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if err != nil {
 		return opt, err
 	}
-	setToolVersion()
 	opt = build.BuildOptions{
+		Faults:          testFaults,
+		Tool:            toolVersion(),
 		Source:          b.model,
 		Out:             b.out,
 		Plan:            pl,
@@ -112,10 +114,11 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	return opt, nil
 }
 
-// setToolVersion records this binary's version in the manifests it writes.
-func setToolVersion() {
+// toolVersion is this binary's version, recorded in the manifests it
+// writes.
+func toolVersion() manifest.ToolInfo {
 	bi := readBuildInfo()
-	build.ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
+	return manifest.ToolInfo{Name: "ttquant", Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified}
 }
 
 // buildError explains an interrupted build, saying what the output
@@ -351,3 +354,8 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = args[1:]
 	}
 }
+
+// testFaults is the fault hook of every build the command line starts:
+// nil, except in the command's own tests, which slow writes down to stop
+// a process in the middle of a file.
+var testFaults atomicfile.Faults

@@ -54,8 +54,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	setToolVersion()
-	opt := demo.Options{Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut, EvalSequences: *evalSeqs, EvalSeqLen: *evalSeqLen}
+	opt := demo.Options{Tool: toolVersion(), Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut, EvalSequences: *evalSeqs, EvalSeqLen: *evalSeqLen}
 	if !*quiet {
 		opt.Progress = newProgress(e.stderr).event
 		opt.Log = func(msg string) { fmt.Fprintln(e.stderr, "demo:", msg) }

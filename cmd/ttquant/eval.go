@@ -12,6 +12,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
 
@@ -95,10 +96,11 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if !(*maxOverlap > 0 && *maxOverlap < 1) {
 		return usageErrorf("--max-overlap %v: want a share 0 < f < 1", *maxOverlap)
 	}
-	if _, err := harness.ParseNumerics(*numerics, ""); err != nil {
+	num, err := harness.ParseNumerics(*numerics, *kvCache)
+	switch {
+	case errors.Is(err, harness.ErrNumerics):
 		return usageErrorf("--numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4 (%v)", *numerics, err)
-	}
-	if _, err := harness.ParseNumerics("", *kvCache); err != nil {
+	case err != nil:
 		return usageErrorf("--kv-cache %q: want f32 or bfp8", *kvCache)
 	}
 	// The calibration flags describe --calib-data's set, not this run's
@@ -135,8 +137,12 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	} else if !dopt.Evaluation.Requested() {
 		return usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
 	}
+	// --workers bounds the kernels' goroutines too, as in run and calib
+	// build: the process's setting, chosen here, not by the harness.
+	prev := kernels.SetWorkers(*workers)
+	defer kernels.SetWorkers(prev)
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
-		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: *numerics, KVCache: *kvCache, Workers: *workers,
+		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: num, Workers: *workers,
 		Shard: sp, Parts: *parts, Assemble: *assemble}
 	// The flags that describe the calibration set only mean something with
 	// --calib-data, and only when its spec does not carry its own options:

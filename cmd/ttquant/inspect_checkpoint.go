@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
 )
@@ -43,7 +44,7 @@ type checkpointTensor struct {
 	Rule     int             `json:"rule"`
 	Pattern  string          `json:"pattern"`
 	Method   manifest.Method `json:"method"`
-	Axis     manifest.Axis   `json:"axis,omitempty"`
+	Axis     bfp.Axis        `json:"axis,omitempty"`
 	Fallback string          `json:"fallback,omitempty"`
 	File     string          `json:"file"`
 	Bytes    int64           `json:"bytes"`

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
@@ -50,7 +51,7 @@ type planTensorDoc struct {
 	Rule        int                   `json:"rule"`
 	Format      manifest.StoredFormat `json:"format"`
 	Method      manifest.Method       `json:"method"`
-	Axis        manifest.Axis         `json:"axis,omitempty"`
+	Axis        bfp.Axis              `json:"axis,omitempty"`
 	Tile        string                `json:"tile,omitempty"`
 	StoredDType string                `json:"stored_dtype,omitempty"`
 	Shape       []int64               `json:"shape"`

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,12 +33,12 @@ func TestMain(m *testing.M) {
 		if os.Getenv("TTQUANT_TEST_SLOW_WRITES") != "" {
 			// Expert files written slowly, so that a test can stop the
 			// process in the middle of one.
-			atomicfile.InjectFaults(func(path string, _ int64, _ int) error {
+			testFaults = func(path string, w io.Writer) io.Writer {
 				if strings.Contains(filepath.Base(path), "experts-") {
-					time.Sleep(20 * time.Millisecond)
+					return slowWriter{w}
 				}
-				return nil
-			})
+				return w
+			}
 		}
 		os.Exit(runWithSignals(args, os.Stdout, os.Stderr))
 	}
@@ -131,4 +132,12 @@ func TestInterruptMessageTellsWhatIsKept(t *testing.T) {
 	if s := outDirState(done); !strings.Contains(s, "finished checkpoint, unchanged") {
 		t.Errorf("finished checkpoint: %q", s)
 	}
+}
+
+// slowWriter sleeps before every write.
+type slowWriter struct{ w io.Writer }
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.w.Write(p)
 }

@@ -1,7 +1,8 @@
 // Package atomicfile writes files so that a reader never sees a partial
 // one: the bytes go to a temporary name beside the final one, are flushed,
-// and the file is renamed into place. Every file ttquant writes goes
-// through it.
+// and the file is renamed into place. Every finished or resumable file
+// ttquant writes goes through it, but the shards the streaming safetensors
+// writer writes itself.
 package atomicfile
 
 import (
@@ -12,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 )
 
 // Suffix marks a file being written. A file with this suffix is never
@@ -32,28 +32,43 @@ type File struct {
 	done  bool
 }
 
+// Faults, when set, wraps the writer of every file written through it
+// (Faults.Create, Faults.WriteFile, or any writer passed to Wrap), given
+// the file's final path. It exists for fault injection: a test returns a
+// writer that fails as a full disk would (syscall.ENOSPC), or notes that a
+// file was started. It is a value held by the options of whoever writes,
+// so tests with different faults run in parallel. The nil Faults writes
+// unchanged.
+type Faults func(path string, w io.Writer) io.Writer
+
+// Wrap returns w as f wraps it for the file path (w itself when f is nil).
+func (f Faults) Wrap(path string, w io.Writer) io.Writer {
+	if f == nil {
+		return w
+	}
+	return f(path, w)
+}
+
 // Create starts writing final under its temporary name, creating the
 // directory if needed.
-func Create(final string) (*File, error) {
+func Create(final string) (*File, error) { return Faults(nil).Create(final) }
+
+// Create is the package's Create with the writes going through f.
+func (f Faults) Create(final string) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, err
 	}
 	tmp := final + Suffix
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	fh, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	a := &File{f: f, final: final, tmp: tmp, h: sha256.New()}
-	a.w = io.MultiWriter(f, a.h)
+	a := &File{f: fh, final: final, tmp: tmp, h: sha256.New()}
+	a.w = f.Wrap(final, io.MultiWriter(fh, a.h))
 	return a, nil
 }
 
 func (a *File) Write(p []byte) (int, error) {
-	if h := faults.Load(); h != nil {
-		if err := (*h)(a.final, a.n, len(p)); err != nil {
-			return 0, fmt.Errorf("%s: %w", a.final, err)
-		}
-	}
 	n, err := a.w.Write(p)
 	a.n += int64(n)
 	return n, err
@@ -90,19 +105,6 @@ func (a *File) Abort() {
 	os.Remove(a.tmp)
 }
 
-// faults, when set, is asked before every write whether it fails.
-var faults atomic.Pointer[func(path string, off int64, n int) error]
-
-// InjectFaults makes every later write through this package first call
-// fail with the file's final path, the bytes already written to it and the
-// write's length, and fail with its error when it returns one (a full
-// disk: syscall.ENOSPC). It returns a function that removes the hook. It
-// exists for the tests of the packages that write checkpoints and stores.
-func InjectFaults(fail func(path string, off int64, n int) error) (restore func()) {
-	faults.Store(&fail)
-	return func() { faults.Store(nil) }
-}
-
 // Durable makes Commit flush files to stable storage before renaming them.
 // Tests turn it off: they check contents, not durability, and flushing
 // makes them slow on shared disks.
@@ -131,8 +133,11 @@ func SyncDir(dir string) {
 
 // WriteFile writes data to path via a temporary file and a rename and
 // returns its sha256.
-func WriteFile(path string, data []byte) (string, error) {
-	a, err := Create(path)
+func WriteFile(path string, data []byte) (string, error) { return Faults(nil).WriteFile(path, data) }
+
+// WriteFile is the package's WriteFile with the writes going through f.
+func (f Faults) WriteFile(path string, data []byte) (string, error) {
+	a, err := f.Create(path)
 	if err != nil {
 		return "", err
 	}

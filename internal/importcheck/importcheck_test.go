@@ -37,6 +37,8 @@ var allowed = map[string][]string{
 	"internal/kernels":       {"internal/cpu"},
 	"internal/rng":           {},
 	"internal/fslock":        {},
+	// The words the quantizer and the checkpoint format share. A leaf.
+	"internal/quant": {},
 	// Work split across cluster workers: specs and the partition. A leaf.
 	"internal/shard": {},
 	// A real single-node Slurm cluster for tests. Imports nothing of ours.
@@ -44,10 +46,10 @@ var allowed = map[string][]string{
 	"internal/model":      {"safetensors"},
 	"internal/testmodel":  {"safetensors", "internal/rng", "internal/atomicfile"},
 	"gptq":                {"bfp", "internal/kernels"},
-	"calib":               {"bfp", "safetensors", "gptq", "internal/kernels", "internal/model", "internal/model/ffn", "internal/rng", "internal/text/dataset"},
+	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset"},
 	"internal/atomicfile": {},
 	"internal/par":        {},
-	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock"},
+	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},
 	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
@@ -79,7 +81,7 @@ var allowed = map[string][]string{
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock"},
+	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock"},
 }
 
 // allowedInTests are extra module packages that test files may import.

@@ -1,68 +1,14 @@
 package kernels
 
-import (
-	"fmt"
-	"sync"
-)
+import "fmt"
 
 // matPool64 and matPool32 hold the accumulators' n×n matrices and row
 // buffers, apart from the kernels' small scratch buffers so that a large
-// matrix is not handed out as scratch. They are bounded free lists rather
-// than sync.Pools: the garbage collections that large allocations trigger
-// would empty a sync.Pool before the next Hessian asks, and a bound keeps
-// the memory held independent of how many Hessians are built.
+// matrix is not handed out as scratch.
 var (
-	matPool64 matPool[float64]
-	matPool32 matPool[float32]
+	matPool64 = BoundedPool[float64]{Slots: 4}
+	matPool32 = BoundedPool[float32]{Slots: 4}
 )
-
-const matSlots = 4
-
-type matPool[T float32 | float64] struct {
-	mu   sync.Mutex
-	free [][]T
-}
-
-// Get returns a slice of n values with arbitrary contents.
-func (p *matPool[T]) Get(n int) []T {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	best := -1
-	for i, b := range p.free {
-		if cap(b) >= n && (best < 0 || cap(b) < cap(p.free[best])) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return make([]T, n)
-	}
-	b := p.free[best]
-	p.free[best] = p.free[len(p.free)-1]
-	p.free = p.free[:len(p.free)-1]
-	return b[:n]
-}
-
-// Put hands b back; when the list is full the smallest buffer is dropped.
-func (p *matPool[T]) Put(b []T) {
-	if cap(b) == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.free) < matSlots {
-		p.free = append(p.free, b)
-		return
-	}
-	small := 0
-	for i, f := range p.free {
-		if cap(f) < cap(p.free[small]) {
-			small = i
-		}
-	}
-	if cap(b) > cap(p.free[small]) {
-		p.free[small] = b
-	}
-}
 
 // GramAccumulator accumulates G = Σ x xᵀ over a stream of float32 rows x of
 // n features (the Hessian of a linear layer's inputs, up to scaling) into a

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/calib/textcalib"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/manifest"
@@ -173,8 +174,8 @@ func TestAsymmetricNeedsRows(t *testing.T) {
 
 type zeroHessians struct{}
 
-func (zeroHessians) Hessian(context.Context, string, int, int, int) ([]float64, int64, string, error) {
-	return nil, 0, "none", nil
+func (zeroHessians) Hessian(context.Context, string, int, int, int) ([]float64, int64, *calib.FallbackError, error) {
+	return nil, 0, calib.Fallback(calib.ErrNoInputs, "none", nil), nil
 }
 
 // TestStoreAsymmetric: with a calibration store the inputs are the source

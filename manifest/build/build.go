@@ -14,6 +14,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
@@ -23,11 +24,6 @@ import (
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
 )
-
-// ToolVersion identifies the program recorded in manifests. Commands set it
-// from their build information before building; the zero value records
-// "ttquant (devel)".
-var ToolVersion = manifest.ToolInfo{Name: "ttquant", Version: "(devel)"}
 
 // BuildOptions configure Convert and GPTQ.
 type BuildOptions struct {
@@ -109,6 +105,13 @@ type BuildOptions struct {
 	// DryRun plans the work and reports it without reading tensor data or
 	// writing anything.
 	DryRun bool
+	// Tool identifies the program recorded in the manifest: commands pass
+	// their build information; the zero value records "ttquant (devel)".
+	Tool manifest.ToolInfo
+	// Faults, when set, wraps the writer of every file the build writes
+	// (atomicfile.Faults): fault injection for tests, which make writes
+	// fail as a full disk would. Nil in normal use.
+	Faults atomicfile.Faults
 	// Parent is the sha256 of the manifest this checkpoint derives from.
 	Parent string
 	// Family is the source's model family (default model.Qwen3): its
@@ -131,10 +134,12 @@ type BuildOptions struct {
 
 // HessianSource supplies the Hessian of a stored matrix: a cols×cols matrix
 // over the input features, and the number of tokens behind it. A nil
-// Hessian with a reason means GPTQ cannot run for that matrix; the builder
-// falls back to RTN and records the reason.
+// Hessian with a fallback reason (a *calib.FallbackError, of kind
+// calib.ErrNoInputs for missing inputs) means GPTQ cannot run for that
+// matrix; the builder falls back to RTN and records the reason. err is a
+// failure that stops the build.
 type HessianSource interface {
-	Hessian(ctx context.Context, tensor string, layer, expert int, cols int) (h []float64, tokens int64, reason string, err error)
+	Hessian(ctx context.Context, tensor string, layer, expert int, cols int) (h []float64, tokens int64, fallback *calib.FallbackError, err error)
 }
 
 // BuildResult is what a build produced.

@@ -203,18 +203,18 @@ func (s *storeHessians) downInputs(role model.Role, layer int) (gate, up *stored
 // weights as the checkpoint stores them (after their own GPTQ or
 // rounding): the down projection is fitted to the inputs it will see, the
 // in-block order calib uses for routed experts.
-func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer, cols int) ([]float64, int64, string, error) {
+func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer, cols int) ([]float64, int64, *calib.FallbackError, error) {
 	gt, ut := s.downInputs(role, layer)
 	if gt == nil || ut == nil || len(gt.shape) != 2 || !slices.Equal(gt.shape, ut.shape) || int(gt.shape[0]) != cols {
-		return nil, 0, "the layer's gate and up projections, whose output feeds this matrix, were not found", nil
+		return nil, 0, noInputs("the layer's gate and up projections, whose output feeds this matrix, were not found"), nil
 	}
 	si, ok := s.store.Site(layer, calib.SiteMoE)
 	if !ok {
-		return nil, 0, fmt.Sprintf("calibration store has no %q inputs for layer %d", calib.SiteMoE, layer), nil
+		return nil, 0, noInputs(fmt.Sprintf("calibration store has no %q inputs for layer %d", calib.SiteMoE, layer)), nil
 	}
 	hidden := int(gt.shape[1])
 	if si.Cols != hidden {
-		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the gate projection %d inputs", calib.SiteMoE, layer, si.Cols, hidden), nil
+		return nil, 0, noInputs(fmt.Sprintf("calibration site %q of layer %d has %d features, the gate projection %d inputs", calib.SiteMoE, layer, si.Cols, hidden)), nil
 	}
 	load := sourceFloats
 	if s.stored != nil {
@@ -222,17 +222,17 @@ func (s *storeHessians) downHessian(ctx context.Context, role model.Role, layer,
 	}
 	g, err := load(gt)
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, nil, err
 	}
 	u, err := load(ut)
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, nil, err
 	}
 	h, err := s.store.SwiGLUHessian(ctx, layer, calib.SiteMoE, s.calibTokens, g, u, cols)
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, nil, err
 	}
-	return h.Matrix(), h.Tokens(), "", nil
+	return h.Matrix(), h.Tokens(), nil, nil
 }
 
 // asymRows returns, in an asymmetric build, the rows of a dense GPTQ
@@ -304,40 +304,46 @@ type hessEntry struct {
 	once   sync.Once
 	h      []float64
 	n      int64
-	reason string
+	reason *calib.FallbackError
 	err    error
 	cols   int
 }
 
-func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, expert int, cols int) ([]float64, int64, string, error) {
+func (s *storeHessians) Hessian(ctx context.Context, tensor string, layer, expert int, cols int) ([]float64, int64, *calib.FallbackError, error) {
 	if r := model.Role(s.roles[tensor]); (r == model.RoleSharedDown || r == model.RoleMLPDown) && layer >= 0 {
-		return s.cached(fmt.Sprintf("%d/down/%s", layer, r), cols, func() ([]float64, int64, string, error) {
+		return s.cached(fmt.Sprintf("%d/down/%s", layer, r), cols, func() ([]float64, int64, *calib.FallbackError, error) {
 			return s.downHessian(ctx, r, layer, cols)
 		})
 	}
 	site := s.family.Site(model.Role(s.roles[tensor]))
 	if site == "" || layer < 0 {
-		return nil, 0, "no calibration inputs are defined for this matrix", nil
+		return nil, 0, noInputs("no calibration inputs are defined for this matrix"), nil
 	}
 	si, ok := s.store.Site(layer, site)
 	if !ok {
-		return nil, 0, fmt.Sprintf("calibration store has no %q inputs for layer %d", site, layer), nil
+		return nil, 0, noInputs(fmt.Sprintf("calibration store has no %q inputs for layer %d", site, layer)), nil
 	}
 	if si.Cols != cols {
-		return nil, 0, fmt.Sprintf("calibration site %q of layer %d has %d features, the matrix %d inputs", site, layer, si.Cols, cols), nil
+		return nil, 0, noInputs(fmt.Sprintf("calibration site %q of layer %d has %d features, the matrix %d inputs", site, layer, si.Cols, cols)), nil
 	}
-	return s.cached(fmt.Sprintf("%d/%s", layer, site), cols, func() ([]float64, int64, string, error) {
+	return s.cached(fmt.Sprintf("%d/%s", layer, site), cols, func() ([]float64, int64, *calib.FallbackError, error) {
 		h, err := s.store.SiteHessian(ctx, layer, site, s.calibTokens)
 		if err != nil {
-			return nil, 0, "", err
+			return nil, 0, nil, err
 		}
-		return h.Matrix(), h.Tokens(), "", nil
+		return h.Matrix(), h.Tokens(), nil, nil
 	})
+}
+
+// noInputs is the fallback reason of a matrix without usable calibration
+// inputs.
+func noInputs(reason string) *calib.FallbackError {
+	return calib.Fallback(calib.ErrNoInputs, reason, nil)
 }
 
 // cached computes a Hessian once per key; matrices sharing an input (q, k
 // and v; gate and up) share it.
-func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, int64, string, error)) ([]float64, int64, string, error) {
+func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, int64, *calib.FallbackError, error)) ([]float64, int64, *calib.FallbackError, error) {
 	s.mu.Lock()
 	e := s.cache[key]
 	if e == nil {
@@ -350,7 +356,7 @@ func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, 
 		e.cols = cols
 	})
 	if e.err != nil {
-		return nil, 0, "", e.err
+		return nil, 0, nil, e.err
 	}
 	return e.h, e.n, e.reason, nil
 }

@@ -1076,9 +1076,9 @@ func TestSharedDownFitsQuantizedGateUp(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s: format %q", te.Name, te.Format)
 	}
-	axis := gptq.InputAxis
-	if c.Manifest().Plan.Rules[te.Rule].Axis == manifest.AxisOutput {
-		axis = gptq.OutputAxis
+	axis := bfp.AxisInput
+	if c.Manifest().Plan.Rules[te.Rule].Axis == bfp.AxisOutput {
+		axis = bfp.AxisOutput
 	}
 	rows, cols := int(te.Shape[0]), int(te.Shape[1])
 	w := read(source, te.Name)

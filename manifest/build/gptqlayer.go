@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/model"
@@ -269,7 +270,7 @@ func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[st
 			return nil, fmt.Errorf("manifest: layer %d: file %s received %d of its %d tensors", layer, f, count[f], len(b.jobs[pending[f]].tensors))
 		}
 	}
-	if err := writeJSONAtomic(recPath, ls); err != nil {
+	if err := writeJSONAtomic(b.opt.Faults, recPath, ls); err != nil {
 		return nil, err
 	}
 	return ls, nil
@@ -281,9 +282,9 @@ func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[st
 // exactly as they are stored, whatever formats the plan gives them.
 func layerGrids(ex map[int]*expertPair) []calib.ExpertGrids {
 	gridOf := func(st *storedTensor) gptq.Grid {
-		axis := gptq.InputAxis
-		if st.axis == manifest.AxisOutput {
-			axis = gptq.OutputAxis
+		axis := bfp.AxisInput
+		if st.axis == bfp.AxisOutput {
+			axis = bfp.AxisOutput
 		}
 		return gptq.NewBFPGrid(st.bfpF, axis)
 	}
@@ -356,14 +357,14 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		reasons = append(reasons, r.Stats.Reason)
 	}
 	for _, m := range mats {
-		if string(m.Method) == string(manifest.MethodGPTQ) {
+		if m.Method == manifest.MethodGPTQ {
 			ms.Method = manifest.MethodGPTQ
 		}
 		ms.Damp = max(ms.Damp, m.Damp)
 		ms.ProxyLoss += m.ProxyLoss
 		ms.RTNProxyLoss += m.RTNProxyLoss
-		if m.Fallback != "" {
-			reasons = append(reasons, m.Name+": "+m.Fallback)
+		if m.Fallback != nil {
+			reasons = append(reasons, m.Name+": "+m.Fallback.Error())
 		}
 		if m.Asymmetric {
 			ms.Fit = manifest.FitAsymmetric

@@ -62,20 +62,20 @@ func firstDiff(a, b []byte) string {
 // the program (one stamped with a version-control revision, one not) has
 // one identity, and each may rerun the other's build.
 func TestIdentityIgnoresTool(t *testing.T) {
-	saved := ToolVersion
-	t.Cleanup(func() { ToolVersion = saved })
 	devel := manifest.ToolInfo{Name: "ttquant", Version: "(devel)"}
 	stamped := manifest.ToolInfo{Name: "ttquant", Version: "v0.0.0-20261201120000-11b78ea4c0de", Revision: "11b78ea4c0de11b78ea4c0de11b78ea4c0de11b7", Modified: true}
 
-	ToolVersion = devel
 	a := filepath.Join(t.TempDir(), "a")
-	ra, err := Convert(context.Background(), convertOpts(t, a, 2))
+	oa := convertOpts(t, a, 2)
+	oa.Tool = devel
+	ra, err := Convert(context.Background(), oa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ToolVersion = stamped
 	b := filepath.Join(t.TempDir(), "b")
-	rb, err := Convert(context.Background(), convertOpts(t, b, 2))
+	ob := convertOpts(t, b, 2)
+	ob.Tool = stamped
+	rb, err := Convert(context.Background(), ob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,9 @@ func TestIdentityIgnoresTool(t *testing.T) {
 	}
 	// The stamped build reruns the unstamped one's checkpoint: accepted,
 	// every file kept, same identity, its own name recorded.
-	again, err := Convert(context.Background(), convertOpts(t, a, 1))
+	oc := convertOpts(t, a, 1)
+	oc.Tool = stamped
+	again, err := Convert(context.Background(), oc)
 	if err != nil {
 		t.Fatalf("rerun by another build of the program: %v", err)
 	}

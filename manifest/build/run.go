@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
@@ -27,10 +28,19 @@ var ErrResumeMismatch = errors.New("output directory holds a different build")
 
 const buildRecordName = "build.json"
 
+// tool is the program recorded in the manifest: BuildOptions.Tool, or
+// "ttquant (devel)" when it is not set.
+func (b *builder) tool() manifest.ToolInfo {
+	if b.opt.Tool == (manifest.ToolInfo{}) {
+		return manifest.ToolInfo{Name: "ttquant", Version: "(devel)"}
+	}
+	return b.opt.Tool
+}
+
 func (b *builder) fingerprint(si manifest.SourceInfo) fingerprint {
 	fp := fingerprint{
 		Command: b.command(),
-		Tool:    ToolVersion,
+		Tool:    b.tool(),
 		Source:  si.Identity,
 		Plan:    planInfo(b.opt.Plan).SHA256,
 		Options: b.params,
@@ -149,19 +159,19 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		}
 		recs = recordsOf(old)
 		for name, r := range recs {
-			if err := writeJSONAtomic(recordPath(out, name), r); err != nil {
+			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
 				return nil, err
 			}
 		}
 		b.wasFinished = true
 		for _, ls := range old.TTQuant.Layers {
 			if ls.CalibTokens > 0 || ls.ResidualMeanSquare > 0 {
-				if err := writeJSONAtomic(layerRecordPath(out, ls.Layer), ls); err != nil {
+				if err := writeJSONAtomic(b.opt.Faults, layerRecordPath(out, ls.Layer), ls); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := writeJSONAtomic(bpath, fp); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
 			return nil, err
 		}
 		// From here on the directory is an unfinished build again until the
@@ -208,7 +218,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}
-		if err := writeJSONAtomic(bpath, fp); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
 			return nil, err
 		}
 	}
@@ -222,12 +232,12 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 	return recs, nil
 }
 
-func writeJSONAtomic(path string, v any) error {
+func writeJSONAtomic(faults atomicfile.Faults, path string, v any) error {
 	data, err := json.MarshalIndent(v, "", " ")
 	if err != nil {
 		return err
 	}
-	_, err = atomicfile.WriteFile(path, append(data, '\n'))
+	_, err = faults.WriteFile(path, append(data, '\n'))
 	return err
 }
 
@@ -299,7 +309,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	// commit records a freshly written file.
 	commit := func(i int, r *fileRecord) error {
-		if err := writeJSONAtomic(recordPath(out, b.jobs[i].file), r); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, recordPath(out, b.jobs[i].file), r); err != nil {
 			return err
 		}
 		results[i] = r
@@ -530,7 +540,7 @@ func (b *builder) writeJobWith(ctx context.Context, j *job, produce producer) (*
 		return nil, err
 	}
 	path := filepath.Join(b.opt.Out, j.file)
-	af, err := atomicfile.Create(path)
+	af, err := b.opt.Faults.Create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -686,7 +696,7 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if st.expert >= 0 {
 		ms.Expert = intPtr(st.expert)
 	}
-	rtn := func(reason string) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
+	rtn := func(reason *calib.FallbackError) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
 		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
 		if err != nil {
 			return nil, te, nil, err
@@ -697,30 +707,32 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 		}
 		te.Method = manifest.MethodRTN
 		ms.Method = manifest.MethodRTN
-		ms.Fallback = reason
+		if reason != nil {
+			ms.Fallback = reason.Error()
+		}
 		ms.Error = manifest.SquaredError(w, q)
 		return packed, te, ms, nil
 	}
 	if slices != 1 {
-		return rtn(fmt.Sprintf("GPTQ needs a matrix; shape %v has %d slices", st.shape, slices))
+		return rtn(calib.Fallback(calib.ErrNotMatrix, fmt.Sprintf("GPTQ needs a matrix; shape %v has %d slices", st.shape, slices), nil))
 	}
 	if b.hess == nil {
-		return rtn("no calibration data")
+		return rtn(calib.Fallback(calib.ErrNoCalibration, "", nil))
 	}
-	h, tokens, reason, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
+	h, tokens, fallback, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
 	if err != nil {
 		return nil, te, nil, err
 	}
 	ms.Tokens = tokens
 	if h == nil {
-		return rtn(reason)
+		return rtn(fallback)
 	}
 	if len(h) != cols*cols {
 		return nil, te, nil, fmt.Errorf("Hessian has %d entries, want %d×%d", len(h), cols, cols)
 	}
-	axis := gptq.InputAxis
-	if st.axis == "output" {
-		axis = gptq.OutputAxis
+	axis := bfp.AxisInput
+	if st.axis == bfp.AxisOutput {
+		axis = bfp.AxisOutput
 	}
 	res, asym, err := b.quantizeDense(ctx, st, w, rows, cols, h, gptq.NewBFPGrid(st.bfpF, axis))
 	if errors.Is(err, gptq.ErrOptions) {
@@ -731,7 +743,7 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 		return nil, te, nil, be.error
 	}
 	if err != nil {
-		return rtn("gptq: " + err.Error())
+		return rtn(calib.Fallback(calib.ErrGPTQFailed, "gptq", err))
 	}
 	packed, back, err := manifest.PackExact(st.bfpF, st.tile, res.Q, st.shape, st.orient)
 	if err != nil {
@@ -840,7 +852,7 @@ func (b *builder) copyConfigs(configs []string, write bool) ([]manifest.FileEntr
 		name := filepath.Base(c)
 		sum := manifest.SHA256Hex(data)
 		if write {
-			if sum, err = atomicfile.WriteFile(filepath.Join(b.opt.Out, name), data); err != nil {
+			if sum, err = b.opt.Faults.WriteFile(filepath.Join(b.opt.Out, name), data); err != nil {
 				return nil, err
 			}
 		}
@@ -865,7 +877,7 @@ type manifestHead struct {
 
 func (b *builder) head(si manifest.SourceInfo, configs []manifest.FileEntry) manifestHead {
 	return manifestHead{
-		Tool:        ToolVersion,
+		Tool:        b.tool(),
 		Source:      si,
 		Plan:        planInfo(b.opt.Plan),
 		Layout:      manifest.LayoutInfo{ExpertsPerFile: b.opt.ExpertsPerFile, DenseShardBytes: b.opt.DenseShardBytes, Alignment: manifest.FileAlignment},
@@ -882,12 +894,12 @@ func (b *builder) head(si manifest.SourceInfo, configs []manifest.FileEntry) man
 // the unfinished build. It returns the manifest, its bytes, the checksum
 // list and the data files' total size.
 func (b *builder) writeManifest(ctx context.Context, si manifest.SourceInfo, results []*fileRecord, layerOut []manifest.LayerStats, files []manifest.FileEntry) (*manifest.Manifest, []byte, []byte, int64, error) {
-	return writeManifest(ctx, b.opt.Out, b.head(si, files), results, layerOut)
+	return writeManifest(ctx, b.opt.Faults, b.opt.Out, b.head(si, files), results, layerOut)
 }
 
 // writeManifest writes the manifest of out from its head, the records of
 // its data files in layout order and the GPTQ layers' statistics.
-func writeManifest(ctx context.Context, out string, h manifestHead, results []*fileRecord, layerOut []manifest.LayerStats) (*manifest.Manifest, []byte, []byte, int64, error) {
+func writeManifest(ctx context.Context, faults atomicfile.Faults, out string, h manifestHead, results []*fileRecord, layerOut []manifest.LayerStats) (*manifest.Manifest, []byte, []byte, int64, error) {
 	m := &manifest.Manifest{
 		FormatVersion: manifest.FormatVersion,
 		Format:        manifest.FormatName,
@@ -921,7 +933,7 @@ func writeManifest(ctx context.Context, out string, h manifestHead, results []*f
 		return nil, nil, nil, 0, err
 	}
 	sums := manifest.EncodeSums(m.Files)
-	sumsHash, err := atomicfile.WriteFile(filepath.Join(out, manifest.SumsName), sums)
+	sumsHash, err := faults.WriteFile(filepath.Join(out, manifest.SumsName), sums)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
@@ -930,7 +942,7 @@ func writeManifest(ctx context.Context, out string, h manifestHead, results []*f
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
-	if _, err := atomicfile.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
+	if _, err := faults.WriteFile(filepath.Join(out, manifest.ManifestName), data); err != nil {
 		return nil, nil, nil, 0, err
 	}
 	atomicfile.SyncDir(out)

@@ -850,7 +850,7 @@ func (s *sequential) finishLayer(l int, ls *manifest.LayerStats, x, xref []float
 	sort.Strings(names)
 	for _, n := range names {
 		p := s.done[n]
-		if _, err := atomicfile.WriteFile(s.blobPath(l, n), p.data); err != nil {
+		if _, err := s.b.opt.Faults.WriteFile(s.blobPath(l, n), p.data); err != nil {
 			s.mu.Unlock()
 			return err
 		}
@@ -864,14 +864,14 @@ func (s *sequential) finishLayer(l int, ls *manifest.LayerStats, x, xref []float
 	last := l == s.layers()[len(s.layers())-1]
 	if !last {
 		var err error
-		if rec.Residual, err = writeFloats(s.streamPath(l, false), x); err != nil {
+		if rec.Residual, err = writeFloats(s.b.opt.Faults, s.streamPath(l, false), x); err != nil {
 			return err
 		}
-		if rec.Ref, err = writeFloats(s.streamPath(l, true), xref); err != nil {
+		if rec.Ref, err = writeFloats(s.b.opt.Faults, s.streamPath(l, true), xref); err != nil {
 			return err
 		}
 	}
-	if err := writeJSONAtomic(s.recordPath(l), rec); err != nil {
+	if err := writeJSONAtomic(s.b.opt.Faults, s.recordPath(l), rec); err != nil {
 		return err
 	}
 	if l > 0 {
@@ -906,12 +906,12 @@ func (s *sequential) loadStreams(l int, r *seqRecord) (x, xref []float32, err er
 	return x, xref, nil
 }
 
-func writeFloats(path string, v []float32) (string, error) {
+func writeFloats(faults atomicfile.Faults, path string, v []float32) (string, error) {
 	buf := make([]byte, 4*len(v))
 	for i, f := range v {
 		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
 	}
-	return atomicfile.WriteFile(path, buf)
+	return faults.WriteFile(path, buf)
 }
 
 func readFloats(path, sha string) ([]float32, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/calib"
-	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/text/dataset"
@@ -320,14 +320,14 @@ func TestSequentialDiskFull(t *testing.T) {
 	for _, at := range []string{"layer-002", "dense-"} {
 		t.Run(at, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
-			restore := atomicfile.InjectFaults(func(path string, off int64, n int) error {
+			opt := seqOpts(t, out, 2)
+			opt.Faults = func(path string, w io.Writer) io.Writer {
 				if strings.Contains(filepath.Base(path), at) || strings.Contains(path, string(filepath.Separator)+at) {
-					return syscall.ENOSPC
+					return fullDisk{}
 				}
-				return nil
-			})
-			_, err := GPTQ(context.Background(), seqOpts(t, out, 2))
-			restore()
+				return w
+			}
+			_, err := GPTQ(context.Background(), opt)
 			if !errors.Is(err, syscall.ENOSPC) {
 				t.Fatalf("build on a full disk: %v, want ENOSPC", err)
 			}
@@ -506,3 +506,8 @@ func TestSequentialProgress(t *testing.T) {
 		t.Errorf("ETA of %+v: %v %v", mid, eta, ok)
 	}
 }
+
+// fullDisk fails every write as a full disk does.
+type fullDisk struct{}
+
+func (fullDisk) Write([]byte) (int, error) { return 0, syscall.ENOSPC }

@@ -488,7 +488,7 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		os.Remove(partPath(out, st.name) + manifest.PartialSuffix)
 		os.Remove(partPath(out, st.name) + ".json" + manifest.PartialSuffix)
 	}
-	if err := writeJSONAtomic(rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
+	if err := writeJSONAtomic(b.opt.Faults, rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
 		return nil, false, err
 	}
 	return recs, false, nil
@@ -523,7 +523,7 @@ func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
 			return err
 		}
 		r := &partRecord{Tensor: st.name, Entry: te, Matrix: ms, Size: int64(len(data)), SHA256: sum}
-		if err := writeJSONAtomic(p+".json", r); err != nil {
+		if err := writeJSONAtomic(b.opt.Faults, p+".json", r); err != nil {
 			return err
 		}
 		recs[k] = r
@@ -567,7 +567,7 @@ func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*file
 		}
 	}
 	r.Parts = parts
-	return writeJSONAtomic(filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
+	return writeJSONAtomic(b.opt.Faults, filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
 }
 
 // ErrAssemble is wrapped by every refusal of Assemble: a worker missing or
@@ -684,7 +684,7 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 	for i := 0; i < n; i++ {
 		parts = append(parts, byIndex[i].Layers...)
 	}
-	m, data, sums, dataBytes, err := writeManifest(ctx, dir, *first.Head, results, joinLayerParts(parts))
+	m, data, sums, dataBytes, err := writeManifest(ctx, nil, dir, *first.Head, results, joinLayerParts(parts))
 	if err != nil {
 		return nil, err
 	}

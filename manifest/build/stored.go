@@ -2,10 +2,10 @@ package build
 
 import (
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
@@ -49,7 +49,7 @@ func resolveStored(p *plan.Plan, m *safetensors.Model, opt plan.ResolveOptions) 
 			st.isBFP, st.bfpF, st.tile = true, f, t
 			st.format = f.String()
 			st.orient = manifest.OrientRow
-			if pt.Axis == manifest.AxisOutput {
+			if pt.Axis == bfp.AxisOutput {
 				st.orient = manifest.OrientTransposed
 			}
 			st.outDType = "U8"
@@ -88,7 +88,7 @@ type storedTensor struct {
 	bfpF   bfp.Format
 	isBFP  bool
 	tile   bfp.Tile
-	axis   manifest.Axis
+	axis   bfp.Axis
 	orient string
 
 	parts    []sourcePart // concatenated in order

@@ -36,7 +36,7 @@ type Rule struct {
 	Pattern string                `json:"pattern"`
 	Format  manifest.StoredFormat `json:"format"`
 	Method  manifest.Method       `json:"method,omitempty"`
-	Axis    manifest.Axis         `json:"axis,omitempty"`
+	Axis    bfp.Axis              `json:"axis,omitempty"`
 	Tile    string                `json:"tile,omitempty"`
 	// Note says why the rule exists; it is carried into reports only.
 	Note string `json:"note,omitempty"`
@@ -72,7 +72,7 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 	}
 	r.Format = f
 	m := manifest.Method(strings.ToLower(strings.TrimSpace(string(r.Method))))
-	a := manifest.Axis(strings.ToLower(strings.TrimSpace(string(r.Axis))))
+	a := bfp.Axis(strings.ToLower(strings.TrimSpace(string(r.Axis))))
 	if f.IsBFP() {
 		switch m {
 		case "":
@@ -83,8 +83,8 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 		}
 		switch a {
 		case "":
-			a = manifest.AxisInput
-		case manifest.AxisInput, manifest.AxisOutput:
+			a = bfp.AxisInput
+		case bfp.AxisInput, bfp.AxisOutput:
 		default:
 			return bad("unknown axis %q (want input or output)", r.Axis)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest"
@@ -109,8 +110,8 @@ func TestRuleValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Rule{
-		{Pattern: "a", Format: manifest.StoreBFP4, Method: manifest.MethodRTN, Axis: manifest.AxisInput, Tile: "32x32"},
-		{Pattern: "b", Format: manifest.StoreBFP8, Method: manifest.MethodGPTQ, Axis: manifest.AxisOutput, Tile: "16x32"},
+		{Pattern: "a", Format: manifest.StoreBFP4, Method: manifest.MethodRTN, Axis: bfp.AxisInput, Tile: "32x32"},
+		{Pattern: "b", Format: manifest.StoreBFP8, Method: manifest.MethodGPTQ, Axis: bfp.AxisOutput, Tile: "16x32"},
 		{Pattern: "c", Format: manifest.StoreAsIs, Method: manifest.MethodNone},
 		{Pattern: "d", Format: manifest.StoreF32, Method: manifest.MethodNone},
 	}

@@ -56,7 +56,7 @@ type PlannedTensor struct {
 	RuleIndex int                   `json:"rule"` // index into Plan.Rules (0-based)
 	Format    manifest.StoredFormat `json:"format"`
 	Method    manifest.Method       `json:"method"`
-	Axis      manifest.Axis         `json:"axis,omitempty"`
+	Axis      bfp.Axis              `json:"axis,omitempty"`
 	Tile      string                `json:"tile,omitempty"`
 
 	SourceDType string `json:"source_dtype"`
@@ -565,7 +565,7 @@ func sizeTensor(t *PlannedTensor) error {
 			return fmt.Errorf("tensor %s (role %s) has shape %v: %s needs a 2-D matrix", t.Name, t.Role, t.Shape, t.Format)
 		}
 		rows, cols := t.Shape[0], t.Shape[1]
-		if t.Axis == manifest.AxisOutput {
+		if t.Axis == bfp.AxisOutput {
 			rows, cols = cols, rows
 		}
 		tr, tc := (rows+int64(tile.H)-1)/int64(tile.H), (cols+int64(tile.W)-1)/int64(tile.W)

@@ -22,36 +22,17 @@ type VerifyOptions struct {
 	Checkpoint *manifest.Checkpoint
 }
 
-// Failure is one failed check.
-type Failure struct {
-	File   string `json:"file,omitempty"`
-	Tensor string `json:"tensor,omitempty"`
-	What   string `json:"what"`
-}
-
-func (f Failure) String() string {
-	var b strings.Builder
-	if f.File != "" {
-		b.WriteString(f.File + ": ")
-	}
-	if f.Tensor != "" {
-		b.WriteString("tensor " + f.Tensor + ": ")
-	}
-	b.WriteString(f.What)
-	return b.String()
-}
-
 // VerifyReport is the result of VerifyExport; OK only when Failures is
 // empty.
 type VerifyReport struct {
-	Dir               string    `json:"dir"`
-	OK                bool      `json:"ok"`
-	Identity          string    `json:"identity,omitempty"`
-	CheckpointChecked bool      `json:"checkpoint_checked"`
-	Files             int       `json:"files"`
-	Tensors           int       `json:"tensors"`
-	Bytes             int64     `json:"bytes"`
-	Failures          []Failure `json:"failures"`
+	Dir               string             `json:"dir"`
+	OK                bool               `json:"ok"`
+	Identity          string             `json:"identity,omitempty"`
+	CheckpointChecked bool               `json:"checkpoint_checked"`
+	Files             int                `json:"files"`
+	Tensors           int                `json:"tensors"`
+	Bytes             int64              `json:"bytes"`
+	Failures          []manifest.Failure `json:"failures"`
 	// Unlisted are .tensorbin files in the directory that the record does
 	// not list (ttnn would load them by name all the same).
 	Unlisted []string `json:"unlisted,omitempty"`
@@ -73,7 +54,7 @@ var ErrNotExport = errors.New("not a ttnn export")
 // Failed checks are listed in the report; the error is non-nil only when
 // the check could not run.
 func VerifyExport(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, error) {
-	rep := &VerifyReport{Dir: dir, Failures: []Failure{}}
+	rep := &VerifyReport{Dir: dir, Failures: []manifest.Failure{}}
 	rec, err := ReadRecord(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s has no %s (an export that did not finish, or not an export)", ErrNotExport, dir, RecordName)
@@ -82,7 +63,7 @@ func VerifyExport(ctx context.Context, dir string, opt VerifyOptions) (*VerifyRe
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	fail := func(file, tensor, format string, args ...any) {
-		rep.Failures = append(rep.Failures, Failure{File: file, Tensor: tensor, What: fmt.Sprintf(format, args...)})
+		rep.Failures = append(rep.Failures, manifest.Failure{File: file, Tensor: tensor, What: fmt.Sprintf(format, args...)})
 	}
 	rep.Identity = rec.Checkpoint.Identity
 	if c := opt.Checkpoint; c != nil {

@@ -34,6 +34,9 @@ type Options struct {
 	// Workers (default 1); the checkpoints and the table do not depend on
 	// it.
 	Workers int
+	// Tool identifies the program recorded in the checkpoints' manifests
+	// (build.BuildOptions.Tool).
+	Tool manifest.ToolInfo
 	// Progress receives build progress; Log one line per step.
 	Progress func(build.ProgressEvent)
 	Log      func(msg string)
@@ -179,14 +182,14 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 
 	opt.log("sequential GPTQ, asymmetric fit: %d × %d tokens of %s, %d sequences held out", opt.Sequences, opt.SeqLen, builtin.CalibText, opt.HeldOut)
 	gdir := filepath.Join(root, "gptq")
-	g, err := build.GPTQ(ctx, build.BuildOptions{Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress,
+	g, err := build.GPTQ(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress,
 		Data: calibSpec, DataOptions: dopt, Layers: "experts", HeldOutSequences: opt.HeldOut, Asymmetric: true})
 	if err != nil {
 		return nil, fmt.Errorf("sequential GPTQ: %w", err)
 	}
 	opt.log("round to nearest with the same plan")
 	rdir := filepath.Join(root, "rtn")
-	r, err := build.Convert(ctx, build.BuildOptions{Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress})
+	r, err := build.Convert(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress})
 	if err != nil {
 		return nil, fmt.Errorf("round to nearest: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/emulator/eval"
-	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
@@ -76,16 +75,17 @@ type Options struct {
 	// longer sequences are cut into several windows, each from a fresh
 	// state.
 	Window int
-	// Numerics is how the checkpoints' runs compute: NumericsCPU or ""
-	// (the same), or device numerics "device" or "device:LoFi|HiFi2|
-	// HiFi3|HiFi4" (ParseNumerics). The reference and the Self candidate
-	// always run in float32.
-	Numerics string
-	// KVCache is the checkpoints' runs' key-value cache format of
-	// full-attention layers: "" or KVCacheF32 (float32), or KVCacheBFP8.
-	KVCache string
-	// Workers is the number of goroutines of the kernels and the scorer
-	// (0: GOMAXPROCS). Results do not depend on it.
+	// Numerics is how the checkpoints' runs compute and keep their
+	// key-value cache, as ParseNumerics parses it once from its two
+	// spellings; the zero value is float32 on the CPU with a float32
+	// cache. The reference and the Self candidate always run in float32.
+	Numerics Numerics
+	// Workers is the number of goroutines Run starts for itself: windows
+	// and candidates evaluated, weights decoded, the scorer's (0:
+	// GOMAXPROCS). Run sets no process-wide setting from it: how many
+	// goroutines the kernels under the forward pass use is
+	// kernels.SetWorkers, the program's to choose. Results depend on
+	// neither.
 	Workers int
 	// Chunk is the number of positions scored at a time (0: 16).
 	Chunk int
@@ -266,7 +266,7 @@ func (o *Options) check() error {
 	if o.Calib != nil && !o.CalibOptions.Calibration.Requested() {
 		return errors.New("harness: the calibration data options request no calibration sequences")
 	}
-	if _, err := ParseNumerics(o.Numerics, o.KVCache); err != nil {
+	if err := o.Numerics.validate(); err != nil {
 		return err
 	}
 	if !(o.MaxOverlap >= 0 && o.MaxOverlap < 1) {
@@ -301,7 +301,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
-	num, _ := ParseNumerics(opt.Numerics, opt.KVCache)
+	num := opt.Numerics
 	kv := KVCacheF32
 	if num.KVBFP8 {
 		kv = KVCacheBFP8
@@ -318,8 +318,6 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	prev := kernels.SetWorkers(workers)
-	defer kernels.SetWorkers(prev)
 
 	ref, err := forward.Open(opt.Model)
 	if err != nil {

@@ -256,9 +256,11 @@ func TestOptionsRefused(t *testing.T) {
 	spec, dopt := perRecord(t, filepath.Join(dir, "eval-dev.jsonl"), 2)
 	base := Options{Model: dir, Self: true, Data: spec, DataOptions: dopt}
 	for name, mod := range map[string]func(*Options){
-		"fidelity":     func(o *Options) { o.Numerics = "device:HiFi5" },
-		"numerics":     func(o *Options) { o.Numerics = "gpu" },
-		"kv cache":     func(o *Options) { o.KVCache = "fp8" },
+		"fidelity": func(o *Options) {
+			d := must(ParseNumerics("device:HiFi4", "")).Device
+			d.Fidelity = 99
+			o.Numerics = Numerics{Device: d}
+		},
 		"no candidate": func(o *Options) { o.Self = false },
 		"labels":       func(o *Options) { o.Labels = []string{"x"} },
 		"no data":      func(o *Options) { o.Data = nil },

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -21,8 +22,9 @@ const (
 	KVCacheBFP8 = "bfp8"
 )
 
-// Numerics is how a candidate computes: the parsed Options.Numerics and
-// Options.KVCache.
+// Numerics is how a candidate computes: a numerics mode and a KV cache
+// format, parsed once (ParseNumerics). The zero value is float32 on the
+// CPU with a float32 cache.
 type Numerics struct {
 	// Device, when not nil, runs the candidates' weight products as the
 	// Matrix Unit computes them (activations packed to BF16, the weights
@@ -33,9 +35,16 @@ type Numerics struct {
 	KVBFP8 bool
 }
 
+// Errors of ParseNumerics: which of its two arguments is wrong.
+var (
+	ErrNumerics = errors.New("unknown numerics mode")
+	ErrKVCache  = errors.New("unknown KV cache format")
+)
+
 // ParseNumerics parses a numerics mode ("" or "cpu", "device" or
 // "device:LoFi|HiFi2|HiFi3|HiFi4"; emulator.ParseDeviceNumerics gives the
-// default fidelity) and a KV cache format ("", "f32" or "bfp8").
+// default fidelity) and a KV cache format ("", "f32" or "bfp8"). An error
+// wraps ErrNumerics or ErrKVCache, saying which is wrong.
 func ParseNumerics(numerics, kvCache string) (Numerics, error) {
 	var n Numerics
 	switch {
@@ -43,21 +52,32 @@ func ParseNumerics(numerics, kvCache string) (Numerics, error) {
 	case strings.EqualFold(numerics, "device") || strings.HasPrefix(strings.ToLower(numerics), "device:"):
 		c, err := emulator.ParseDeviceNumerics(numerics)
 		if err != nil {
-			return n, fmt.Errorf("harness: %w", err)
+			return n, fmt.Errorf("harness: %w: %w", ErrNumerics, err)
 		}
 		c.Input, c.Output = emulator.ActBF16, emulator.OutBF16
 		n.Device = &c
 	default:
-		return n, fmt.Errorf("harness: numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4", numerics)
+		return n, fmt.Errorf("harness: %w %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4", ErrNumerics, numerics)
 	}
 	switch kvCache {
 	case "", KVCacheF32:
 	case KVCacheBFP8:
 		n.KVBFP8 = true
 	default:
-		return n, fmt.Errorf("harness: KV cache %q: want f32 or bfp8", kvCache)
+		return n, fmt.Errorf("harness: %w %q: want f32 or bfp8", ErrKVCache, kvCache)
 	}
 	return n, nil
+}
+
+// validate refuses a device configuration the emulator cannot run (a
+// value built by hand rather than by ParseNumerics).
+func (n Numerics) validate() error {
+	if n.Device != nil {
+		if err := n.Device.Validate(); err != nil {
+			return fmt.Errorf("harness: %w: %w", ErrNumerics, err)
+		}
+	}
+	return nil
 }
 
 // String describes the numerics as results record them: "cpu-fp32", or

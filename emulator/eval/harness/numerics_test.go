@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -279,9 +280,19 @@ func TestParseNumerics(t *testing.T) {
 			t.Errorf("ParseNumerics(%q, %q) = %q, %v; want %q", in[0], in[1], n.String(), err, want)
 		}
 	}
-	for _, in := range [][2]string{{"gpu", ""}, {"device:", ""}, {"device:HiFi5", ""}, {"devices", ""}, {"CPU", ""}, {"cpu", "bfp4"}, {"cpu", "F32"}} {
-		if _, err := ParseNumerics(in[0], in[1]); err == nil {
+	for _, in := range [][2]string{{"gpu", ""}, {"device:", ""}, {"device:HiFi5", ""}, {"devices", ""}, {"CPU", ""}, {"cpu", "bfp4"}, {"cpu", "F32"}, {"", "fp8"}} {
+		_, err := ParseNumerics(in[0], in[1])
+		if err == nil {
 			t.Errorf("ParseNumerics(%q, %q): no error", in[0], in[1])
+			continue
+		}
+		// The error says which of the two is wrong.
+		want := ErrNumerics
+		if in[1] != "" && in[1] != "f32" {
+			want = ErrKVCache
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("ParseNumerics(%q, %q): %v, want %v", in[0], in[1], err, want)
 		}
 	}
 }
@@ -298,8 +309,11 @@ func TestSelfExactWithDeviceNumerics(t *testing.T) {
 	}
 	spec, dopt := perRecord(t, file, 1)
 	dopt.Evaluation = dataset.SetOptions{Sequences: 1, SeqLen: 64, Mode: dataset.ModePack}
-	rep, err := Run(context.Background(), Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Window: 64,
-		Numerics: "device:LoFi", KVCache: "bfp8"})
+	num, err := ParseNumerics("device:LoFi", "bfp8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), Options{Model: dir, Self: true, Data: spec, DataOptions: dopt, Window: 64, Numerics: num})
 	if err != nil {
 		t.Fatal(err)
 	}
