@@ -36,7 +36,7 @@ func TestJSONNamesSnakeCase(t *testing.T) {
 			typ = typ.Elem()
 		}
 		if typ.Kind() != reflect.Struct || seen[typ] || typ.Implements(marshaler) || reflect.PointerTo(typ).Implements(marshaler) ||
-			typ.Implements(textMarshaler) || typ.PkgPath() == "time" {
+			typ.Implements(textMarshaler) || reflect.PointerTo(typ).Implements(textMarshaler) || typ.PkgPath() == "time" {
 			return
 		}
 		seen[typ] = true
