@@ -29,6 +29,7 @@ type buildFlags struct {
 	denseShard                           int64
 	quiet, asJSON, allowNonFinite        bool
 	workersFlag                          *int
+	exponent                             *string
 }
 
 func addBuildFlags(fs *flag.FlagSet) *buildFlags {
@@ -44,6 +45,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&b.allowNonFinite, "allow-nonfinite", false, "store tensors whose source holds NaN or Inf instead of refusing (they are listed in the manifest and reported)")
+	b.exponent = addExponentFlag(fs)
 	return b
 }
 
@@ -72,8 +74,11 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if b.parent != "" && !isSHA256(b.parent) {
 		return opt, usageErrorf("--parent %q: want the sha256 of a manifest (64 lowercase hex digits)", b.parent)
 	}
+	rule, err := exponentRule(*b.exponent)
+	if err != nil {
+		return opt, err
+	}
 	var pl *plan.Plan
-	var err error
 	if b.planFile != "" {
 		pl, err = plan.LoadPlan(b.planFile)
 	} else {
@@ -99,6 +104,7 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 		DenseShardBytes: b.denseShard,
 		Parent:          b.parent,
 		AllowNonFinite:  b.allowNonFinite,
+		Exponent:        rule,
 	}
 	if !b.quiet {
 		opt.Progress = newProgress(e.stderr).event
@@ -207,6 +213,7 @@ func printBuild(e *env, res *build.BuildResult, asJSON bool) error {
 func runConvert(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "convert", "--model SRC --out DST [--preset P | --plan FILE] [flags]")
 	bf := addBuildFlags(fs)
+	calibPath := fs.String("calib", "", "calibration store (calib build): weights the rounding of --bfp-exponent search by each input channel's mean squared activation; only with --bfp-exponent search")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -217,10 +224,14 @@ func runConvert(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	opt.Calib = *calibPath
 	if err := opt.Validate(); err != nil {
 		return usageErrorf("%v", err)
 	}
 	res, err := build.Convert(ctx, opt)
+	if errors.Is(err, build.ErrConvertCalib) {
+		return usageErrorf("%v", err)
+	}
 	if err != nil {
 		return buildError(opt, err)
 	}

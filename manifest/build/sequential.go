@@ -197,7 +197,7 @@ func (b *builder) roles() map[string]string {
 // lookup returns a GPTQ'd dense tensor of the current layer, or of a
 // finished layer from the bookkeeping directory; nil when st has none.
 func (s *sequential) lookup(st *storedTensor) (*produced, error) {
-	if st.method != manifest.MethodGPTQ || st.isExpertMatrix() || st.layer < 0 {
+	if !s.b.calibrated(st) || st.isExpertMatrix() || st.layer < 0 {
 		return nil, nil
 	}
 	s.mu.Lock()
@@ -478,7 +478,7 @@ type seqStages struct {
 func (s *sequential) stages(l int) seqStages {
 	var st seqStages
 	for _, t := range s.b.tensors {
-		if t.layer != l || t.isExpertMatrix() || t.method != manifest.MethodGPTQ {
+		if t.layer != l || t.isExpertMatrix() || !s.b.calibrated(t) {
 			continue
 		}
 		r := model.Role(t.role)

@@ -91,7 +91,7 @@ func (w *seqWeights) forget(layer int) {
 }
 
 func (w *seqWeights) decided(st *storedTensor) bool {
-	if st.method != manifest.MethodGPTQ {
+	if !w.b.calibrated(st) {
 		return true
 	}
 	_, ok := w.packed[st]
