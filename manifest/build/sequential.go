@@ -194,7 +194,7 @@ func (b *builder) roles() map[string]string {
 	return roles
 }
 
-// lookup returns a GPTQ'd dense tensor of the current layer, or of a
+// lookup returns a GPTQ'd (or weighted-rounded) dense tensor of the current layer, or of a
 // finished layer from the bookkeeping directory; nil when st has none.
 func (s *sequential) lookup(st *storedTensor) (*produced, error) {
 	if !s.b.calibrated(st) || st.isExpertMatrix() || st.layer < 0 {
@@ -469,7 +469,8 @@ func (s *sequential) mtpInput(m *forward.Model, ids [][]int32, x []float32) ([]f
 	return out, nil
 }
 
-// stages groups a layer's GPTQ'd dense tensors by the input they need, in
+// stages groups a layer's GPTQ'd dense tensors (and those whose rounding
+// is weighted by their inputs, builder.weighted) by the input they need, in
 // the order the layer computes them.
 type seqStages struct {
 	attnIn, attnOut, mlpIn, down, other []*storedTensor

@@ -14,8 +14,9 @@ import (
 // stored tensor whose values are decided, decoded exactly as the
 // checkpoint will hold them, under its Hugging Face name (routed experts
 // under their per-expert names, as harness.Native offers a finished
-// checkpoint). A tensor is decided when it is not quantized with GPTQ (its
-// bytes follow from the source alone) or when its GPTQ bytes were set.
+// checkpoint). A tensor is decided when its bytes follow from the source
+// alone (not builder.calibrated: neither GPTQ nor weighted rounding) or
+// when they were set at its stage.
 // Stacked over the source checkpoint (forward.Overlay{w, source}), the
 // source supplies what is not decided yet.
 type seqWeights struct {
