@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -535,5 +536,45 @@ func TestExpertSubset(t *testing.T) {
 	opt.Experts = []int{5, 1}
 	if _, err := QuantizeMoELayer(context.Background(), l, cal, Activations{}, opt, nil); err == nil || !strings.Contains(err.Error(), "ascending") {
 		t.Errorf("subset out of order: %v", err)
+	}
+}
+
+// TestRTNExponentRule: the layer's exponent rule reaches the driver's
+// rounding: with ttmetal, each expert's matrices are gptq.RTNWith's with
+// that rule (unweighted), and at least one differs from the max rule's.
+func TestRTNExponentRule(t *testing.T) {
+	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16}
+	l := testLayer(cfg, 3)
+	// Weights are U(−1/8, 1/8): a value just above 1/4 makes E_max−1 the
+	// better exponent for its group.
+	l.Experts.(ffn.ExpertList)[0].Gate[0] = 0.2505
+	g := gptq.DefaultOptions()
+	g.Exponent = gptq.ExpTTMetal
+	_, res := collect(t, l, activations(t, 0, 256, 64, 1), activations(t, 256, 64, 64, 1), LayerOptions{Method: quant.RTN, GPTQ: &g})
+	grid := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput)
+	changed := false
+	for _, r := range res {
+		w, err := l.Experts.Expert(r.Expert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range [][2][]float32{{w.Gate, r.Quantized.Gate}, {w.Up, r.Quantized.Up}, {w.Down, r.Quantized.Down}} {
+			rows, cols := cfg.ExpertInter, cfg.Hidden
+			if i == 2 {
+				rows, cols = cols, rows
+			}
+			want, err := gptq.RTNWith(m[0], rows, cols, grid, gptq.RTNOptions{Exponent: gptq.ExpTTMetal})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(want, m[1]) {
+				t.Fatalf("expert %d matrix %d: not RTN with the ttmetal rule", r.Expert, i)
+			}
+			plain, _ := gptq.RTN(m[0], rows, cols, grid)
+			changed = changed || !slices.Equal(plain, m[1])
+		}
+	}
+	if !changed {
+		t.Error("the ttmetal rule changed no expert matrix")
 	}
 }

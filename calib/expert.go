@@ -124,7 +124,9 @@ func (qz quantizer) rtn(i int, w []float32, rows, cols int, fallback *FallbackEr
 		return nil, MatrixStats{}, err
 	}
 	ms := MatrixStats{Name: matrixNames[i], Grid: g.String(), Method: quant.RTN, Hessian: HessianNone, Fallback: fallback}
-	q, err := gptq.RTN(w, rows, cols, g)
+	// The layer's exponent rule, unweighted: a starved expert's few
+	// tokens, or a failed solve, give no weights to trust.
+	q, err := gptq.RTNWith(w, rows, cols, g, gptq.RTNOptions{Exponent: qz.d.opt.GPTQ.Exponent, Name: qz.what + " " + matrixNames[i]})
 	if err != nil {
 		return nil, ms, fmt.Errorf("calib: %s %s [%d, %d]: %w", qz.what, matrixNames[i], rows, cols, err)
 	}

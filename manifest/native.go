@@ -187,10 +187,19 @@ type BuildParams struct {
 	// Asymmetric: every GPTQ'd matrix was fitted to the source model's
 	// outputs on the source model's inputs (sequential builds; see
 	// docs/calibration.md).
-	Asymmetric     bool  `json:"asymmetric,omitempty"`
-	ExpertsPerFile int   `json:"experts_per_file"`
-	DenseShard     int64 `json:"dense_shard_bytes"`
+	Asymmetric bool `json:"asymmetric,omitempty"`
+	// BFPExponent is the rule that chose each BFP group's shared
+	// exponent, in GPTQ and in rounding: "ttmetal" or "search"; empty for
+	// the packer's own rule (the largest magnitude's exponent, "max").
+	BFPExponent    string `json:"bfp_exponent,omitempty"`
+	ExpertsPerFile int    `json:"experts_per_file"`
+	DenseShard     int64  `json:"dense_shard_bytes"`
 }
+
+// BFPExponentRules are the spellings of BuildParams.BFPExponent other than
+// none: the rules of package gptq besides the packer's own (gptq's
+// ExponentRule.String; a build test checks they agree).
+var BFPExponentRules = []string{"ttmetal", "search"}
 
 // CalibInfo identifies the calibration store.
 type CalibInfo struct {

@@ -359,6 +359,9 @@ func checkSchema(m *Manifest) []Failure {
 	if m.Layout.ExpertsPerFile <= 0 {
 		bad(ManifestName, "", "schema: layout.experts_per_file must be positive")
 	}
+	if e := m.TTQuant.Options.BFPExponent; e != "" && !slices.Contains(BFPExponentRules, e) {
+		bad(ManifestName, "", "schema: ttquant.options.bfp_exponent %q (want %s, or none for the largest magnitude's exponent)", e, strings.Join(BFPExponentRules, " or "))
+	}
 	if c := m.TTQuant.Calibration; c != nil {
 		for _, w := range calibrationPaths(c.Data) {
 			bad(ManifestName, "", "schema: ttquant.calibration.data records %s: the manifest records content only, never a path or spec as typed (docs/checkpoint.md)", w)

@@ -262,6 +262,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	heldOut := fs.Int("held-out", 2, "trailing sequences held out for the block-error measurement")
 	workers := addWorkersFlag(fs, "experts quantized")
 	gf := addGPTQFlags(fs)
+	exponent := addExponentFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON, with per-expert statistics")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -297,6 +298,9 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	}
 	g, err := gf.options()
 	if err != nil {
+		return err
+	}
+	if g.Exponent, err = exponentRule(*exponent); err != nil {
 		return err
 	}
 	opt.GPTQ = &g

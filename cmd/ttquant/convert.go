@@ -31,6 +31,7 @@ type buildFlags struct {
 	quiet, asJSON, allowNonFinite        bool
 	workersFlag                          *int
 	shard                                *shardFlags
+	exponent                             *string
 }
 
 func addBuildFlags(fs *flag.FlagSet) *buildFlags {
@@ -47,6 +48,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
 	b.shard = addShardFlags(fs)
 	fs.BoolVar(&b.allowNonFinite, "allow-nonfinite", false, "store tensors whose source holds NaN or Inf instead of refusing (they are listed in the manifest and reported)")
+	b.exponent = addExponentFlag(fs)
 	return b
 }
 
@@ -79,6 +81,10 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if b.parent != "" && !isSHA256(b.parent) {
 		return opt, usageErrorf("--parent %q: want the sha256 of a manifest (64 lowercase hex digits)", b.parent)
 	}
+	rule, err := exponentRule(*b.exponent)
+	if err != nil {
+		return opt, err
+	}
 	var pl *plan.Plan
 	if b.planFile != "" {
 		pl, err = plan.LoadPlan(b.planFile)
@@ -107,6 +113,7 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 		Parent:          b.parent,
 		AllowNonFinite:  b.allowNonFinite,
 		Shard:           sp,
+		Exponent:        rule,
 	}
 	if !b.quiet {
 		opt.Progress = newProgress(e.stderr).event
@@ -219,6 +226,7 @@ func printBuild(e *env, res *build.BuildResult, asJSON bool) error {
 func runConvert(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "convert", "--model SRC --out DST [--preset P | --plan FILE] [flags]")
 	bf := addBuildFlags(fs)
+	calibPath := fs.String("calib", "", "calibration store (calib build): weights the rounding of --bfp-exponent search by each input channel's mean squared activation; only with --bfp-exponent search")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -229,10 +237,14 @@ func runConvert(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	opt.Calib = *calibPath
 	if err := opt.Validate(); err != nil {
 		return usageErrorf("%v", err)
 	}
 	res, err := build.Convert(ctx, opt)
+	if errors.Is(err, build.ErrConvertCalib) {
+		return usageErrorf("%v", err)
+	}
 	if err != nil {
 		return buildError(opt, err)
 	}

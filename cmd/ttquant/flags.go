@@ -81,6 +81,22 @@ func (g *gptqFlags) options() (gptq.Options, error) {
 	return o, nil
 }
 
+// addExponentFlag defines --bfp-exponent, the same in every command that
+// quantizes to BFP: the rule choosing each block's shared exponent, in
+// GPTQ and in rounding.
+func addExponentFlag(fs *flag.FlagSet) *string {
+	return fs.String("bfp-exponent", gptq.ExpMax.String(), "rule choosing each BFP block's shared exponent, in GPTQ and rounding: max (the largest magnitude's, as the packer), ttmetal (E_max or E_max-1 by unweighted squared error, tt-metal's optional rule) or search (E_max, E_max-1 or, for BFP4_b/BFP2_b, E_max-2 by the quantizer's weighted error; docs/gptq.md)")
+}
+
+// exponentRule parses --bfp-exponent (a usage error naming the flag).
+func exponentRule(s string) (gptq.ExponentRule, error) {
+	r, err := gptq.ParseExponentRule(s)
+	if err != nil {
+		return 0, usageErrorf("--bfp-exponent: %v", err)
+	}
+	return r, nil
+}
+
 // isSHA256 reports whether s is a sha256 in lowercase hex.
 func isSHA256(s string) bool {
 	if len(s) != 64 {

@@ -61,6 +61,10 @@ func TestOutOfRangeFlags(t *testing.T) {
 		{append(quantArgs, "--workers", "-3"), "--workers"},
 		{append(quantArgs, "--min-tokens", "-2"), "--min-tokens"},
 		{append(quantArgs, "--held-out", "-1"), "--held-out"},
+		{append(gptqArgs, "--bfp-exponent", "min"), "--bfp-exponent"},
+		{append(convertArgs, "--bfp-exponent", "emax-1"), "--bfp-exponent"},
+		{append(quantArgs, "--bfp-exponent", ""), "--bfp-exponent"},
+		{[]string{"gptq", "--model", model, "--data", "calib=x.jsonl", "--out", out, "--bfp-exponent", "maximum"}, "--bfp-exponent"},
 		{[]string{"calib", "synth", "--model", model, "--out", out, "--sequences", "0"}, "--sequences"},
 		{[]string{"calib", "synth", "--model", model, "--out", out, "--seq-len", "-1"}, "--seq-len"},
 		{[]string{"demo", "--out", out, "--workers", "-3"}, "--workers"},
@@ -126,5 +130,35 @@ func TestHelpMatchesBehaviour(t *testing.T) {
 	code, out, _ := runCLI(t, "data", "-h")
 	if code != exitOK || !strings.Contains(out, "-eval-sequences") || !strings.Contains(out, "0: none") {
 		t.Errorf("data -h: status %d:\n%s", code, out)
+	}
+}
+
+// TestExponentRuleRefusals: an exponent rule asked of a plan without BFP
+// tensors, and convert's calibration store without the weighted rule, are
+// usage errors before anything is written; the valid rule with a store
+// builds and verifies.
+func TestExponentRuleRefusals(t *testing.T) {
+	root, model := builtinModel(t)
+	planFile := filepath.Join(root, "bf16.json")
+	if err := os.WriteFile(planFile, []byte(`{"plan_version": 1, "name": "bf16", "rules": [{"pattern": "*", "format": "BF16"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "out")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"convert", "--model", model, "--out", out, "--plan", planFile, "--bfp-exponent", "search"}, "stores no tensor in a BFP format"},
+		{[]string{"gptq", "--model", model, "--out", out, "--plan", planFile, "--data", "calib=" + filepath.Join(model, "calib.jsonl"), "--bfp-exponent", "ttmetal"}, "stores no tensor in a BFP format"},
+		{[]string{"convert", "--model", model, "--out", out, "--calib", filepath.Join(root, "store"), "--bfp-exponent", "ttmetal"}, "--bfp-exponent search"},
+		{[]string{"convert", "--model", model, "--out", out, "--calib", filepath.Join(root, "store")}, "--bfp-exponent search"},
+	} {
+		code, _, errs := runCLI(t, c.args...)
+		if code != exitUsage || !strings.Contains(errs, c.want) {
+			t.Errorf("%s: status %d, stderr %q; want %d with %q", strings.Join(c.args, " "), code, errs, exitUsage, c.want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%s: %s was created", strings.Join(c.args, " "), out)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -186,5 +187,41 @@ func TestGPTQAsymmetricFlag(t *testing.T) {
 	code, _, errs = runCLI(t, "gptq", "--model", model, "--out", filepath.Join(t.TempDir(), "o"), "--asymmetric")
 	if code != exitUsage {
 		t.Errorf("gptq --asymmetric without rows: status %d, stderr %q", code, errs)
+	}
+}
+
+// TestBFPExponentFlag: --bfp-exponent reaches the manifest's options of
+// convert (with and without a store built from text) and gptq, and each
+// checkpoint verifies against the source.
+func TestBFPExponentFlag(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	store := filepath.Join(t.TempDir(), "store")
+	if code, _, errs := runCLI(t, "calib", "build", "--model", model, "--data", filepath.Join(model, "calib.jsonl"),
+		"--out", store, "--sequences", "3", "--seq-len", "32", "--quiet"); code != exitOK {
+		t.Fatalf("calib build: status %d\n%s", code, errs)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"convert", "--bfp-exponent", "ttmetal"}, "ttmetal"},
+		{[]string{"convert", "--bfp-exponent", "search", "--calib", store}, "search"},
+		{[]string{"gptq", "--bfp-exponent", "search", "--calib", store, "--layers", `model\.language_model\.layers\.1\.mlp\.experts\..*`}, "search"},
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		args := append(append([]string(nil), c.args...), "--model", model, "--out", out, "--quiet")
+		if code, _, errs := runCLI(t, args...); code != exitOK {
+			t.Fatalf("%s: status %d\n%s", strings.Join(args, " "), code, errs)
+		}
+		data, err := os.ReadFile(filepath.Join(out, "native_manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), `"bfp_exponent": "`+c.want+`"`) {
+			t.Errorf("%s: the manifest does not record the rule %s", strings.Join(args, " "), c.want)
+		}
+		if code, _, errs := runCLI(t, "verify", out, "--source", model); code != exitOK {
+			t.Errorf("%s: verify: status %d\n%s", strings.Join(args, " "), code, errs)
+		}
 	}
 }

@@ -46,10 +46,20 @@ type BuildOptions struct {
 	// goroutine's workers; it must be safe for concurrent use.
 	Progress func(ProgressEvent)
 
-	// GPTQ builds only.
+	// Exponent is the rule choosing each BFP group's shared exponent, in
+	// GPTQ and in every tensor rounded to nearest (0: gptq.ExpMax, the
+	// packer's rule). With gptq.ExpSearch, rounding is weighted by the
+	// diagonal of the tensor's input Hessian when the build has
+	// calibration rows and the tensor a calibration site, unweighted
+	// otherwise. A rule other than ExpMax for a plan without BFP tensors
+	// is an error.
+	Exponent gptq.ExponentRule
+
+	// GPTQ builds (and Convert's Calib).
 
 	// Calib is the calibration store path (the store build: every layer's
-	// inputs come from the source model).
+	// inputs come from the source model). Convert accepts one only with
+	// Exponent gptq.ExpSearch, to weight the rounding.
 	Calib string
 	// Data, instead of Calib, makes the build sequential: the calibration
 	// text is tokenized with the source's tokenizer and packed as
@@ -83,6 +93,7 @@ type BuildOptions struct {
 	// or a regular expression over stored tensor names.
 	Layers string
 	// GPTQOptions are the solver options (zero value: gptq.DefaultOptions).
+	// Their Exponent must be 0 or equal Exponent.
 	GPTQOptions *gptq.Options
 	// Hessians, when set, supplies the Hessians instead of Calib (the demo
 	// and tests use it).
@@ -230,6 +241,9 @@ type builder struct {
 	selector func(*storedTensor) bool
 	hess     HessianSource
 	calib    *manifest.CalibInfo
+	// rule is the exponent rule of every BFP tensor (BuildOptions.Exponent,
+	// gptq.ExpMax for 0).
+	rule     gptq.ExponentRule
 	progress func(ProgressEvent)
 	track    *tracker // the running build's progress (run)
 
@@ -328,6 +342,9 @@ func (opt BuildOptions) Validate() error {
 			return err
 		}
 	}
+	if err := checkExponent(opt.Exponent, opt.Plan, opt.GPTQOptions); err != nil {
+		return err
+	}
 	if opt.Layers != "" {
 		if _, err := layerSelector(opt.Layers); err != nil {
 			return err
@@ -339,6 +356,9 @@ func (opt BuildOptions) Validate() error {
 func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err
+	}
+	if kind == kindConvert && opt.Calib != "" && opt.Exponent != gptq.ExpSearch {
+		return nil, ErrConvertCalib
 	}
 	if opt.Workers == 0 {
 		opt.Workers = 1
@@ -372,13 +392,18 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if b.progress == nil {
 		b.progress = func(ProgressEvent) {}
 	}
-	b.params = manifest.BuildParams{ExpertsPerFile: opt.ExpertsPerFile, DenseShard: opt.DenseShardBytes}
+	b.rule = opt.Exponent
+	if b.rule == 0 {
+		b.rule = gptq.ExpMax
+	}
+	b.params = manifest.BuildParams{ExpertsPerFile: opt.ExpertsPerFile, DenseShard: opt.DenseShardBytes, BFPExponent: exponentParam(b.rule)}
 	if kind == kindGPTQ {
 		if opt.GPTQOptions != nil {
 			b.gopt = *opt.GPTQOptions
 		} else {
 			b.gopt = gptq.DefaultOptions()
 		}
+		b.gopt.Exponent = b.rule
 		layers := opt.Layers
 		if layers == "" {
 			layers = "experts"
@@ -462,6 +487,11 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 			err = b.openCalibration(ctx)
 		}
 		if err != nil {
+			return nil, err
+		}
+	} else if kind == kindConvert && opt.Calib != "" {
+		// The store weights the rounding of gptq.ExpSearch only.
+		if err = b.openCalibration(ctx); err != nil {
 			return nil, err
 		}
 	}

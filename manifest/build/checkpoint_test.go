@@ -727,6 +727,12 @@ func TestResumeRefusesDifferentBuild(t *testing.T) {
 		t.Errorf("different layout: %v", err)
 	}
 	o = convertOpts(t, out, 1)
+	o.Exponent = gptq.ExpTTMetal
+	_, err = Convert(context.Background(), o)
+	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "bfp_exponent") {
+		t.Errorf("different exponent rule: %v", err)
+	}
+	o = convertOpts(t, out, 1)
 	o.Plan.Rules[len(o.Plan.Rules)-2].Format = manifest.StoreBFP4
 	_, err = Convert(context.Background(), o)
 	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "plan") {

@@ -324,7 +324,8 @@ func (b *builder) produceExpert(st *storedTensor, r *calib.ExpertResult) (*produ
 		return nil, err
 	}
 	if st.method != manifest.MethodGPTQ {
-		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
+		// Rounded without the routed expert's own Hessian: unweighted.
+		packed, err := roundBFP(st.bfpF, st.tile, w, st.shape, st.orient, b.rule, nil)
 		return &produced{data: packed, te: te}, err
 	}
 	var q []float32

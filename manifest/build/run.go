@@ -681,7 +681,7 @@ func (b *builder) produce(ctx context.Context, st *storedTensor) ([]byte, manife
 		return manifest.EncodeFloats(st.outDType, vals), te, nil, nil
 	}
 	if st.method != manifest.MethodGPTQ {
-		packed, err := manifest.PackBFP(st.bfpF, st.tile, vals, st.shape, st.orient)
+		packed, err := b.roundStored(ctx, st, vals)
 		return packed, te, nil, err
 	}
 	return b.produceGPTQ(ctx, st, vals, te)
@@ -696,8 +696,13 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if st.expert >= 0 {
 		ms.Expert = intPtr(st.expert)
 	}
+	var h []float64 // the Hessian, once known: it weights the rounding of a fallback
 	rtn := func(reason *calib.FallbackError) ([]byte, manifest.TensorEntry, *manifest.MatrixStats, error) {
-		packed, err := manifest.PackBFP(st.bfpF, st.tile, w, st.shape, st.orient)
+		var diag []float64
+		if h != nil && b.rule == gptq.ExpSearch {
+			diag = diagOf(h, cols)
+		}
+		packed, err := roundBFP(st.bfpF, st.tile, w, st.shape, st.orient, b.rule, diag)
 		if err != nil {
 			return nil, te, nil, err
 		}
@@ -719,17 +724,18 @@ func (b *builder) produceGPTQ(ctx context.Context, st *storedTensor, w []float32
 	if b.hess == nil {
 		return rtn(calib.Fallback(calib.ErrNoCalibration, "", nil))
 	}
-	h, tokens, fallback, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
+	hs, tokens, fallback, err := b.hess.Hessian(ctx, st.name, st.layer, st.expert, cols)
 	if err != nil {
 		return nil, te, nil, err
 	}
 	ms.Tokens = tokens
-	if h == nil {
+	if hs == nil {
 		return rtn(fallback)
 	}
-	if len(h) != cols*cols {
-		return nil, te, nil, fmt.Errorf("Hessian has %d entries, want %d×%d", len(h), cols, cols)
+	if len(hs) != cols*cols {
+		return nil, te, nil, fmt.Errorf("Hessian has %d entries, want %d×%d", len(hs), cols, cols)
 	}
+	h = hs
 	axis := bfp.AxisInput
 	if st.axis == bfp.AxisOutput {
 		axis = bfp.AxisOutput

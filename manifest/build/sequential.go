@@ -228,10 +228,10 @@ func (b *builder) roles() map[string]string {
 	return roles
 }
 
-// lookup returns a GPTQ'd dense tensor of the current layer, or of a
+// lookup returns a GPTQ'd (or weighted-rounded) dense tensor of the current layer, or of a
 // finished layer from the bookkeeping directory; nil when st has none.
 func (s *sequential) lookup(st *storedTensor) (*produced, error) {
-	if st.method != manifest.MethodGPTQ || st.isExpertMatrix() || st.layer < 0 {
+	if !s.b.calibrated(st) || st.isExpertMatrix() || st.layer < 0 {
 		return nil, nil
 	}
 	s.mu.Lock()
@@ -485,7 +485,8 @@ func (s *sequential) embed(m *forward.Model, ids [][]int32) ([]float32, error) {
 	return x, nil
 }
 
-// stages groups a layer's GPTQ'd dense tensors by the input they need, in
+// stages groups a layer's GPTQ'd dense tensors (and those whose rounding
+// is weighted by their inputs, builder.weighted) by the input they need, in
 // the order the layer computes them.
 type seqStages struct {
 	attnIn, attnOut, mlpIn, down, other []*storedTensor
@@ -494,7 +495,7 @@ type seqStages struct {
 func (s *sequential) stages(l int) seqStages {
 	var st seqStages
 	for _, t := range s.b.tensors {
-		if t.layer != l || t.isExpertMatrix() || t.method != manifest.MethodGPTQ {
+		if t.layer != l || t.isExpertMatrix() || !s.b.calibrated(t) {
 			continue
 		}
 		r := model.Role(t.role)

@@ -13,8 +13,9 @@ import (
 // stored tensor whose values are decided, decoded exactly as the
 // checkpoint will hold them, under its Hugging Face name (routed experts
 // under their per-expert names, as harness.Native offers a finished
-// checkpoint). A tensor is decided when it is not quantized with GPTQ (its
-// bytes follow from the source alone) or when its GPTQ bytes were set.
+// checkpoint). A tensor is decided when its bytes follow from the source
+// alone (not builder.calibrated: neither GPTQ nor weighted rounding) or
+// when they were set at its stage.
 // Stacked over the source checkpoint (forward.Overlay{w, source}), the
 // source supplies what is not decided yet.
 type seqWeights struct {
@@ -72,11 +73,11 @@ func (w *seqWeights) forget(layer int) {
 }
 
 // decided says whether the stored tensor key's values are known: it is
-// not quantized with GPTQ (its bytes follow from the source alone), or its
-// GPTQ bytes were set.
+// neither quantized with GPTQ nor rounded with weights from its inputs
+// (its bytes follow from the source alone), or its bytes were set.
 func (w *seqWeights) decided(key string) bool {
 	st := w.byName[key]
-	if st.method != manifest.MethodGPTQ {
+	if !w.b.calibrated(st) {
 		return true
 	}
 	w.mu.Lock()

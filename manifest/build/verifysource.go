@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/gptq"
 	modelpkg "github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
@@ -124,11 +126,20 @@ func verifySource(ctx context.Context, dir string, m *manifest.Manifest, opt Ver
 	for _, s := range m.TTQuant.Matrices {
 		stats[s.Tensor] = s
 	}
+	rule, err := exponentOf(m.TTQuant.Options.BFPExponent)
+	if err != nil {
+		return append(out, manifest.Failure{File: manifest.ManifestName, What: "options.bfp_exponent: " + err.Error()}), nil
+	}
+	// A weighted rule with calibration rows rounds with weights the
+	// checkpoint does not hold: its rounded tensors are checked like GPTQ's
+	// (exactly representable, the recorded error); every other rule is
+	// applied to the source again.
+	rc := rtnCheck{rule: rule, exact: rule != gptq.ExpSearch || m.TTQuant.Calibration == nil}
 	ts := append([]manifest.TensorEntry(nil), m.Tensors...)
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	res := make([][]manifest.Failure, len(ts))
 	err = par.For(ctx, len(ts), opt.Workers, func(i int) error {
-		res[i] = checkAgainstSource(dir, model, ts[i], stats)
+		res[i] = checkAgainstSource(dir, model, ts[i], stats, rc)
 		return nil
 	})
 	if err != nil {
@@ -140,35 +151,22 @@ func verifySource(ctx context.Context, dir string, m *manifest.Manifest, opt Ver
 	return out, nil
 }
 
-func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorEntry, stats map[string]manifest.MatrixStats) []manifest.Failure {
+// rtnCheck is how verification checks tensors rounded to nearest: with
+// the build's exponent rule applied to the source again (exact), or, when
+// the rule was weighted by calibration inputs, for representability.
+type rtnCheck struct {
+	rule  gptq.ExponentRule
+	exact bool
+}
+
+func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorEntry, stats map[string]manifest.MatrixStats, rc rtnCheck) []manifest.Failure {
 	var out []manifest.Failure
 	bad := func(format string, args ...any) {
 		out = append(out, manifest.Failure{File: t.File, Tensor: t.Name, What: fmt.Sprintf(format, args...)})
 	}
-	var src []byte
-	for _, ref := range t.Sources {
-		sf, info, ok := model.Lookup(ref.Tensor)
-		if !ok {
-			bad("source tensor %s is not in the source checkpoint", ref.Tensor)
-			return out
-		}
-		if info.DType.String() != t.SourceDType {
-			bad("source tensor %s is %s, the manifest says %s", ref.Tensor, info.DType, t.SourceDType)
-			return out
-		}
-		if ref.Offset < 0 || ref.Length < 0 || ref.Offset+ref.Length > info.Size() {
-			bad("source range [%d, %d) is outside source tensor %s (%d bytes)", ref.Offset, ref.Offset+ref.Length, ref.Tensor, info.Size())
-			return out
-		}
-		part := make([]byte, ref.Length)
-		if err := readPart(sf, ref.Tensor, part, ref.Offset); err != nil {
-			bad("%v", err)
-			return out
-		}
-		src = append(src, part...)
-	}
-	if len(t.Sources) == 0 {
-		bad("no source recorded")
+	src, problem := sourceBytes(model, t)
+	if problem != "" {
+		bad("%s", problem)
 		return out
 	}
 	stored := make([]byte, t.Length)
@@ -207,13 +205,13 @@ func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorE
 	if err != nil {
 		return out
 	}
-	switch t.Method {
-	case manifest.MethodRTN:
-		want, err := manifest.PackBFP(fm, tile, vals, t.Shape, t.Orientation)
+	switch {
+	case t.Method == manifest.MethodRTN && rc.exact:
+		want, err := roundBFP(fm, tile, vals, t.Shape, t.Orientation, rc.rule, nil)
 		if err != nil {
 			bad("packing the source: %v", err)
 		} else if !bytes.Equal(want, stored) {
-			bad("RTN tensor is not what %s packing of the source gives", t.Format)
+			bad("RTN tensor is not what %s packing of the source gives (exponent rule %v)", t.Format, rc.rule)
 		}
 		if s, ok := stats[t.Name]; ok {
 			q, err := manifest.UnpackBFP(fm, tile, stored, t.Shape, t.Orientation)
@@ -221,7 +219,7 @@ func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorE
 				bad("error against the source is %g, the manifest records %g", manifest.SquaredError(vals, q), s.Error)
 			}
 		}
-	case manifest.MethodGPTQ:
+	case t.Method == manifest.MethodRTN || t.Method == manifest.MethodGPTQ:
 		q, err := manifest.UnpackBFP(fm, tile, stored, t.Shape, t.Orientation)
 		if err != nil {
 			bad("decode: %v", err)
@@ -229,7 +227,13 @@ func checkAgainstSource(dir string, model *safetensors.Model, t manifest.TensorE
 		}
 		again, err := manifest.PackBFP(fm, tile, q, t.Shape, t.Orientation)
 		if err != nil || !bytes.Equal(again, stored) {
-			bad("GPTQ values are not exactly representable: re-packing the decoded values changes the bytes")
+			bad("%s values are not exactly representable: re-packing the decoded values changes the bytes", strings.ToUpper(string(t.Method)))
+		}
+		if t.Method == manifest.MethodRTN {
+			if s, ok := stats[t.Name]; ok && manifest.SquaredError(vals, q) != s.Error {
+				bad("error against the source is %g, the manifest records %g", manifest.SquaredError(vals, q), s.Error)
+			}
+			break
 		}
 		s, ok := stats[t.Name]
 		if !ok {
@@ -277,4 +281,30 @@ func checkPlan(m *manifest.Manifest, model *safetensors.Model, fam modelpkg.Fami
 		out = append(out, manifest.Failure{File: t.File, Tensor: name, What: "not a tensor the plan stores for this source"})
 	}
 	return out
+}
+
+// sourceBytes gathers the source bytes a stored tensor was made from, or
+// says why they cannot be read as the manifest records them.
+func sourceBytes(model *safetensors.Model, t manifest.TensorEntry) (src []byte, problem string) {
+	for _, ref := range t.Sources {
+		sf, info, ok := model.Lookup(ref.Tensor)
+		if !ok {
+			return nil, fmt.Sprintf("source tensor %s is not in the source checkpoint", ref.Tensor)
+		}
+		if info.DType.String() != t.SourceDType {
+			return nil, fmt.Sprintf("source tensor %s is %s, the manifest says %s", ref.Tensor, info.DType, t.SourceDType)
+		}
+		if ref.Offset < 0 || ref.Length < 0 || ref.Offset+ref.Length > info.Size() {
+			return nil, fmt.Sprintf("source range [%d, %d) is outside source tensor %s (%d bytes)", ref.Offset, ref.Offset+ref.Length, ref.Tensor, info.Size())
+		}
+		part := make([]byte, ref.Length)
+		if err := readPart(sf, ref.Tensor, part, ref.Offset); err != nil {
+			return nil, fmt.Sprintf("%v", err)
+		}
+		src = append(src, part...)
+	}
+	if len(t.Sources) == 0 {
+		return nil, "no source recorded"
+	}
+	return src, ""
 }
