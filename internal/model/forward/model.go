@@ -294,21 +294,11 @@ func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 			return fmt.Errorf("forward: %s: %w", lw.Name(), err)
 		}
 	}
-	// Over more than one chunk the float32 head is packed into the
-	// kernel's panels once for the call (a transient copy of its size)
-	// rather than by Sgemm for every chunk, which cost as much as the
-	// arithmetic; SgemmPacked gives Sgemm's bits.
-	var packed *kernels.PackedB32
-	if p == nil && n > LogitChunk {
-		packed = kernels.PackB32(true, H, V, lm, H)
-	}
 	buf := make([]float32, min(n, LogitChunk)*V)
 	for r0 := 0; r0 < n; r0 += LogitChunk {
 		rows := min(LogitChunk, n-r0)
 		lg := buf[:rows*V]
-		if packed != nil {
-			kernels.SgemmPacked(false, rows, 1, hf[r0*H:], H, packed, 0, lg, V)
-		} else if p == nil {
+		if p == nil {
 			kernels.Sgemm(false, true, rows, V, H, 1, hf[r0*H:], H, lm, H, 0, lg, V)
 		} else if err := p.MatMulT(lg, V, hf[r0*H:(r0+rows)*H], rows); err != nil {
 			return err

@@ -79,10 +79,9 @@ func TestStored(t *testing.T) {
 	}
 }
 
-// TestLogitsPackedHeadSameBits: over more than one chunk the LM head is
-// packed once for the call; the logits keep the bits of the unpacked
-// product one chunk at a time.
-func TestLogitsPackedHeadSameBits(t *testing.T) {
+// TestLogitsChunksSameBits: logits over more than one chunk of rows keep
+// the bits of the product one chunk at a time.
+func TestLogitsChunksSameBits(t *testing.T) {
 	m := openModel(t, writeModel(t, testmodel.Micro(), testmodel.Default))
 	H, V := m.Config.Hidden, m.Config.Vocab
 	const n = 2*LogitChunk + 13
@@ -102,7 +101,7 @@ func TestLogitsPackedHeadSameBits(t *testing.T) {
 		rows := min(LogitChunk, n-r0)
 		err := m.Logits(hf[r0*H:(r0+rows)*H], func(_, rows int, lg []float32) error {
 			if j, ok := bitsEqual(lg[:rows*V], got[r0*V:(r0+rows)*V]); !ok {
-				t.Fatalf("row chunk at %d, element %d: one chunk %g, packed head %g", r0, j, lg[j], got[r0*V+j])
+				t.Fatalf("row chunk at %d, element %d: one chunk %g, all rows %g", r0, j, lg[j], got[r0*V+j])
 			}
 			return nil
 		})
