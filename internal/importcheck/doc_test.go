@@ -3,7 +3,6 @@ package importcheck
 import (
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,29 +17,16 @@ import (
 func TestEveryPackageHasDoc(t *testing.T) {
 	root := testdata.RepoRoot()
 	has := map[string]bool{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	for _, rel := range moduleGoFiles(t, root) {
+		if strings.HasSuffix(rel, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, rel), nil, parser.PackageClauseOnly|parser.ParseComments)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.PackageClauseOnly|parser.ParseComments)
-		if err != nil {
-			return err
-		}
-		has[rel] = has[rel] || f.Doc != nil
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		dir := filepath.FromSlash(filepath.Dir(rel))
+		has[dir] = has[dir] || f.Doc != nil
 	}
 	var missing []string
 	for dir, ok := range has {

@@ -3,7 +3,6 @@ package importcheck
 import (
 	"bufio"
 	"go/build/constraint"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,22 +71,11 @@ func covered(patterns []string, dir string) bool {
 func puregoDirs(t *testing.T, root string) []string {
 	t.Helper()
 	var dirs []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
+	for _, rel := range moduleGoFiles(t, root) {
+		path := filepath.Join(root, rel)
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, line := range strings.Split(string(data), "\n") {
 			if strings.HasPrefix(line, "package ") {
@@ -107,14 +95,9 @@ func puregoDirs(t *testing.T, root string) []string {
 				return false
 			})
 			if mentions {
-				rel, _ := filepath.Rel(root, filepath.Dir(path))
-				dirs = append(dirs, filepath.ToSlash(rel))
+				dirs = append(dirs, filepath.Dir(rel))
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	slices.Sort(dirs)
 	return slices.Compact(dirs)
