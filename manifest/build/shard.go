@@ -155,7 +155,7 @@ func (b *builder) sharded() bool { return b.opt.Shard.Count > 1 }
 // shardUnits groups the build's files into units and estimates their cost.
 func (b *builder) shardUnits() []shardUnit {
 	var units []shardUnit
-	// Expert groups of a layer are merged, k consecutive groups a unit,
+	// Expert groups of a layer are merged, per consecutive groups a unit,
 	// while there are more than 8 units a worker: a worker loads the
 	// calibration inputs of every layer it has experts in, and fewer,
 	// larger units spread it over fewer layers.
@@ -167,26 +167,26 @@ func (b *builder) shardUnits() []shardUnit {
 			groups[j.layer] = j.group + 1
 		}
 	}
-	k := max(1, total/(8*max(1, b.opt.Shard.Count)))
+	per := max(1, total/(8*max(1, b.opt.Shard.Count))) // expert groups a unit
 	byKey := map[[2]int]int{}
 	for i, j := range b.jobs {
 		if j.role == manifest.FileExperts && b.gptqLayers[j.layer] {
-			key := [2]int{j.layer, j.group / k}
+			key := [2]int{j.layer, j.group / per}
 			name := fmt.Sprintf("layer %d expert group %d", j.layer, j.group)
-			if lo, hi := key[1]*k, min(key[1]*k+k, groups[j.layer])-1; hi > lo {
+			if lo, hi := key[1]*per, min(key[1]*per+per, groups[j.layer])-1; hi > lo {
 				name = fmt.Sprintf("layer %d expert groups %d–%d", j.layer, lo, hi)
 			}
 			if b.opt.HeldOutSequences > 0 {
 				key[1] = -1
 				name = fmt.Sprintf("layer %d routed experts", j.layer)
 			}
-			k, ok := byKey[key]
+			ui, ok := byKey[key]
 			if !ok {
-				k = len(units)
-				byKey[key] = k
+				ui = len(units)
+				byKey[key] = ui
 				units = append(units, shardUnit{name: name, layer: j.layer})
 			}
-			u := &units[k]
+			u := &units[ui]
 			u.jobs = append(u.jobs, i)
 			for _, st := range j.tensors {
 				if model.Role(st.role) == model.RoleExpertGateUp {
@@ -768,7 +768,9 @@ func writeSplitFile(dir string, sf splitFile, parts map[string]*partRecord) (*fi
 		if err != nil {
 			return nil, err
 		}
-		if int64(len(data)) != pr.Size || manifest.SHA256Hex(data) != pr.SHA256 {
+		// verifyFiles hashed the part a moment ago, with every worker's
+		// lock held; its length still guards the offsets.
+		if int64(len(data)) != pr.Size {
 			return nil, fmt.Errorf("%w: the part of tensor %s changed while assembling", ErrAssemble, tn)
 		}
 		if _, err := af.Write(data); err != nil {

@@ -269,7 +269,7 @@ func (p *Plan) ResolveWith(m *safetensors.Model, opt ResolveOptions) (*Resolved,
 	}
 	cfg := opt.Config
 	if cfg == nil {
-		if cfg, err = besideConfig(m, fam); err != nil {
+		if cfg, err = ConfigBeside(m, fam); err != nil {
 			return nil, err
 		}
 	}
@@ -612,11 +612,16 @@ func checkSourceShape(c model.SourceClass, info safetensors.TensorInfo) error {
 	return nil
 }
 
-// besideConfig reads the config.json beside the model through the family,
-// nil when there is none, and checks it against the tensors' headers as a
-// build does (Config.CheckTensors): a plan of a model its configuration
-// contradicts is one no build would make.
-func besideConfig(m *safetensors.Model, fam model.Family) (*model.Config, error) {
+// ConfigBeside reads the config.json beside the model through the family
+// (nil: model.Qwen3), nil when there is none, and checks it against the
+// tensors' headers as a build does (Config.CheckTensors): a plan of a model
+// its configuration contradicts is one no build would make. A caller that
+// resolves several plans of one model reads it once here and passes it as
+// ResolveOptions.Config.
+func ConfigBeside(m *safetensors.Model, fam model.Family) (*model.Config, error) {
+	if fam == nil {
+		fam = model.Qwen3
+	}
 	dir := m.Path()
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		dir = filepath.Dir(dir)

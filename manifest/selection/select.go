@@ -149,7 +149,11 @@ func Select(opt Options) (*Result, error) {
 		return nil, err
 	}
 	defer m.Close()
-	ropt := plan.ResolveOptions{ExpertsPerFile: s.ExpertsPerFile, Family: opt.Family}
+	cfg, err := plan.ConfigBeside(m, opt.Family) // once, for every plan resolved below
+	if err != nil {
+		return nil, err
+	}
+	ropt := plan.ResolveOptions{ExpertsPerFile: s.ExpertsPerFile, Family: opt.Family, Config: cfg}
 	// Everything not chosen: the overrides, then the base plan.
 	fixedPlan := &plan.Plan{Name: base.Name, Rules: append(overRules(over), base.Rules...)}
 	fixedRes, err := fixedPlan.ResolveWith(m, ropt)

@@ -220,7 +220,11 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	if fam == nil {
 		fam = model.Qwen3
 	}
-	ropt := plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, Family: fam}
+	cfg, err := plan.ConfigBeside(m, fam) // once, for every plan resolved below
+	if err != nil {
+		return nil, nil, err
+	}
+	ropt := plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, Family: fam, Config: cfg}
 	res, err := base.ResolveWith(m, ropt)
 	if err != nil {
 		return nil, nil, err

@@ -3,12 +3,9 @@ package ttnn
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -567,7 +564,7 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if k, ok := known[f.rec.Name]; ok && sameFile(k, f.rec) && fileHolds(filepath.Join(opt.Out, filepath.FromSlash(k.Name)), k.Size, k.SHA256) {
+		if k, ok := known[f.rec.Name]; ok && sameFile(k, f.rec) && fileHolds(ctx, filepath.Join(opt.Out, filepath.FromSlash(k.Name)), k.Size, k.SHA256) {
 			keep[i] = true
 			files[i].rec.Size, files[i].rec.SHA256 = k.Size, k.SHA256
 		}
@@ -792,22 +789,15 @@ func sameFile(got, want RecordFile) bool {
 }
 
 // fileHolds reports whether path is a regular file of the given size and
-// sha256.
-func fileHolds(path string, size int64, sum string) bool {
+// sha256 (the size checked first, the hash through manifest's cancellable
+// hashing).
+func fileHolds(ctx context.Context, path string, size int64, sum string) bool {
 	fi, err := os.Lstat(path)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
 		return false
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return false
-	}
-	return hex.EncodeToString(h.Sum(nil)) == sum
+	n, got, err := manifest.HashFileContext(ctx, path)
+	return err == nil && n == size && got == sum
 }
 
 // journal appends finished files to JournalName, each line flushed to

@@ -520,7 +520,12 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	refInfo := eval.RunInfo{Label: "BF16", Numerics: "cpu-fp32",
 		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Arch.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: tok.SHA256()}}
 	settings := Settings{Numerics: num.String(), KVCache: kv, Chunk: chunk}
-	sp := &splitRun{key: splitKey(refInfo, infos, info, settings, windows), windows: windows}
+	// A split evaluation's key hashes every window: only a worker or the
+	// merge needs it.
+	var sp *splitRun
+	if opt.Assemble != "" || opt.Shard.Count > 1 {
+		sp = &splitRun{key: splitKey(refInfo, infos, info, settings, windows), windows: windows}
+	}
 	if opt.Assemble != "" {
 		if err := sp.merge(opt.Assemble, scorer); err != nil {
 			return nil, err
