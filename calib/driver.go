@@ -402,8 +402,8 @@ func QuantizeMoELayer(ctx context.Context, layer *ffn.MoE, calib Activations, he
 		// The shared expert stays in full precision in every variant; it is
 		// added after the routed experts, as in ffn.MoE.Forward.
 		var ws ffn.Scratch
+		y := ws.Forward(layer.Shared, heldOut.X, heldOut.Tokens, cfg.Hidden, cfg.SharedInter)
 		for _, out := range [][]float32{d.outRef, d.outQ, d.outRTN} {
-			y := ws.Forward(layer.Shared, heldOut.X, heldOut.Tokens, cfg.Hidden, cfg.SharedInter)
 			layer.AddShared(out, y, heldOut.X, heldOut.Tokens)
 		}
 	}

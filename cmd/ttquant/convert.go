@@ -46,7 +46,7 @@ func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	fs.Int64Var(&b.denseShard, "dense-shard-bytes", manifest.DefaultDenseShardBytes, "target size of a dense shard file")
 	fs.BoolVar(&b.quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
-	b.shard = addShardFlags(fs)
+	b.shard = addShardFlags(fs, "ttquant assemble DIR")
 	fs.BoolVar(&b.allowNonFinite, "allow-nonfinite", false, "store tensors whose source holds NaN or Inf instead of refusing (they are listed in the manifest and reported)")
 	b.exponent = addExponentFlag(fs)
 	return b

@@ -41,7 +41,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
-	sf := addShardFlags(fs)
+	sf := addShardFlags(fs, "eval --assemble DIR with the same flags")
 	parts := fs.String("parts", "", "with --shard: the `directory` (shared by the workers) this worker writes its part to")
 	assemble := fs.String("assemble", "", "merge the parts a split evaluation's workers wrote to this `directory` (the same flags otherwise) into the table one process computes")
 	d := addDataFlags(fs, calibrationSet|evaluationSet, 0)

@@ -111,15 +111,16 @@ func isSHA256(s string) bool {
 }
 
 // shardFlags are --shard and --shard-count, the same in every command whose
-// work splits across processes (convert, gptq --calib).
+// work splits across processes (convert, gptq --calib, eval).
 type shardFlags struct {
 	value string
 	count int
 }
 
-func addShardFlags(fs *flag.FlagSet) *shardFlags {
+// merge says how the workers' results are joined, for the help text.
+func addShardFlags(fs *flag.FlagSet, merge string) *shardFlags {
 	s := &shardFlags{}
-	fs.StringVar(&s.value, "shard", "", "run one worker of a split build: i/N (worker i of N, from 0), or auto (from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shard-count or TTQUANT_SHARD_COUNT); then ttquant assemble DIR (docs/distributed.md)")
+	fs.StringVar(&s.value, "shard", "", "run one worker of a split run: i/N (worker i of N, from 0), or auto (from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shard-count or TTQUANT_SHARD_COUNT); then "+merge+" (docs/distributed.md)")
 	fs.IntVar(&s.count, "shard-count", 0, "with --shard auto under a Kubernetes Indexed Job: the number of workers (the job's completions)")
 	return s
 }

@@ -106,7 +106,7 @@ func inspectCheckpoint(e *env, path string, asJSON bool) error {
 			method += "/" + string(t.Axis)
 		}
 		if t.Fallback != "" {
-			method += " (fell back to rtn)"
+			method += " (fallback; --json gives the reason)"
 		}
 		format := t.Format
 		if manifest.StoredFormat(format) == manifest.StoreAsIs {

@@ -157,8 +157,8 @@ func (l *MoE) expert(e int, x []float32, r *Routing, sc *Scratch, opt Options) (
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Check(fmt.Sprintf("expert %d", e), cfg.Hidden, cfg.ExpertInter); err != nil {
-		return nil, err
+	if !w.fits(cfg.Hidden, cfg.ExpertInter) {
+		return nil, w.Check(fmt.Sprintf("expert %d", e), cfg.Hidden, cfg.ExpertInter)
 	}
 	var p *SwiGLUProducts
 	if opt.Products != nil {

@@ -31,6 +31,11 @@ func (w *ExpertWeights) Check(what string, hidden, inter int) error {
 	return nil
 }
 
+// fits reports whether the three matrices have the shapes Check wants.
+func (w *ExpertWeights) fits(hidden, inter int) bool {
+	return w != nil && len(w.Gate) == inter*hidden && len(w.Up) == inter*hidden && len(w.Down) == hidden*inter
+}
+
 // Product is one weight matrix's product in numerics the caller chooses:
 // MatMulT sets dst (rows × out, leading dimension ldd) to x·Wᵀ for x
 // [rows, in].

@@ -378,7 +378,7 @@ func (m *Model) MTPInput(ids []int32, hf []float32) ([]float32, error) {
 // in the same order.
 func (m *Model) MTPInputs(ids [][]int32, x []float32) ([]float32, error) {
 	H := m.Config.Hidden
-	var out []float32
+	out := make([]float32, 0, max(0, len(x)-len(ids)*H)) // one row fewer a sequence
 	row := 0
 	for _, q := range ids {
 		if (row+len(q))*H > len(x) {
