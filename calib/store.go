@@ -16,6 +16,7 @@ import (
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -171,6 +172,9 @@ type ShardInfo struct {
 	File       string `json:"file"`
 	FirstToken int64  `json:"first_token"`
 	Tokens     int64  `json:"tokens"`
+	// SHA256 is given for the part files of a split build's worker (see
+	// StoreOptions.Shard), never in a store's index.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // siteJSON is a site as the index lists it: the alignment is omitted for
@@ -206,6 +210,17 @@ type StoreOptions struct {
 	// exists for fault injection: tests make it fail as a full disk
 	// would. Nil in normal use.
 	Faults atomicfile.Faults
+	// Shard, when it names one of several workers (Count > 1), makes the
+	// writer that worker of a split build (see AssembleStore): its sites
+	// receive the rows of the worker's sequences only (Sequences), written
+	// as parts, and Close writes the worker's record instead of the index.
+	// The zero Spec and 0/1 are the whole store.
+	Shard shard.Spec
+	// Tool and Build, for a split build, identify the program and the
+	// build (the builder's description of its inputs and options) in the
+	// worker's record: every worker's must be the same.
+	Tool  string
+	Build json.RawMessage
 }
 
 // StoreWriter writes a calibration store directory. Sites are written with
@@ -222,6 +237,7 @@ type StoreWriter struct {
 	closed  bool
 	seen    map[string]bool
 	aborted bool
+	part    *storePart // a split build's worker
 }
 
 // CreateStore starts a store in dir (created if needed; it must not already
@@ -241,6 +257,9 @@ func CreateStore(dir string, prov Provenance, seqLens []int, tokenIDs [][]int32,
 	}
 	if opt.ShardBytes < 0 {
 		return nil, fmt.Errorf("calib: store shard size %d is negative", opt.ShardBytes)
+	}
+	if opt.Shard != (shard.Spec{}) && !opt.Shard.Valid() {
+		return nil, fmt.Errorf("calib: store: worker %s names no worker", opt.Shard)
 	}
 	if len(seqLens) != prov.Sequences {
 		return nil, fmt.Errorf("calib: store: %d sequence lengths for %d sequences", len(seqLens), prov.Sequences)
@@ -279,6 +298,22 @@ func CreateStore(dir string, prov Provenance, seqLens []int, tokenIDs [][]int32,
 	}
 	w := &StoreWriter{dir: dir, opt: opt, prov: prov, lens: append([]int(nil), seqLens...),
 		open: map[string]*SiteWriter{}, seen: map[string]bool{}}
+	if w.opt.Shard.Count > 1 {
+		if err := w.startPart(tokenIDs); err != nil {
+			return nil, err
+		}
+		return w, nil
+	}
+	if err := writeSequencesFile(dir, prov, seqLens, tokenIDs); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// writeSequencesFile writes the store's sequences file: the boundaries,
+// and the token ids when known.
+func writeSequencesFile(dir string, prov Provenance, seqLens []int, tokenIDs [][]int32) error {
+	total := prov.Tokens
 	// The sequences file: boundaries, and the token ids when known.
 	offs := make([]byte, 8*(len(seqLens)+1))
 	var acc int64
@@ -299,9 +334,9 @@ func CreateStore(dir string, prov Provenance, seqLens []int, tokenIDs [][]int32,
 			Shape: []int64{total}, Data: ids})
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, StoreSequencesName), tensors, storeMetadata(prov, -1, "", AlignToken, 0, 0)); err != nil {
-		return nil, fmt.Errorf("calib: writing %s: %w", StoreSequencesName, err)
+		return fmt.Errorf("calib: writing %s: %w", StoreSequencesName, err)
 	}
-	return w, nil
+	return nil
 }
 
 // storeMetadata returns the __metadata__ of a store file: the sequences
@@ -345,9 +380,15 @@ type SiteWriter struct {
 	perShard int64
 	written  int64
 	cur      *shardStream
-	buf      []byte
-	done     bool
-	err      error // sticky: the first failure
+	// A split build's worker writes parts instead of shards: plans are
+	// its units' parts of the site, pk the one being written (pcur).
+	plans []partPlan
+	pk    int
+	pcur  *atomicfile.File
+	pgot  int64
+	buf   []byte
+	done  bool
+	err   error // sticky: the first failure
 }
 
 // shardStream is one shard file being written: its safetensors writer runs
@@ -383,6 +424,13 @@ func (w *StoreWriter) BeginAlignedSite(layer int, site string, cols int, align A
 	s := &SiteWriter{w: w, info: SiteInfo{Layer: layer, Site: site, Cols: cols, DType: w.opt.DType.String(), Alignment: align},
 		want: align.rowOffsets(w.lens)[len(w.lens)]}
 	s.perShard = max(1, w.opt.ShardBytes/s.rowBytes())
+	if w.part != nil {
+		s.plans = w.part.plans(align.rowOffsets(w.lens))
+		s.want = 0
+		for _, p := range s.plans {
+			s.want += p.rows
+		}
+	}
 	w.open[key] = s
 	return s, nil
 }
@@ -423,12 +471,18 @@ func (w *StoreWriter) AddWrittenSite(si SiteInfo) error {
 	if want := si.Alignment.rowOffsets(w.lens)[len(w.lens)]; si.Tokens != want {
 		return fmt.Errorf("calib: store: site %s has %d rows, want %d", key, si.Tokens, want)
 	}
-	if err := checkShardList(w.dir, si); err != nil {
-		return err
-	}
-	for _, sh := range si.Shards {
-		if err := checkShardFile(w.dir, w.prov, si, sh); err != nil {
+	if w.part != nil {
+		if err := w.checkWrittenParts(si); err != nil {
 			return err
+		}
+	} else {
+		if err := checkShardList(w.dir, si); err != nil {
+			return err
+		}
+		for _, sh := range si.Shards {
+			if err := checkShardFile(w.dir, w.prov, si, sh); err != nil {
+				return err
+			}
 		}
 	}
 	w.seen[key] = true
@@ -456,6 +510,9 @@ func (s *SiteWriter) Write(rows []float32) error {
 		return fmt.Errorf("calib: store: site %d/%s: %d rows exceed the site's %d", s.info.Layer, s.info.Site, s.written+n, s.want)
 	}
 	chunk := max(1, (1<<20)/s.rowBytes())
+	if s.w.part != nil {
+		return s.writeParts(rows, chunk)
+	}
 	for len(rows) > 0 {
 		if s.cur == nil {
 			if err := s.startShard(); err != nil {
@@ -488,21 +545,14 @@ func (s *SiteWriter) startShard() error {
 	first := s.written
 	rows := min(s.perShard, s.want-first)
 	name := ShardName(s.info.Layer, s.info.Site, len(s.info.Shards))
-	fw, err := safetensors.Create(filepath.Join(s.w.dir, name))
-	if err != nil {
-		return fmt.Errorf("calib: store: %w", err)
-	}
-	fw.SetMetadata(storeMetadata(s.w.prov, s.info.Layer, s.info.Site, s.info.Alignment, first, rows))
 	pr, pw := io.Pipe()
 	size := rows * s.rowBytes()
-	faults, path := s.w.opt.Faults, filepath.Join(s.w.dir, name)
-	err = fw.AddFunc("activations", s.w.opt.DType, []int64{rows, int64(s.info.Cols)}, size, func(dst io.Writer) error {
-		_, err := io.CopyN(faults.Wrap(path, dst), pr, size)
+	fw, err := createShardFile(s.w.dir, name, s.w.prov, s.info, s.w.opt, first, rows, func(dst io.Writer) error {
+		_, err := io.CopyN(dst, pr, size)
 		return err
 	})
 	if err != nil {
-		fw.Abort()
-		return fmt.Errorf("calib: store: %w", err)
+		return err
 	}
 	sh := &shardStream{name: name, first: first, rows: rows, pw: pw, done: make(chan error, 1)}
 	go func() {
@@ -516,6 +566,28 @@ func (s *SiteWriter) startShard() error {
 	}()
 	s.cur = sh
 	return nil
+}
+
+// createShardFile starts shard file name of site si holding rows first …
+// first+rows−1: its header is set, and fill writes the rows' bytes (in the
+// store's dtype) when the returned writer is closed. The streaming site
+// writer and the assembly of a split build both write shards through it.
+func createShardFile(dir, name string, prov Provenance, si SiteInfo, opt StoreOptions, first, rows int64, fill func(io.Writer) error) (*safetensors.Writer, error) {
+	path := filepath.Join(dir, name)
+	fw, err := safetensors.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("calib: store: %w", err)
+	}
+	fw.SetMetadata(storeMetadata(prov, si.Layer, si.Site, si.Alignment, first, rows))
+	size := rows * int64(si.Cols) * int64(opt.DType.Bits()/8)
+	err = fw.AddFunc("activations", opt.DType, []int64{rows, int64(si.Cols)}, size, func(dst io.Writer) error {
+		return fill(opt.Faults.Wrap(path, dst))
+	})
+	if err != nil {
+		fw.Abort()
+		return nil, fmt.Errorf("calib: store: %w", err)
+	}
+	return fw, nil
 }
 
 // shardError is the error of the shard being written after a failed pipe
@@ -542,9 +614,53 @@ func (s *SiteWriter) finishShard() error {
 	return nil
 }
 
+// writeParts is Write for a split build's worker: the rows go to the part
+// of the unit they belong to, each part a file of the worker's directory
+// written through internal/atomicfile, so that it is complete or absent.
+func (s *SiteWriter) writeParts(rows []float32, chunk int64) error {
+	c := s.info.Cols
+	for len(rows) > 0 {
+		p := s.plans[s.pk]
+		if s.pcur == nil {
+			name := partFile(s.w.part.spec, s.info.Layer, s.info.Site, p.unit)
+			af, err := s.w.opt.Faults.Create(filepath.Join(s.w.dir, filepath.FromSlash(name)))
+			if err != nil {
+				return s.fail(fmt.Errorf("calib: store: %w", err))
+			}
+			s.pcur, s.pgot = af, 0
+		}
+		take := min(int64(len(rows)/c), p.rows-s.pgot, chunk)
+		var err error
+		if s.buf, err = safetensors.AppendFloat32s(s.buf[:0], rows[:take*int64(c)], s.w.opt.DType); err != nil {
+			return s.fail(fmt.Errorf("calib: store: site %d/%s: %w", s.info.Layer, s.info.Site, err))
+		}
+		if _, err := s.pcur.Write(s.buf); err != nil {
+			return s.fail(fmt.Errorf("calib: store: writing the part of unit %d of site %d/%s: %w", p.unit, s.info.Layer, s.info.Site, err))
+		}
+		s.pgot += take
+		s.written += take
+		rows = rows[take*int64(c):]
+		if s.pgot == p.rows {
+			_, sum, err := s.pcur.Commit()
+			s.pcur = nil
+			if err != nil {
+				return s.fail(fmt.Errorf("calib: store: %w", err))
+			}
+			s.info.Shards = append(s.info.Shards, ShardInfo{File: partFile(s.w.part.spec, s.info.Layer, s.info.Site, p.unit),
+				FirstToken: p.first, Tokens: p.rows, SHA256: sum})
+			s.pk++
+		}
+	}
+	return nil
+}
+
 // fail records err, abandons the shard in progress (its temporary file is
 // removed) and returns err.
 func (s *SiteWriter) fail(err error) error {
+	if s.pcur != nil {
+		s.pcur.Abort()
+		s.pcur = nil
+	}
 	if s.cur != nil {
 		s.cur.pw.CloseWithError(errAborted)
 		<-s.cur.done
@@ -584,7 +700,7 @@ func (s *SiteWriter) Close() error {
 	}
 	s.done = true
 	delete(s.w.open, fmt.Sprintf("%d/%s", s.info.Layer, s.info.Site))
-	s.info.Tokens = s.written
+	s.info.Tokens = s.info.Alignment.rowOffsets(s.w.lens)[len(s.w.lens)] // a worker's too: the whole site's
 	s.w.sites = append(s.w.sites, s.info)
 	return nil
 }
@@ -629,16 +745,30 @@ func (w *StoreWriter) Close() error {
 		return fmt.Errorf("calib: store: site %s was not closed", keys[0])
 	}
 	w.closed = true
-	sort.Slice(w.sites, func(i, j int) bool {
-		a, b := w.sites[i], w.sites[j]
+	sortSites(w.sites)
+	if w.part != nil {
+		return w.closePart()
+	}
+	return writeStoreIndex(w.dir, w.prov, w.lens, w.sites, w.opt.Faults)
+}
+
+// sortSites orders sites by layer, then site name, as the index lists them.
+func sortSites(sites []SiteInfo) {
+	sort.Slice(sites, func(i, j int) bool {
+		a, b := sites[i], sites[j]
 		if a.Layer != b.Layer {
 			return a.Layer < b.Layer
 		}
 		return a.Site < b.Site
 	})
-	idx := storeIndex{Format: StoreFormat, FormatVersion: 1, Provenance: w.prov,
-		SequenceLengths: w.lens, Sites: make([]siteJSON, len(w.sites))}
-	for i, si := range w.sites {
+}
+
+// writeStoreIndex writes the index of a store whose shards are all in dir:
+// sites (sorted) as they are listed. It is the last file of a store.
+func writeStoreIndex(dir string, prov Provenance, lens []int, sites []SiteInfo, faults atomicfile.Faults) error {
+	idx := storeIndex{Format: StoreFormat, FormatVersion: 1, Provenance: prov,
+		SequenceLengths: lens, Sites: make([]siteJSON, len(sites))}
+	for i, si := range sites {
 		sj := siteJSON{Layer: si.Layer, Site: si.Site, Cols: si.Cols, Tokens: si.Tokens, DType: si.DType, Shards: si.Shards}
 		if si.Alignment != AlignToken {
 			sj.Alignment = si.Alignment.String()
@@ -651,7 +781,7 @@ func (w *StoreWriter) Close() error {
 		return err
 	}
 	raw = append(raw, '\n')
-	if _, err := w.opt.Faults.WriteFile(filepath.Join(w.dir, StoreIndexName), raw); err != nil {
+	if _, err := faults.WriteFile(filepath.Join(dir, StoreIndexName), raw); err != nil {
 		return fmt.Errorf("calib: store: %w", err)
 	}
 	return nil

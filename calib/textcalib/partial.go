@@ -25,7 +25,7 @@ import (
 // resumed build needs: the build's identity (build.json), one record per
 // finished layer (layerNNN.json) and the residual stream entering the next
 // layer (inputNNN.f32). It is removed once the index is written.
-const PartialDir = "partial"
+const PartialDir = calib.StorePartialDir
 
 const (
 	buildRecordName   = "build.json"
@@ -226,10 +226,10 @@ type partialState struct {
 	steps []*stepRecord // the finished steps, 0 … len−1
 }
 
-// readPartial reads the partial directory of out, or returns nil when
-// there is none.
-func readPartial(out string) (*partialState, error) {
-	dir := filepath.Join(out, PartialDir)
+// readPartial reads the records of an unfinished build in dir (the
+// store's PartialDir, or a worker's own directory), or returns nil when
+// there are none.
+func readPartial(dir string) (*partialState, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, buildRecordName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -308,6 +308,48 @@ func cleanPartial(dir string, step int, keep string) error {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil {
+			return fmt.Errorf("textcalib: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkSplitMix refuses a whole build in a directory of split workers and
+// a worker in a directory of an unfinished whole build: neither would
+// finish the other's store.
+func checkSplitMix(out string, split bool) error {
+	if !split && calib.HasSplitRecords(out) {
+		return fmt.Errorf("textcalib: %s holds the workers of a split store build (%s/shard-*.json); run the workers (--shard) and ttquant assemble, or choose another --out", out, PartialDir)
+	}
+	if _, err := os.Stat(filepath.Join(out, PartialDir, buildRecordName)); split && err == nil {
+		return fmt.Errorf("textcalib: %s holds an unfinished store build of one process (%s/%s); finish it without --shard, or choose another --out", out, PartialDir, buildRecordName)
+	}
+	return nil
+}
+
+// cleanParts removes, from a worker's parts, every file that keep (by its
+// path relative to the store, as the records give it) does not list: the
+// parts of an unfinished step and the temporary files of interrupted
+// writes.
+func cleanParts(out, pdir string, keep map[string]bool) error {
+	dir := filepath.Join(pdir, "parts")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("textcalib: %w", err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		rel, err := filepath.Rel(out, p)
+		if err != nil {
+			return fmt.Errorf("textcalib: %w", err)
+		}
+		if e.IsDir() || keep[filepath.ToSlash(rel)] {
+			continue
+		}
+		if err := os.Remove(p); err != nil {
 			return fmt.Errorf("textcalib: %w", err)
 		}
 	}

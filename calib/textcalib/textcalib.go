@@ -20,6 +20,7 @@ import (
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/safetensors"
@@ -42,6 +43,14 @@ type Options struct {
 	Store calib.StoreOptions
 	// Progress, when set, receives one line per finished layer.
 	Progress func(msg string)
+	// Shard, naming one of several workers (Count > 1), makes the build
+	// that worker of a split store build: it runs the forward pass over
+	// its own sequences only and writes their rows as parts, which
+	// calib.AssembleStore joins into the store (Store.Shard is set from
+	// it). Its bookkeeping is its own (calib.StoreWorkerDir), so workers
+	// of different indices run at once in one directory. The zero Spec and
+	// 0/1 are the whole build.
+	Shard shard.Spec
 
 	// afterStep, when set (tests), runs after step k's record is written;
 	// an error stops the build there, as an interruption would.
@@ -63,6 +72,12 @@ type Result struct {
 	// many tokens it holds (fewer only with AllowShort).
 	AskedTokens int64
 	Data        dataset.Provenance
+	// Split, for a worker of a split build, is its share; Store is then
+	// nil (the store exists once it is assembled). AlreadyAssembled
+	// reports a worker run on the assembled store of the same build: it
+	// did nothing.
+	Split            *calib.Split
+	AlreadyAssembled bool
 }
 
 // ErrNoCalibration is returned when the options ask for no calibration
@@ -86,7 +101,13 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if opt.DataOptions.Calibration.Sequences <= 0 {
 		return nil, ErrNoCalibration
 	}
-	if _, err := os.Stat(filepath.Join(opt.Out, calib.StoreIndexName)); err == nil {
+	split := opt.Shard.Count > 1
+	if opt.Shard != (shard.Spec{}) && !opt.Shard.Valid() {
+		return nil, fmt.Errorf("textcalib: worker %s names no worker", opt.Shard)
+	}
+	_, err = os.Stat(filepath.Join(opt.Out, calib.StoreIndexName))
+	assembled := err == nil
+	if assembled && !split {
 		return nil, fmt.Errorf("textcalib: %s already holds a calibration store", opt.Out)
 	}
 	// The forward pass refuses an unsupported config before reading any
@@ -149,19 +170,51 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	rec := &buildRecord{Format: buildRecordFormat, Version: buildRecordVer, Model: prov.Model, ModelRevision: ident,
 		Sequences: prov.Sequences, Tokens: tokens, TokenIDsSHA256: prov.TokenIDsSHA256,
 		DType: sopt.DType.String(), ShardBytes: sopt.ShardBytes, Steps: cfg.Layers + mtp, Data: dataProv}
+	if assembled {
+		// A worker run again after the assembly: nothing to do if the
+		// store is this build's.
+		st, err := calib.OpenStore(opt.Out)
+		if err != nil {
+			return nil, err
+		}
+		if p := st.Provenance(); p.Model != prov.Model || p.Revision != prov.Revision || p.TokenIDsSHA256 != prov.TokenIDsSHA256 || p.Tokens != prov.Tokens {
+			return nil, fmt.Errorf("textcalib: %s already holds a calibration store of other inputs (model %s, token ids %s)", opt.Out, p.Revision, p.TokenIDsSHA256)
+		}
+		return &Result{Store: st, Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, AskedTokens: asked, Data: res.Provenance, AlreadyAssembled: true}, nil
+	}
+	sopt.Shard = opt.Shard
+	if split {
+		if sopt.Build, err = json.Marshal(rec); err != nil {
+			return nil, err
+		}
+	}
+	// pdir holds what resumes the build: the store's for one process, the
+	// worker's own for a worker of a split build.
+	pdir := filepath.Join(opt.Out, PartialDir)
+	if split {
+		pdir = calib.StoreWorkerDir(opt.Out, opt.Shard)
+	}
 	// One build at a time per directory. The lock is released on return;
 	// a refusal leaves the directory as it was (one the lock created is
 	// removed again).
 	_, statErr := os.Stat(opt.Out)
-	created := os.IsNotExist(statErr)
-	lk, err := fslock.Acquire(opt.Out)
+	created := os.IsNotExist(statErr) && !split
+	var lk *fslock.Lock
+	if split {
+		lk, err = calib.LockStoreWorker(opt.Out, opt.Shard)
+	} else {
+		lk, err = fslock.Acquire(opt.Out)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("textcalib: %w", err)
 	}
 	defer lk.Release()
-	partial, err := readPartial(opt.Out)
+	if err := checkSplitMix(opt.Out, split); err != nil {
+		return nil, err
+	}
+	partial, err := readPartial(pdir)
 	if err != nil {
-		return nil, fmt.Errorf("%w (remove %s to start over)", err, opt.Out)
+		return nil, fmt.Errorf("%w (remove %s to start over)", err, pdir)
 	}
 	if partial != nil {
 		if d := rec.diff(partial.build); len(d) > 0 {
@@ -184,7 +237,17 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pdir := filepath.Join(opt.Out, PartialDir)
+	// A worker computes its own sequences only.
+	if split {
+		sel := w.Sequences()
+		wids, wlens := make([][]int32, len(sel)), make([]int, len(sel))
+		tokens = 0
+		for i, s := range sel {
+			wids[i], wlens[i] = ids[s], lens[s]
+			tokens += int64(lens[s])
+		}
+		ids, lens = wids, wlens
+	}
 	finished := 0 // layers recorded, by earlier runs and this one
 	defer func() {
 		if err == nil {
@@ -194,6 +257,8 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		switch {
 		case errors.Is(err, errDamaged):
 			err = fmt.Errorf("%w; the unfinished build in %s cannot be resumed: remove %s to start over", err, opt.Out, opt.Out)
+		case split:
+			err = fmt.Errorf("%w (worker %s is unfinished: its finished layers are kept in %s; run it again to resume)", err, opt.Shard, pdir)
 		case created && finished == 0:
 			// Nothing finished: leave nothing behind.
 			os.RemoveAll(opt.Out)
@@ -253,14 +318,21 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 			x = append(x, e...)
 		}
 	}
-	// Whatever an interrupted step left: its shards, records and streams.
-	stray, err := strayShards(opt.Out, keep)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range stray {
-		if err := os.Remove(filepath.Join(opt.Out, n)); err != nil {
-			return nil, fmt.Errorf("textcalib: %w", err)
+	// Whatever an interrupted step left: its shards (a worker's parts),
+	// records and streams.
+	if split {
+		if err := cleanParts(opt.Out, pdir, keep); err != nil {
+			return nil, err
+		}
+	} else {
+		stray, err := strayShards(opt.Out, keep)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range stray {
+			if err := os.Remove(filepath.Join(opt.Out, n)); err != nil {
+				return nil, fmt.Errorf("textcalib: %w", err)
+			}
 		}
 	}
 	if err := cleanPartial(pdir, start, keepInput); err != nil {
@@ -268,7 +340,7 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	}
 
 	began := time.Now()
-	for k := start; k < rec.Steps; k++ {
+	for k := start; k < rec.Steps && len(ids) > 0; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -311,8 +383,16 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 			}
 		}
 	}
+	if len(ids) == 0 && start < rec.Steps {
+		opt.progress("worker %s has no sequences: the split has more workers than units", opt.Shard)
+	}
 	if err := w.Close(); err != nil {
 		return nil, err
+	}
+	if split {
+		// The worker's records stay for a rerun and for the assembly.
+		return &Result{Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, ResumedAt: start,
+			AskedTokens: asked, Data: res.Provenance, Split: w.Split()}, nil
 	}
 	if err := os.RemoveAll(pdir); err != nil {
 		return nil, fmt.Errorf("textcalib: the store is complete, but removing %s failed: %w", pdir, err)

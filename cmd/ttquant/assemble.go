@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ttquant/ttquant/calib"
+	"github.com/ttquant/ttquant/internal/shard"
 
 	"github.com/ttquant/ttquant/manifest/build"
 )
 
 func init() {
-	register(&command{name: "assemble", summary: "write the manifest of a build split across workers (--shard) once every worker has finished", run: runAssemble})
+	register(&command{name: "assemble", summary: "write the manifest of a build, or the index of a calibration store, split across workers (--shard) once every worker has finished", run: runAssemble})
 }
 
 // shardReport is the --json document of one worker of a split build.
@@ -51,7 +56,7 @@ func printShards(e *env, sw *build.ShardWork) {
 }
 
 func runAssemble(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "assemble", "DIR [--workers N] [--json]")
+	fs := newFlagSet(e, "assemble", "DIR|STORE [--workers N] [--json]")
 	workers := addWorkersFlag(fs, "files hashed")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	pos, err := parseInterleaved(fs, args)
@@ -64,12 +69,63 @@ func runAssemble(ctx context.Context, e *env, args []string) error {
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
+	if isStoreDir(pos[0]) {
+		return assembleStore(ctx, e, pos[0], *workers, *asJSON)
+	}
 	res, err := build.Assemble(ctx, build.AssembleOptions{Dir: pos[0], Workers: *workers})
-	if errors.Is(err, build.ErrUnitDamaged) {
+	if errors.Is(err, shard.ErrUnitDamaged) {
 		return &statusError{status: exitVerifyKO, err: err}
 	}
 	if err != nil {
 		return err
 	}
 	return printBuild(e, res, *asJSON)
+}
+
+// isStoreDir reports whether dir is a calibration store, assembled or
+// still the workers' (their records), rather than a checkpoint.
+func isStoreDir(dir string) bool {
+	if calib.HasSplitRecords(dir) {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(dir, calib.StoreIndexName))
+	return err == nil
+}
+
+// storeAssembleDoc is the --json document of assemble on a calibration
+// store.
+type storeAssembleDoc struct {
+	SchemaVersion   int    `json:"schema_version"`
+	Store           string `json:"store"`
+	Workers         int    `json:"workers"`
+	Units           int    `json:"units"`
+	AlreadyComplete bool   `json:"already_complete"`
+	*calib.StoreStats
+}
+
+// assembleStore writes the store of a split calib build.
+func assembleStore(ctx context.Context, e *env, dir string, workers int, asJSON bool) error {
+	res, err := calib.AssembleStore(ctx, calib.StoreAssembleOptions{Dir: dir, Workers: workers, Faults: testFaults})
+	if errors.Is(err, shard.ErrUnitDamaged) {
+		return &statusError{status: exitVerifyKO, err: err}
+	}
+	if err != nil {
+		return err
+	}
+	stats, err := calib.ComputeStoreStats(res.Store, nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, storeAssembleDoc{SchemaVersion: schemaVersion, Store: dir, Workers: res.Workers, Units: res.Units,
+			AlreadyComplete: res.AlreadyComplete, StoreStats: stats})
+	}
+	p := res.Store.Provenance()
+	if res.AlreadyComplete {
+		fmt.Fprintf(e.stdout, "store       %s already assembled; nothing to do\n", dir)
+	} else {
+		fmt.Fprintf(e.stdout, "assembled   %s from %d workers (%d units)\n", dir, res.Workers, res.Units)
+	}
+	fmt.Fprintf(e.stdout, "store       %d sites, %d sequences, %d tokens; token ids sha256 %s\n", len(stats.Sites), p.Sequences, p.Tokens, p.TokenIDsSHA256)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/calib/textcalib"
@@ -23,8 +24,22 @@ type calibBuildDoc struct {
 	*calib.StoreStats
 }
 
+// calibWorkerDoc is the --json document of one worker of a split calib
+// build.
+type calibWorkerDoc struct {
+	SchemaVersion int    `json:"schema_version"`
+	Store         string `json:"store"`
+	Worker        int    `json:"worker"`
+	Workers       int    `json:"workers"`
+	Units         int    `json:"units"`
+	WorkerUnits   int    `json:"worker_units"`
+	Sequences     int    `json:"sequences"`
+	Tokens        int64  `json:"tokens"`
+	ResumedAt     int    `json:"resumed_at_layer"`
+}
+
 func runCalibBuild(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "calib build", "--model DIR --data SPEC --out STORE [--sequences 128 --seq-len 2048] [flags]")
+	fs := newFlagSet(e, "calib build", "--model DIR --data SPEC --out STORE [--sequences 128 --seq-len 2048] [--shard i/N|auto] [flags]")
 	modelDir := fs.String("model", "", "BF16 model directory (config.json, weights, tokenizer)")
 	out := fs.String("out", "", "store directory to create, or to resume when it holds an unfinished build")
 	dtype := fs.String("dtype", "BF16", "stored dtype: BF16 or F32")
@@ -33,6 +48,7 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
 	d := addDataFlags(fs, calibrationSet, 128)
+	sf := addShardFlags(fs, "ttquant assemble STORE")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -44,6 +60,10 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--model and --out are required")
 	}
 	if err := checkWorkers(*workers); err != nil {
+		return err
+	}
+	sp, err := sf.spec()
+	if err != nil {
 		return err
 	}
 	dt, err := safetensors.ParseDType(*dtype)
@@ -59,8 +79,9 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	}
 	prev := kernels.SetWorkers(*workers)
 	defer kernels.SetWorkers(prev)
-	opt := textcalib.Options{Model: *modelDir, Out: *out, Data: spec, DataOptions: dopt, AllowShort: *allowShort,
-		Store: calib.StoreOptions{DType: dt}}
+	tool := toolVersion()
+	opt := textcalib.Options{Model: *modelDir, Out: *out, Data: spec, DataOptions: dopt, AllowShort: *allowShort, Shard: sp,
+		Store: calib.StoreOptions{DType: dt, Faults: testFaults, Tool: strings.TrimSpace(strings.Join([]string{tool.Name, tool.Version, tool.Revision}, " "))}}
 	if !*quiet {
 		opt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "calib build:", msg) }
 		opt.DataOptions.Progress = func(msg string) { fmt.Fprintln(e.stderr, "data:", msg) }
@@ -69,17 +90,37 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if res.Split != nil {
+		sw := res.Split
+		if *asJSON {
+			return writeJSON(e.stdout, calibWorkerDoc{SchemaVersion: schemaVersion, Store: *out, Worker: sp.Index, Workers: sp.Count,
+				Units: sw.Units, WorkerUnits: sw.WorkerUnits, Sequences: sw.Sequences, Tokens: sw.Tokens, ResumedAt: res.ResumedAt})
+		}
+		fmt.Fprintf(e.stdout, "worker      %s: %d of %d units, %d sequences, %d tokens\n", sp, sw.WorkerUnits, sw.Units, sw.Sequences, sw.Tokens)
+		fmt.Fprintf(e.stdout, "output      %s (unfinished until ttquant assemble %s)\n", *out, *out)
+		return nil
+	}
+	if res.AlreadyAssembled && !*asJSON {
+		fmt.Fprintf(e.stdout, "store       %s already assembled; nothing to do\n", *out)
+		return nil
+	}
+	return printStore(e, *out, res, *asJSON)
+}
+
+// printStore reports a finished store: built by calib build, or assembled
+// from the workers of a split build.
+func printStore(e *env, out string, res *textcalib.Result, asJSON bool) error {
 	stats, err := calib.ComputeStoreStats(res.Store, nil, nil, 0)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return writeJSON(e.stdout, calibBuildDoc{SchemaVersion: schemaVersion, Store: *out, Layers: res.Layers,
+	if asJSON {
+		return writeJSON(e.stdout, calibBuildDoc{SchemaVersion: schemaVersion, Store: out, Layers: res.Layers,
 			MTPLayers: res.MTPLayers, MTPSkipped: res.MTPSkipped, ResumedAt: res.ResumedAt, AskedTokens: res.AskedTokens, StoreStats: stats})
 	}
 	p := res.Store.Provenance()
 	fmt.Fprintf(e.stdout, "wrote %s: %d sites of %d layers (%d trunk, %d MTP), %d sequences, %d tokens; token ids sha256 %s\n",
-		*out, len(stats.Sites), res.Layers+res.MTPLayers, res.Layers, res.MTPLayers, p.Sequences, p.Tokens, p.TokenIDsSHA256)
+		out, len(stats.Sites), res.Layers+res.MTPLayers, res.Layers, res.MTPLayers, p.Sequences, p.Tokens, p.TokenIDsSHA256)
 	if res.ResumedAt > 0 {
 		fmt.Fprintf(e.stdout, "resumed at layer %d: layers 0..%d were finished by an earlier run\n", res.ResumedAt, res.ResumedAt-1)
 	}

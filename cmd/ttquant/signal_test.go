@@ -31,10 +31,10 @@ func TestMain(m *testing.M) {
 			atomicfile.Durable = false
 		}
 		if os.Getenv("TTQUANT_TEST_SLOW_WRITES") != "" {
-			// Expert files written slowly, so that a test can stop the
-			// process in the middle of one.
+			// Expert files and calibration store parts written slowly,
+			// so that a test can stop the process in the middle of one.
 			testFaults = func(path string, w io.Writer) io.Writer {
-				if strings.Contains(filepath.Base(path), "experts-") {
+				if strings.Contains(filepath.Base(path), "experts-") || strings.HasSuffix(path, ".part") {
 					return slowWriter{w}
 				}
 				return w

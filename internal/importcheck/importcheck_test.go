@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"internal/model":      {"safetensors"},
 	"internal/testmodel":  {"safetensors", "internal/rng", "internal/atomicfile"},
 	"gptq":                {"bfp", "internal/kernels"},
-	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset"},
+	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock", "internal/par"},
 	"internal/atomicfile": {},
 	"internal/par":        {},
 	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},
@@ -79,7 +79,7 @@ var allowed = map[string][]string{
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock"},
+	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock", "internal/shard"},
 }
 
 // allowedInTests are extra module packages that test files may import.

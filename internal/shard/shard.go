@@ -238,3 +238,62 @@ func Loads(costs []float64, assignment [][]int) []float64 {
 	}
 	return loads
 }
+
+// ErrAssemble is wrapped by every refusal to assemble a split run: a worker
+// missing or unfinished, a unit missing, duplicated, damaged or of another
+// build. Every command's assembly uses it, so that callers test one error.
+var ErrAssemble = errors.New("cannot assemble")
+
+// ErrUnitDamaged is wrapped, with ErrAssemble, by a refusal to assemble a
+// file whose size or sha256 is not the one its worker recorded (a
+// truncated or overwritten file).
+var ErrUnitDamaged = errors.New("a file differs from its record")
+
+// Planned is one unit of a split run as the workers' records list it: its
+// name, the worker the partition gives it to, and the outputs it produces
+// (files, parts), by name.
+type Planned struct {
+	Name    string
+	Worker  int
+	Outputs []string
+}
+
+// CheckClaims checks what the n workers of a split run say they produced
+// against the units planned: every output a worker claims (claims(w), in
+// any order) must be an output of a unit the partition gives to that
+// worker, and claimed once; then every planned output must be claimed.
+// noun names the outputs in the errors ("file", "tensor", "part"). The
+// first violation is returned, naming the unit, the output and the
+// workers; on success the result maps every output to its unit.
+func CheckClaims(units []Planned, n int, claims func(worker int) []string, noun string) (map[string]Planned, error) {
+	unitOf := map[string]Planned{}
+	for _, u := range units {
+		for _, o := range u.Outputs {
+			unitOf[o] = u
+		}
+	}
+	from := map[string]int{}
+	for w := 0; w < n; w++ {
+		for _, o := range claims(w) {
+			u, ok := unitOf[o]
+			if !ok {
+				return nil, fmt.Errorf("worker %d/%d produced %s, which is no %s of this build (a unit of another plan?)", w, n, o, noun)
+			}
+			if prev, dup := from[o]; dup {
+				return nil, fmt.Errorf("unit %s (%s %s) is produced by worker %d/%d and by worker %d/%d", u.Name, noun, o, prev, n, w, n)
+			}
+			if u.Worker != w {
+				return nil, fmt.Errorf("unit %s (%s %s) is in worker %d/%d's record, but the partition gives it to worker %d/%d", u.Name, noun, o, w, n, u.Worker, n)
+			}
+			from[o] = w
+		}
+	}
+	for _, u := range units {
+		for _, o := range u.Outputs {
+			if _, ok := from[o]; !ok {
+				return nil, fmt.Errorf("unit %s (%s %s, worker %d/%d) is missing", u.Name, noun, o, u.Worker, n)
+			}
+		}
+	}
+	return unitOf, nil
+}

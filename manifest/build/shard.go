@@ -571,8 +571,9 @@ func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*file
 }
 
 // ErrAssemble is wrapped by every refusal of Assemble: a worker missing or
-// unfinished, a unit missing, duplicated, damaged or from another build.
-var ErrAssemble = errors.New("cannot assemble")
+// unfinished, a unit missing, duplicated, damaged or from another build
+// (shard.ErrAssemble, which the calibration store's assembly wraps too).
+var ErrAssemble = shard.ErrAssemble
 
 // AssembleOptions configure Assemble.
 type AssembleOptions struct {
@@ -706,8 +707,8 @@ func sameJSON(a, b any) bool {
 }
 
 // ErrUnitDamaged is wrapped by Assemble's refusal of a file whose size or
-// sha256 is not the one its worker recorded.
-var ErrUnitDamaged = errors.New("a file differs from its record")
+// sha256 is not the one its worker recorded (shard.ErrUnitDamaged).
+var ErrUnitDamaged = shard.ErrUnitDamaged
 
 // verifyFiles hashes every file of want (data, config and part files)
 // against its record.
@@ -870,70 +871,80 @@ type gathered struct {
 	havePart         map[string]*partRecord
 }
 
-// gatherUnits collects the files and parts the n workers produced,
-// refusing one that is no unit of the build, one produced twice, and one in
-// the record of a worker the partition does not give it to.
+// gatherUnits collects the files and parts the n workers produced
+// (shard.CheckClaims), refusing one that is no unit of the build, one
+// produced twice, one in the record of a worker the partition does not
+// give it to, and a missing one.
 func gatherUnits(first *shardRecord, byIndex map[int]*shardRecord, n int) (*gathered, error) {
-	unitOf := map[string]unitRef{}
-	partUnit := map[string]unitRef{}
-	for _, u := range first.Planned {
-		for _, f := range u.Files {
-			unitOf[f] = u
-		}
-		for _, tn := range u.Tensors {
-			partUnit[tn] = u
-		}
-	}
 	split := map[string]bool{}
 	for _, sf := range first.Split {
 		split[sf.Name] = true
 	}
+	refs := map[string]unitRef{}
+	var files, parts []shard.Planned
+	for _, u := range first.Planned {
+		refs[u.Name] = u
+		f := shard.Planned{Name: u.Name, Worker: u.Worker}
+		for _, name := range u.Files {
+			if !split[name] {
+				f.Outputs = append(f.Outputs, name)
+			}
+		}
+		files = append(files, f)
+		parts = append(parts, shard.Planned{Name: u.Name, Worker: u.Worker, Outputs: u.Tensors})
+	}
 	have := map[string]*fileRecord{}
-	from := map[string]int{}
 	havePart := map[string]*partRecord{}
-	partFrom := map[string]int{}
 	for i := 0; i < n; i++ {
 		for _, fr := range byIndex[i].Records {
 			if fr == nil {
 				return nil, fmt.Errorf("%w: worker %d/%d's record lists an empty file record", ErrAssemble, i, n)
 			}
-			name := fr.File.Name
-			u, ok := unitOf[name]
-			if !ok || split[name] {
-				return nil, fmt.Errorf("%w: worker %d/%d produced %s, which is no file of this build (a unit of another plan?)", ErrAssemble, i, n, name)
-			}
-			if w, dup := from[name]; dup {
-				return nil, fmt.Errorf("%w: unit %s (file %s) is produced by worker %d/%d and by worker %d/%d", ErrAssemble, u.Name, name, w, n, i, n)
-			}
-			if u.Worker != i {
-				return nil, fmt.Errorf("%w: unit %s (file %s) is in worker %d/%d's record, but the partition gives it to worker %d/%d", ErrAssemble, u.Name, name, i, n, u.Worker, n)
-			}
-			have[name], from[name] = fr, i
+			have[fr.File.Name] = fr
 		}
 		for _, pr := range byIndex[i].Parts {
 			if pr == nil {
 				return nil, fmt.Errorf("%w: worker %d/%d's record lists an empty part", ErrAssemble, i, n)
 			}
-			u, ok := partUnit[pr.Tensor]
-			if !ok {
-				return nil, fmt.Errorf("%w: worker %d/%d produced tensor %s, which no dense shard of this build holds (a unit of another plan?)", ErrAssemble, i, n, pr.Tensor)
-			}
-			if w, dup := partFrom[pr.Tensor]; dup {
-				return nil, fmt.Errorf("%w: unit %s (tensor %s) is produced by worker %d/%d and by worker %d/%d", ErrAssemble, u.Name, pr.Tensor, w, n, i, n)
-			}
-			if u.Worker != i {
-				return nil, fmt.Errorf("%w: unit %s (tensor %s) is in worker %d/%d's record, but the partition gives it to worker %d/%d", ErrAssemble, u.Name, pr.Tensor, i, n, u.Worker, n)
-			}
-			havePart[pr.Tensor], partFrom[pr.Tensor] = pr, i
+			havePart[pr.Tensor] = pr
 		}
+	}
+	fileUnits, err := shard.CheckClaims(files, n, func(w int) []string {
+		var out []string
+		for _, fr := range byIndex[w].Records {
+			out = append(out, fr.File.Name)
+		}
+		return out
+	}, "file")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAssemble, err)
+	}
+	partUnits, err := shard.CheckClaims(parts, n, func(w int) []string {
+		var out []string
+		for _, pr := range byIndex[w].Parts {
+			out = append(out, pr.Tensor)
+		}
+		return out
+	}, "tensor")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAssemble, err)
+	}
+	unitOf := map[string]unitRef{}
+	for f, u := range fileUnits {
+		unitOf[f] = refs[u.Name]
+	}
+	partUnit := map[string]unitRef{}
+	for tn, u := range partUnits {
+		partUnit[tn] = refs[u.Name]
 	}
 	return &gathered{unitOf: unitOf, partUnit: partUnit, split: split, have: have, havePart: havePart}, nil
 }
 
 // expected lists, in the build's file order, the record of every file the
 // workers produced (nil for the dense shards still to be joined from
-// parts), and the files and parts to check before anything is written,
-// refusing a missing unit. It records the parts' units in g.unitOf.
+// parts), and the files and parts to check before anything is written
+// (gatherUnits has refused a missing unit; a file of the build that no
+// unit lists is refused here). It records the parts' units in g.unitOf.
 func (g *gathered) expected(dir string, first *shardRecord, n int) ([]*fileRecord, []manifest.FileEntry, error) {
 	unitOf, partUnit, split, have, havePart := g.unitOf, g.partUnit, g.split, g.have, g.havePart
 	results := make([]*fileRecord, len(first.Files))
