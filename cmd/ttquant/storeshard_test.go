@@ -282,4 +282,3 @@ func TestStoreWorkerKilledMidUnit(t *testing.T) {
 		})
 	}
 }
-
