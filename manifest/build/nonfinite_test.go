@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -173,5 +174,44 @@ func TestFiniteScanChunks(t *testing.T) {
 		if got := s.bad[st.parts[0].tensor]; len(s.bad) != 1 || got == nil || fmt.Sprint(got.offsets) != want {
 			t.Errorf("chunks of %d bytes: %v, want offsets %s", step, s.bad, want)
 		}
+	}
+}
+
+// TestShardedRunRefusesNonFinite: a worker of a split build refuses a
+// source holding NaN before it writes anything, as a whole build does; and
+// a worker run again without AllowNonFinite on the assembled checkpoint of
+// such a source (built with it) is refused and changes nothing, as a whole
+// build's rerun is (TestNonFiniteSourceRefused).
+func TestShardedRunRefusesNonFinite(t *testing.T) {
+	src, st := poisonedSource(t, func(s *storedTensor) bool { return s.isBFP && !s.isExpertMatrix() }, 37, bf16NaN)
+	out := filepath.Join(t.TempDir(), "out")
+	o := convertOpts(t, out, 2)
+	o.Source = src
+	o.Shard = shard.Spec{Index: 1, Count: 3}
+	_, err := Convert(context.Background(), o)
+	if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), st.name) || !strings.Contains(err.Error(), "before any work") {
+		t.Fatalf("worker 1/3 on a NaN source: %v; want ErrNonFinite naming %s, before any work", err, st.name)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused worker left %s (%v)", out, err)
+	}
+	o.AllowNonFinite = true
+	for i := range 3 {
+		o.Shard = shard.Spec{Index: i, Count: 3}
+		if _, err := Convert(context.Background(), o); err != nil {
+			t.Fatalf("worker %d/3 with AllowNonFinite: %v", i, err)
+		}
+	}
+	if _, err := Assemble(context.Background(), AssembleOptions{Dir: out}); err != nil {
+		t.Fatal(err)
+	}
+	before := treeHash(t, out)
+	o.AllowNonFinite = false
+	o.Shard = shard.Spec{Index: 2, Count: 3}
+	if res, err := Convert(context.Background(), o); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "--allow-nonfinite") {
+		t.Errorf("worker 2/3 again without AllowNonFinite: %+v, %v; want ErrNonFinite", res, err)
+	}
+	if treeHash(t, out) != before {
+		t.Error("the refused worker changed the checkpoint")
 	}
 }

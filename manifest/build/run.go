@@ -145,18 +145,11 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 	recs := map[string]*fileRecord{}
 	mpath := filepath.Join(out, manifest.ManifestName)
 	bpath := filepath.Join(out, manifest.PartialDir, buildRecordName)
-	if data, err := os.ReadFile(mpath); err == nil {
-		old, err := manifest.DecodeManifest(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w (remove it or choose another output directory)", mpath, err)
-		}
-		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
-			return nil, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
-		}
-		if len(old.TTQuant.NonFinite) > 0 && !b.opt.AllowNonFinite {
-			return nil, fmt.Errorf("%w: %s holds %d tensors stored from NaN or Inf source values (built with --allow-nonfinite), e.g. %s; rerun with --allow-nonfinite to keep them",
-				ErrNonFinite, out, len(old.TTQuant.NonFinite), old.TTQuant.NonFinite[0])
-		}
+	old, err := b.existingManifest(fp)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
 		recs = recordsOf(old)
 		for name, r := range recs {
 			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
@@ -179,14 +172,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if err := os.Remove(mpath); err != nil {
 			return nil, err
 		}
-	} else if data, err := os.ReadFile(bpath); err == nil {
-		var have fingerprint
-		if err := json.Unmarshal(data, &have); err != nil {
-			return nil, fmt.Errorf("%s: %w", bpath, err)
-		}
-		if d := diffFingerprints(have, fp); len(d) > 0 {
-			return nil, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
-		}
+	} else if started, err := checkBuildRecord(out, fp); err != nil {
+		return nil, err
+	} else if started {
 		ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
 		if err != nil {
 			return nil, err
@@ -213,10 +201,8 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if recs, err := readShardRecords(out); err == nil && len(recs) > 0 {
 			return nil, fmt.Errorf("%w: %s holds worker %s of a split build: run its workers with --shard %s and ttquant assemble, or use another directory", ErrResumeMismatch, out, recs[0].Shard, "i/"+fmt.Sprint(recs[0].Count))
 		}
-		for _, e := range ents {
-			if e.Name() != manifest.PartialDir && e.Name() != fslock.Name {
-				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
-			}
+		if err := checkOnly(out, ents, map[string]bool{manifest.PartialDir: true, fslock.Name: true}); err != nil {
+			return nil, err
 		}
 		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
 			return nil, err
@@ -230,6 +216,62 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		return nil
 	})
 	return recs, nil
+}
+
+// existingManifest reads the manifest a finished build left in the output
+// directory (nil when there is none) and refuses it when it is of another
+// build, or holds tensors stored from NaN or Inf source values and this
+// run does not allow them. A whole build (prepareDir) and a worker of a
+// split build (prepareShard) both start with it, so that both refuse the
+// same directories.
+func (b *builder) existingManifest(fp fingerprint) (*manifest.Manifest, error) {
+	out := b.opt.Out
+	mpath := filepath.Join(out, manifest.ManifestName)
+	data, err := os.ReadFile(mpath)
+	if err != nil {
+		return nil, nil
+	}
+	old, err := manifest.DecodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (remove it or choose another output directory)", mpath, err)
+	}
+	if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
+		return nil, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+	}
+	if len(old.TTQuant.NonFinite) > 0 && !b.opt.AllowNonFinite {
+		return nil, fmt.Errorf("%w: %s holds %d tensors stored from NaN or Inf source values (built with --allow-nonfinite), e.g. %s; rerun with --allow-nonfinite to keep them",
+			ErrNonFinite, out, len(old.TTQuant.NonFinite), old.TTQuant.NonFinite[0])
+	}
+	return old, nil
+}
+
+// checkBuildRecord compares the record of an unfinished build in out with
+// fp: false when there is none, an error naming what differs.
+func checkBuildRecord(out string, fp fingerprint) (bool, error) {
+	bpath := filepath.Join(out, manifest.PartialDir, buildRecordName)
+	data, err := os.ReadFile(bpath)
+	if err != nil {
+		return false, nil
+	}
+	var have fingerprint
+	if err := json.Unmarshal(data, &have); err != nil {
+		return false, fmt.Errorf("%s: %w", bpath, err)
+	}
+	if d := diffFingerprints(have, fp); len(d) > 0 {
+		return false, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
+	}
+	return true, nil
+}
+
+// checkOnly refuses an output directory holding anything but ours (names,
+// a file being written counting as its final name): it is no build's.
+func checkOnly(out string, ents []os.DirEntry, ours map[string]bool) error {
+	for _, e := range ents {
+		if !ours[strings.TrimSuffix(e.Name(), manifest.PartialSuffix)] {
+			return fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
+		}
+	}
+	return nil
 }
 
 func writeJSONAtomic(faults atomicfile.Faults, path string, v any) error {

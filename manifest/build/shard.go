@@ -400,35 +400,23 @@ func readShardRecords(dir string) ([]*shardRecord, error) {
 	return out, nil
 }
 
-// prepareShard is prepareDir for a worker of a split build: the directory
-// may hold the other workers' files and records, all of the same build and
-// the same split; this worker removes only its own leftovers. finished
+// prepareShard is prepareDir for a worker of a split build, with the same
+// checks of a finished or unfinished build (existingManifest,
+// checkBuildRecord, checkOnly): the directory may also hold the other
+// workers' files and records, all of the same build and the same split;
+// this worker removes only its own leftovers. finished
 // reports a directory that already holds the assembled checkpoint (nothing
 // to do).
 func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, finished bool, err error) {
 	out := b.opt.Out
 	spec := b.opt.Shard
 	pdir := filepath.Join(out, manifest.PartialDir)
-	if data, err := os.ReadFile(filepath.Join(out, manifest.ManifestName)); err == nil {
-		old, err := manifest.DecodeManifest(data)
-		if err != nil {
-			return nil, false, fmt.Errorf("%s: %w (remove it or choose another output directory)", filepath.Join(out, manifest.ManifestName), err)
-		}
-		if d := diffFingerprints(fingerprintOf(old), fp); len(d) > 0 {
-			return nil, false, fmt.Errorf("%w: %s was built with a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
-		}
-		return nil, true, nil
+	if old, err := b.existingManifest(fp); err != nil || old != nil {
+		return nil, old != nil, err
 	}
-	started := false
-	if data, err := os.ReadFile(filepath.Join(pdir, buildRecordName)); err == nil {
-		var have fingerprint
-		if err := json.Unmarshal(data, &have); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", filepath.Join(pdir, buildRecordName), err)
-		}
-		if d := diffFingerprints(have, fp); len(d) > 0 {
-			return nil, false, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
-		}
-		started = true
+	started, err := checkBuildRecord(out, fp)
+	if err != nil {
+		return nil, false, err
 	}
 	others, err := readShardRecords(out)
 	if err != nil {
@@ -456,10 +444,8 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		if err != nil {
 			return nil, false, err
 		}
-		for _, e := range ents {
-			if !ours[strings.TrimSuffix(e.Name(), manifest.PartialSuffix)] {
-				return nil, false, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
-			}
+		if err := checkOnly(out, ents, ours); err != nil {
+			return nil, false, err
 		}
 	}
 	// Leftovers of this worker's interrupted writes.
