@@ -53,7 +53,12 @@ func printShards(e *env, sw *build.ShardWork) {
 	}
 	fmt.Fprintf(e.stdout, "  split            %d units over %d workers; estimated seconds (nominal kernel rates): largest worker %.4g, mean %.4g (%+.1f%%), largest unit %.4g; worker %d has %d units in %d MoE layers\n",
 		sw.Units, sw.Workers, sw.MaxSeconds, sw.MeanSeconds, 100*(sw.MaxSeconds/sw.MeanSeconds-1), sw.MaxUnitSeconds, sw.Worker, sw.WorkerUnits, sw.WorkerMoELayers)
+	fmt.Fprintf(e.stdout, "  memory per node  worker %d about %s (its largest unit: %s); every node at most %s (estimated at 128 × 2,048 calibration tokens and --workers in flight)\n",
+		sw.Worker, gib(sw.WorkerBytes), sw.WorkerBytesUnit, gib(sw.MaxWorkerBytes))
 }
+
+// gib spells a byte count in GiB.
+func gib(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 
 func runAssemble(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "assemble", "DIR|STORE [--workers N] [--json]")

@@ -494,3 +494,35 @@ func TestEvalSplitBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestShardDryRunMemory: gptq --dry-run --shard i/N prints what memory
+// worker i and every node need, and --json gives the same figures.
+func TestShardDryRunMemory(t *testing.T) {
+	_, model := builtinModel(t)
+	args := []string{"gptq", "--model", model, "--calib", "unused", "--dry-run", "--shard", "1/3", "--workers", "2"}
+	code, out, errs := runCLI(t, args...)
+	if code != exitOK || !strings.Contains(out, "memory per node  worker 1 about ") || !strings.Contains(out, "every node at most ") {
+		t.Fatalf("dry run: status %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, append(args, "--json")...)
+	if code != exitOK {
+		t.Fatalf("dry run --json: status %d\n%s", code, errs)
+	}
+	var doc struct {
+		Work struct {
+			Shards struct {
+				Worker          int    `json:"worker"`
+				WorkerBytes     int64  `json:"worker_bytes"`
+				WorkerBytesUnit string `json:"worker_bytes_unit"`
+				MaxWorkerBytes  int64  `json:"max_worker_bytes"`
+			} `json:"shards"`
+		} `json:"work"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := doc.Work.Shards
+	if s.Worker != 1 || s.WorkerBytes <= 0 || s.WorkerBytesUnit == "" || s.MaxWorkerBytes < s.WorkerBytes {
+		t.Errorf("work.shards %+v: want worker 1's estimate, its unit, and the largest at least as large", s)
+	}
+}

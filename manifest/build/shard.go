@@ -66,6 +66,7 @@ type shardUnit struct {
 	// shard), are its tensors.
 	parts []*storedTensor
 	cost  float64
+	mem   int64 // estimated peak bytes (unitMemory)
 }
 
 // unitTensors returns the tensors a unit produces.
@@ -216,8 +217,82 @@ func (b *builder) shardUnits() []shardUnit {
 	for k := range units {
 		slices.Sort(units[k].experts)
 		units[k].cost = b.unitCost(&units[k])
+		units[k].mem = b.unitMemory(&units[k])
 	}
 	return units
+}
+
+// The memory model of a unit, from the peak resident sets measured in
+// docs/projections.md ("Peak memory of a layer step", a GPTQ layer step at
+// hidden 2,048 and expert width 512): a fixed part (the runtime, the
+// layer's weights, routing and scratch) and a part per routed row of each
+// expert in flight (its gathered input rows, intermediates and Hessian
+// accumulation).
+const (
+	memFixedBytes   = 642 << 20
+	memRowBytes     = 22835 // 22.3 KiB per row at hidden 2,048
+	memMeasuredCols = 2048
+)
+
+// unitMemory estimates the peak bytes a worker holds while it produces
+// unit u, at the cost model's assumedCalibTokens calibration tokens and
+// BuildOptions.Workers experts (or files) in flight:
+//
+//   - an expert group of a MoE layer: the layer's MoE-input rows from the
+//     store (tokens × hidden float32), the fixed part, and per expert in
+//     flight its routed rows (tokens × top-k ÷ experts) at the measured
+//     bytes per row, scaled by hidden ÷ 2,048;
+//   - a dense unit with GPTQ matrices: the fixed part and, for its largest
+//     matrix, the site's rows (tokens × cols float32), its float64
+//     Hessian and the float32 weight; a down projection's input is
+//     computed from the gate and up outputs (two more tokens × cols);
+//   - a unit that rounds: each tensor in flight as float32 in and its
+//     encoded copy out (at most 2 × 4 bytes an element).
+//
+// It is an estimate for sizing nodes, comparable between units, not a
+// bound: the Go runtime's heap target (GOGC) adds to it.
+func (b *builder) unitMemory(u *shardUnit) int64 {
+	T := int64(assumedCalibTokens)
+	inflight := int64(max(1, b.opt.Workers))
+	ts := b.unitTensors(u)
+	if u.layer >= 0 && b.modelCfg != nil {
+		moe := b.modelCfg.MoE()
+		if moe.Experts > 0 && len(u.experts) > 0 {
+			rows := T * int64(moe.TopK) / int64(moe.Experts)
+			perRow := int64(memRowBytes) * int64(moe.Hidden) / memMeasuredCols
+			return T*int64(moe.Hidden)*4 + memFixedBytes + min(inflight, int64(len(u.experts)))*rows*perRow
+		}
+	}
+	var gptqMax, rtn []int64
+	for _, st := range ts {
+		elems := int64(1)
+		for _, d := range st.shape {
+			elems *= d
+		}
+		if st.method == manifest.MethodGPTQ && len(st.shape) == 2 {
+			_, r, c := manifest.MatDims(st.shape)
+			rows, cols := int64(r), int64(c)
+			m := T*cols*4 + cols*cols*8 + rows*cols*4
+			if r := model.Role(st.role); r == model.RoleSharedDown || r == model.RoleMLPDown {
+				m += 2 * T * cols * 4
+			}
+			gptqMax = append(gptqMax, m)
+			continue
+		}
+		rtn = append(rtn, 8*elems)
+	}
+	var m int64
+	if len(gptqMax) > 0 {
+		m = memFixedBytes + slices.Max(gptqMax)
+	}
+	// The largest tensors in flight at once.
+	slices.Sort(rtn)
+	slices.Reverse(rtn)
+	var r int64
+	for _, x := range rtn[:min(len(rtn), int(inflight))] {
+		r += x
+	}
+	return max(m, r)
 }
 
 // unitCost is the estimated seconds of one unit.
@@ -265,6 +340,15 @@ type ShardWork struct {
 	// WorkerMoELayers is the number of MoE layers whose calibration
 	// inputs this worker loads (one process loads every layer's).
 	WorkerMoELayers int `json:"worker_moe_layers"`
+	// WorkerBytes is the estimated peak memory of this worker: its
+	// largest unit's (the units run one after another; see unitMemory),
+	// WorkerBytesUnit that unit; MaxWorkerBytes is the largest over all
+	// workers, what every node of the split must have. The estimate
+	// assumes 128 × 2,048 calibration tokens and BuildOptions.Workers
+	// experts or files in flight.
+	WorkerBytes     int64  `json:"worker_bytes"`
+	WorkerBytesUnit string `json:"worker_bytes_unit,omitempty"`
+	MaxWorkerBytes  int64  `json:"max_worker_bytes"`
 }
 
 // partition assigns the units to the workers of opt.Shard.
@@ -295,8 +379,14 @@ func (b *builder) partition() ([]shardUnit, [][]int, *ShardWork, error) {
 		if units[k].layer >= 0 {
 			layers[units[k].layer] = true
 		}
+		if units[k].mem > sw.WorkerBytes {
+			sw.WorkerBytes, sw.WorkerBytesUnit = units[k].mem, units[k].name
+		}
 	}
 	sw.WorkerMoELayers = len(layers)
+	for _, u := range units {
+		sw.MaxWorkerBytes = max(sw.MaxWorkerBytes, u.mem)
+	}
 	return units, asg, sw, nil
 }
 

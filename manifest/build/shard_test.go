@@ -90,3 +90,46 @@ func TestAssembleEmptyDirectory(t *testing.T) {
 		t.Errorf("empty directory: %v", err)
 	}
 }
+
+// TestShardMemoryEstimate: the dry run of a split store GPTQ of the 35B
+// replica reports each worker's memory: for a worker whose largest unit is
+// an expert group, the layer's MoE-input rows (262,144 × 2,048 float32 =
+// 2 GiB), the fixed 642 MiB and 8,192 routed rows × 22.3 KiB per expert in
+// flight (docs/projections.md) — about 3.0 GiB with 2 in flight, 8.2 GiB
+// with 32 — the same for 8 and 64 workers while a unit has at least as
+// many experts as are in flight, and less when it has fewer (64 workers:
+// 16 experts a unit). Every worker reports the same largest need.
+func TestShardMemoryEstimate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "replica")
+	if err := testmodel.WriteReplica35B(dir); err != nil {
+		t.Fatal(err)
+	}
+	moe := func(inflight int64) int64 { return 262144*2048*4 + 642<<20 + inflight*8192*22835 }
+	for _, c := range []struct {
+		n, workers int
+		want       int64
+	}{
+		{8, 2, moe(2)}, {64, 2, moe(2)}, {8, 32, moe(32)}, {64, 32, moe(16)},
+	} {
+		var maxAll int64
+		for _, i := range []int{0, c.n - 1} {
+			res, err := GPTQ(context.Background(), BuildOptions{Source: dir, Plan: preset(t), DryRun: true, Workers: c.workers, Shard: shard.Spec{Index: i, Count: c.n}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw := res.Work.Shards
+			t.Logf("%d workers, --workers %d: worker %d needs %.2f GiB (%s), every worker at most %.2f GiB",
+				c.n, c.workers, i, float64(sw.WorkerBytes)/(1<<30), sw.WorkerBytesUnit, float64(sw.MaxWorkerBytes)/(1<<30))
+			if !strings.Contains(sw.WorkerBytesUnit, "expert group") {
+				t.Errorf("%d workers, worker %d: the largest unit is %s, want an expert group", c.n, i, sw.WorkerBytesUnit)
+			}
+			if sw.WorkerBytes != c.want {
+				t.Errorf("%d workers, --workers %d, worker %d: %d bytes, want %d", c.n, c.workers, i, sw.WorkerBytes, c.want)
+			}
+			if sw.MaxWorkerBytes < sw.WorkerBytes || (maxAll != 0 && sw.MaxWorkerBytes != maxAll) {
+				t.Errorf("%d workers, worker %d: largest need %d, its own %d, worker 0's largest %d", c.n, i, sw.MaxWorkerBytes, sw.WorkerBytes, maxAll)
+			}
+			maxAll = sw.MaxWorkerBytes
+		}
+	}
+}
