@@ -16,7 +16,6 @@ import (
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
-	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -459,32 +458,25 @@ func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembl
 			}
 			return &StoreAssembly{Store: st, AlreadyComplete: true}, nil
 		}
-		return nil, fmt.Errorf("%w: %s holds no records of a split store build (run the workers with --shard first)", shard.ErrAssemble, dir)
 	}
-	n := recs[0].Count
-	for _, r := range recs {
-		if r.Count != n {
-			return nil, fmt.Errorf("%w: %s holds workers of a split into %d (worker %s) and into %d (worker %s)", shard.ErrAssemble, dir, n, recs[0].Shard, r.Count, r.Shard)
-		}
+	ws := make([]shard.Worker, len(recs))
+	for i, r := range recs {
+		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done}
 	}
-	for i := 0; i < n; i++ {
-		l, err := LockStoreWorker(dir, shard.Spec{Index: i, Count: n})
+	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, StorePartialDir), func(s shard.Spec) (func(), error) {
+		l, err := LockStoreWorker(dir, s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: worker %d/%d: %w", shard.ErrAssemble, i, n, err)
+			return nil, err
 		}
-		defer l.Release()
+		return func() { l.Release() }, nil
+	})
+	defer release()
+	if err != nil {
+		return nil, err
 	}
 	byIndex := map[int]*storeWorkerRecord{}
 	for _, r := range recs {
 		byIndex[r.Index] = r
-	}
-	for i := 0; i < n; i++ {
-		switch r := byIndex[i]; {
-		case r == nil:
-			return nil, fmt.Errorf("%w: worker %d/%d has not run (no record in %s)", shard.ErrAssemble, i, n, filepath.Join(dir, StorePartialDir))
-		case !r.Done:
-			return nil, fmt.Errorf("%w: worker %d/%d has not finished its units (run it again: it resumes)", shard.ErrAssemble, i, n)
-		}
 	}
 	first := byIndex[0]
 	for i := 1; i < n; i++ {
@@ -617,40 +609,18 @@ func gatherParts(dir string, byIndex map[int]*storeWorkerRecord, n int) (*assemb
 
 // verify hashes every part and the sequences file against their records.
 func (a *assembly) verify(ctx context.Context, dir string, first *storeWorkerRecord, workers int) error {
-	type item struct {
-		what, file string
-		size       int64
-		sum        string
-	}
-	var items []item
 	if first.Sequences == nil || first.Sequences.File != StoreSequencesName {
 		return fmt.Errorf("%w: worker 0/%d's record lists no %s", shard.ErrAssemble, first.Count, StoreSequencesName)
 	}
-	items = append(items, item{what: "worker 0's file " + StoreSequencesName, file: StoreSequencesName, size: first.Sequences.Size, sum: first.Sequences.SHA256})
+	files := []shard.Expected{{What: "worker 0's file " + StoreSequencesName, Path: filepath.Join(dir, StoreSequencesName), Size: first.Sequences.Size, SHA256: first.Sequences.SHA256}}
 	for _, si := range a.sites {
 		rb := int64(si.Cols) * dtypeBytes(si.DType)
 		for _, sh := range a.parts[siteKey(si)] {
-			items = append(items, item{what: fmt.Sprintf("unit %s: part %s", a.unit[sh.File], sh.File), file: sh.File, size: sh.Tokens * rb, sum: sh.SHA256})
+			files = append(files, shard.Expected{What: fmt.Sprintf("unit %s: part %s", a.unit[sh.File], sh.File),
+				Path: filepath.Join(dir, filepath.FromSlash(sh.File)), Size: sh.Tokens * rb, SHA256: sh.SHA256})
 		}
 	}
-	errs := make([]error, len(items))
-	_ = par.For(ctx, len(items), max(1, workers), func(k int) error {
-		it := items[k]
-		n, sum, err := atomicfile.HashFile(filepath.Join(dir, filepath.FromSlash(it.file)))
-		switch {
-		case err != nil:
-			errs[k] = fmt.Errorf("%w: %s: %w", shard.ErrAssemble, it.what, err)
-		case n != it.size:
-			errs[k] = fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", shard.ErrAssemble, it.what, n, it.size, shard.ErrUnitDamaged)
-		case sum != it.sum:
-			errs[k] = fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", shard.ErrAssemble, it.what, sum, it.sum, shard.ErrUnitDamaged)
-		}
-		return nil
-	})
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return errors.Join(slices.DeleteFunc(errs, func(e error) bool { return e == nil })...)
+	return shard.Verify(ctx, files, workers, func(_ context.Context, path string) (int64, string, error) { return atomicfile.HashFile(path) })
 }
 
 func dtypeBytes(dt string) int64 {

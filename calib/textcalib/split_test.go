@@ -10,12 +10,12 @@ import (
 	"github.com/ttquant/ttquant/internal/shard"
 )
 
-// TestSplitBuildByteIdentical: a store built by 2 and 3 workers (run one
-// after the other here; the command's tests run them at once) and
+// TestSplitBuildByteIdentical: a store built by 2, 3 and 7 workers (run
+// one after the other here; the command's tests run them at once) and
 // assembled is the single process's, byte for byte, when the shard files
 // are not aligned with the workers' units: 20-row shards of a 128-wide
 // site over sequences of 32 tokens, and the MTP layer's 31 rows a
-// sequence.
+// sequence. Of 7 workers over 5 sequences, two have none.
 func TestSplitBuildByteIdentical(t *testing.T) {
 	opts := func(out string) Options {
 		opt := trainedOptions(t, out, 5, 32)
@@ -43,7 +43,7 @@ func TestSplitBuildByteIdentical(t *testing.T) {
 		t.Fatal("no shard crosses a sequence boundary: the test checks nothing the units make hard")
 	}
 	want := tree(t, whole)
-	for _, n := range []int{2, 3} {
+	for _, n := range []int{2, 3, 7} {
 		dir := filepath.Join(t.TempDir(), fmt.Sprintf("split-%d", n))
 		for i := range n {
 			opt := opts(dir)
@@ -54,6 +54,10 @@ func TestSplitBuildByteIdentical(t *testing.T) {
 			}
 			if r.Store != nil || r.Split == nil || r.Split.Units != 5 {
 				t.Fatalf("worker %d/%d: result %+v, want a share of 5 units and no store", i, n, r)
+			}
+			// With 7 workers, two have no sequence: they only record that.
+			if idle := i >= 5; idle != (r.Split.Sequences == 0) {
+				t.Errorf("worker %d/%d has %d sequences", i, n, r.Split.Sequences)
 			}
 		}
 		a, err := calib.AssembleStore(context.Background(), calib.StoreAssembleOptions{Dir: dir})

@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"internal/model":      {"safetensors"},
 	"internal/testmodel":  {"safetensors", "internal/rng", "internal/atomicfile"},
 	"gptq":                {"bfp", "internal/kernels"},
-	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock", "internal/par"},
+	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock"},
 	"internal/atomicfile": {},
 	"internal/par":        {},
 	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},

@@ -12,11 +12,13 @@ package shard
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // MaxCount bounds the number of workers a Spec may name.
@@ -296,4 +298,111 @@ func CheckClaims(units []Planned, n int, claims func(worker int) []string, noun 
 		}
 	}
 	return unitOf, nil
+}
+
+// Worker is what CheckWorkers needs of one worker's record of a split run:
+// which worker of how many it is, and whether it has finished.
+type Worker struct {
+	Index, Count int
+	Done         bool
+}
+
+// CheckWorkers checks the records of a split run before its assembly
+// (where names the place that holds them, for the errors): all of one
+// worker count n; then it holds every worker's lock (lock(s) takes worker
+// s's, failing while that worker runs; release frees them all, also on
+// error) and requires a finished record of every worker 0 … n−1. Each
+// refusal wraps ErrAssemble and names the worker.
+func CheckWorkers(recs []Worker, where string, lock func(Spec) (unlock func(), err error)) (n int, release func(), err error) {
+	var held []func()
+	release = func() {
+		for _, u := range held {
+			u()
+		}
+	}
+	if len(recs) == 0 {
+		return 0, release, fmt.Errorf("%w: %s holds no records of a split run (run the workers with --shard first)", ErrAssemble, where)
+	}
+	n = recs[0].Count
+	for _, r := range recs {
+		if r.Count != n {
+			return 0, release, fmt.Errorf("%w: %s holds workers of a split into %d (worker %d/%d) and into %d (worker %d/%d)", ErrAssemble, where, n, recs[0].Index, n, r.Count, r.Index, r.Count)
+		}
+	}
+	// Every worker's lock: a worker still running, or started now, would
+	// change the files under the check.
+	for i := 0; i < n; i++ {
+		u, err := lock(Spec{Index: i, Count: n})
+		if err != nil {
+			return 0, release, fmt.Errorf("%w: worker %d/%d: %w", ErrAssemble, i, n, err)
+		}
+		held = append(held, u)
+	}
+	done := make([]int, n) // 0: no record, 1: unfinished, 2: finished
+	for _, r := range recs {
+		if r.Index >= 0 && r.Index < n {
+			done[r.Index] = max(done[r.Index], 1)
+			if r.Done {
+				done[r.Index] = 2
+			}
+		}
+	}
+	for i, d := range done {
+		switch d {
+		case 0:
+			return 0, release, fmt.Errorf("%w: worker %d/%d has not run (no record in %s)", ErrAssemble, i, n, where)
+		case 1:
+			return 0, release, fmt.Errorf("%w: worker %d/%d has not finished its units (run it again: it resumes)", ErrAssemble, i, n)
+		}
+	}
+	return n, release, nil
+}
+
+// Expected is a file a worker's record lists: what it is (for the errors,
+// e.g. "unit layer 3 expert group 2: file F"), its path, and the size and
+// sha256 recorded.
+type Expected struct {
+	What, Path string
+	Size       int64
+	SHA256     string
+}
+
+// Verify hashes every file (hash, at most workers at once) and refuses the
+// first one, in order, that cannot be read or whose size or sha256 is not
+// the one recorded; a file that differs wraps ErrUnitDamaged, every
+// refusal ErrAssemble.
+func Verify(ctx context.Context, files []Expected, workers int, hash func(ctx context.Context, path string) (int64, string, error)) error {
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, max(1, workers))
+	var wg sync.WaitGroup
+	for k := range files {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f := files[k]
+			n, sum, err := hash(ctx, f.Path)
+			switch {
+			case err != nil:
+				errs[k] = fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
+			case n != f.Size:
+				errs[k] = fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
+			case sum != f.SHA256:
+				errs[k] = fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }

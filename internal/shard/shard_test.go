@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -165,5 +166,108 @@ func TestPartitionRefusesBadCosts(t *testing.T) {
 	}
 	if _, err := Partition([]float64{1}, 0); err == nil {
 		t.Error("0 workers accepted")
+	}
+}
+
+// TestCheckClaims: every planned output claimed once by its unit's worker
+// passes; an output of no unit, one claimed twice, one claimed by another
+// worker than its unit's, and one claimed by nobody are each refused,
+// naming the unit, the output and the workers.
+func TestCheckClaims(t *testing.T) {
+	units := []Planned{{Name: "a", Worker: 0, Outputs: []string{"a1", "a2"}}, {Name: "b", Worker: 1, Outputs: []string{"b1"}}}
+	claims := func(c ...[]string) func(int) []string { return func(w int) []string { return c[w] } }
+	if got, err := CheckClaims(units, 2, claims([]string{"a2", "a1"}, []string{"b1"}), "file"); err != nil || got["b1"].Name != "b" || got["a1"].Name != "a" {
+		t.Fatalf("a complete split: %v, %v", got, err)
+	}
+	for _, c := range []struct {
+		name   string
+		claims func(int) []string
+		want   string
+	}{
+		{"foreign", claims([]string{"a1", "a2", "x"}, []string{"b1"}), "worker 0/2 produced x, which is no file of this build (a unit of another plan?)"},
+		{"twice", claims([]string{"a1", "a2"}, []string{"b1", "a1"}), "unit a (file a1) is produced by worker 0/2 and by worker 1/2"},
+		{"wrong worker", claims([]string{"a1", "a2", "b1"}, nil), "unit b (file b1) is in worker 0/2's record, but the partition gives it to worker 1/2"},
+		{"missing", claims([]string{"a1"}, []string{"b1"}), "unit a (file a2, worker 0/2) is missing"},
+	} {
+		if _, err := CheckClaims(units, 2, c.claims, "file"); err == nil || err.Error() != c.want {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestCheckWorkers: finished records of every worker pass with every lock
+// taken and released; no records, mixed counts, a lock held elsewhere, a
+// missing and an unfinished worker are refused as ErrAssemble, naming the
+// worker, and every lock taken is released.
+func TestCheckWorkers(t *testing.T) {
+	held := map[int]bool{}
+	busy := -1
+	lock := func(s Spec) (func(), error) {
+		if s.Index == busy {
+			return nil, errors.New("held by process 42")
+		}
+		held[s.Index] = true
+		return func() { delete(held, s.Index) }, nil
+	}
+	all := []Worker{{0, 3, true}, {1, 3, true}, {2, 3, true}}
+	n, release, err := CheckWorkers(all, "dir", lock)
+	if err != nil || n != 3 || len(held) != 3 {
+		t.Fatalf("three finished workers: n %d, %v, %d locks held", n, err, len(held))
+	}
+	release()
+	if len(held) != 0 {
+		t.Fatalf("%d locks left after release", len(held))
+	}
+	for _, c := range []struct {
+		name string
+		recs []Worker
+		busy int
+		want string
+	}{
+		{"none", nil, -1, "dir holds no records"},
+		{"mixed counts", []Worker{{0, 3, true}, {1, 4, true}}, -1, "a split into 3 (worker 0/3) and into 4 (worker 1/4)"},
+		{"running", all, 1, "worker 1/3: held by process 42"},
+		{"missing", []Worker{{0, 3, true}, {2, 3, true}}, -1, "worker 1/3 has not run (no record in dir)"},
+		{"unfinished", []Worker{{0, 3, true}, {1, 3, false}, {2, 3, true}}, -1, "worker 1/3 has not finished"},
+	} {
+		busy = c.busy
+		_, release, err := CheckWorkers(c.recs, "dir", lock)
+		release()
+		if !errors.Is(err, ErrAssemble) || !strings.Contains(err.Error(), c.want) || len(held) != 0 {
+			t.Errorf("%s: %v (%d locks left), want ErrAssemble saying %q", c.name, err, len(held), c.want)
+		}
+	}
+}
+
+// TestVerify: files of the recorded size and sha256 pass; an unreadable
+// file, one of another size and one of another sha256 are refused, the
+// first in order, the two that differ as ErrUnitDamaged.
+func TestVerify(t *testing.T) {
+	hashes := map[string][2]any{"a": {int64(3), "aaa"}, "b": {int64(4), "bbb"}}
+	hash := func(_ context.Context, p string) (int64, string, error) {
+		h, ok := hashes[p]
+		if !ok {
+			return 0, "", errors.New("no such file")
+		}
+		return h[0].(int64), h[1].(string), nil
+	}
+	ok := []Expected{{"unit a: file a", "a", 3, "aaa"}, {"unit b: file b", "b", 4, "bbb"}}
+	if err := Verify(context.Background(), ok, 2, hash); err != nil {
+		t.Fatalf("matching files: %v", err)
+	}
+	for _, c := range []struct {
+		name    string
+		files   []Expected
+		want    string
+		damaged bool
+	}{
+		{"missing", []Expected{ok[0], {"unit c: file c", "c", 1, "c"}}, "unit c: file c: no such file", false},
+		{"size", []Expected{ok[0], {"unit b: file b", "b", 10, "bbb"}}, "unit b: file b is 4 bytes, its record says 10 (truncated or overwritten)", true},
+		{"hash", []Expected{{"unit a: file a", "a", 3, "abc"}, {"unit b: file b", "b", 10, "bbb"}}, "unit a: file a has sha256 aaa", true},
+	} {
+		err := Verify(context.Background(), c.files, 1, hash)
+		if !errors.Is(err, ErrAssemble) || errors.Is(err, ErrUnitDamaged) != c.damaged || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrAssemble saying %q (damaged %v)", c.name, err, c.want, c.damaged)
+		}
 	}
 }

@@ -710,22 +710,21 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 			id := manifest.Identity(data)
 			return &BuildResult{Dir: dir, Identity: id, CacheKey: manifest.CacheKey(id), Files: len(m.Files) + 1, Tensors: len(m.Tensors), AlreadyComplete: true, Manifest: m}, nil
 		}
-		return nil, fmt.Errorf("%w: %s holds no records of a split build (run the workers with --shard first)", ErrAssemble, dir)
 	}
-	n := recs[0].Count
-	for _, r := range recs {
-		if r.Count != n {
-			return nil, fmt.Errorf("%w: %s holds workers of a split into %d (worker %s) and into %d (worker %s)", ErrAssemble, dir, n, recs[0].Shard, r.Count, r.Shard)
-		}
+	ws := make([]shard.Worker, len(recs))
+	for i, r := range recs {
+		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done && r.Head != nil}
 	}
-	// Hold every worker's lock: a worker still running, or started now,
-	// would change the files under the check.
-	for i := 0; i < n; i++ {
-		l, err := shardLock(dir, shard.Spec{Index: i, Count: n})
+	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, manifest.PartialDir), func(s shard.Spec) (func(), error) {
+		l, err := shardLock(dir, s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: worker %d/%d: %w", ErrAssemble, i, n, err)
+			return nil, err
 		}
-		defer l.Release()
+		return func() { l.Release() }, nil
+	})
+	defer release()
+	if err != nil {
+		return nil, err
 	}
 	byIndex, err := agreeingWorkers(dir, recs, n)
 	if err != nil {
@@ -787,35 +786,17 @@ func sameJSON(a, b any) bool {
 var ErrUnitDamaged = shard.ErrUnitDamaged
 
 // verifyFiles hashes every file of want (data, config and part files)
-// against its record.
+// against its record (shard.Verify).
 func verifyFiles(ctx context.Context, dir string, want []manifest.FileEntry, unitOf map[string]unitRef, workers int) error {
-	errs := make([]error, len(want))
-	_ = par.For(ctx, len(want), workers, func(k int) error {
-		f := want[k]
+	files := make([]shard.Expected, len(want))
+	for k, f := range want {
 		what := "config file " + f.Name
 		if u, ok := unitOf[f.Name]; ok {
 			what = fmt.Sprintf("unit %s: file %s", u.Name, f.Name)
 		}
-		n, sum, err := manifest.HashFileContext(ctx, filepath.Join(dir, f.Name))
-		switch {
-		case err != nil:
-			errs[k] = fmt.Errorf("%w: %s: %w", ErrAssemble, what, err)
-		case n != f.Size:
-			errs[k] = fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, what, n, f.Size, ErrUnitDamaged)
-		case sum != f.SHA256:
-			errs[k] = fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, what, sum, f.SHA256, ErrUnitDamaged)
-		}
-		return nil
-	})
-	if err := ctx.Err(); err != nil {
-		return err
+		files[k] = shard.Expected{What: what, Path: filepath.Join(dir, f.Name), Size: f.Size, SHA256: f.SHA256}
 	}
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
+	return shard.Verify(ctx, files, workers, manifest.HashFileContext)
 }
 
 // writeSplitFile writes a dense shard of a split build from its header and
@@ -902,21 +883,14 @@ func joinLayerParts(parts []manifest.LayerStats) []manifest.LayerStats {
 	return out
 }
 
-// agreeingWorkers indexes the records of a split into n by worker and
-// checks that every worker has run, finished, and built the same thing as
-// worker 0 (tool, source, plan, options, data, partition).
+// agreeingWorkers indexes the records of a split into n by worker (every
+// worker's finished record is there: shard.CheckWorkers) and checks that
+// every worker built the same thing as worker 0 (tool, source, plan,
+// options, data, partition).
 func agreeingWorkers(dir string, recs []*shardRecord, n int) (map[int]*shardRecord, error) {
 	byIndex := map[int]*shardRecord{}
 	for _, r := range recs {
 		byIndex[r.Index] = r
-	}
-	for i := 0; i < n; i++ {
-		switch r := byIndex[i]; {
-		case r == nil:
-			return nil, fmt.Errorf("%w: worker %d/%d has not run (no record in %s)", ErrAssemble, i, n, filepath.Join(dir, manifest.PartialDir))
-		case !r.Done || r.Head == nil:
-			return nil, fmt.Errorf("%w: worker %d/%d has not finished its units (run it again: it resumes)", ErrAssemble, i, n)
-		}
 	}
 	first := byIndex[0]
 	for i := 1; i < n; i++ {
