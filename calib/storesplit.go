@@ -379,7 +379,7 @@ func (r *storeWorkerRecord) differences(o *storeWorkerRecord) []string {
 		d = append(d, "source model")
 	}
 	if p.Sequences != q.Sequences || p.Tokens != q.Tokens || p.TokenIDsSHA256 != q.TokenIDsSHA256 || !slices.Equal(r.SequenceLengths, o.SequenceLengths) ||
-		!bytes.Equal(compactJSON(p.Data), compactJSON(q.Data)) || p.Synthetic != q.Synthetic || p.Revision == "" && q.Revision != "" {
+		!bytes.Equal(compactJSON(p.Data), compactJSON(q.Data)) || p.Synthetic != q.Synthetic {
 		d = append(d, "calibration data")
 	}
 	if r.DType != o.DType || r.ShardBytes != o.ShardBytes {
@@ -389,7 +389,7 @@ func (r *storeWorkerRecord) differences(o *storeWorkerRecord) []string {
 		// said once above when they differ.
 		d = append(d, "build option")
 	}
-	if len(d) == 0 && (r.Count == o.Count) {
+	if len(d) == 0 {
 		a, _ := json.Marshal(r.Units)
 		b, _ := json.Marshal(o.Units)
 		if !bytes.Equal(a, b) {
