@@ -255,6 +255,9 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 		}
 		w.Abort()
 		switch {
+		case errors.Is(err, errDamaged) && split:
+			// The other workers' files are not this worker's to remove.
+			err = fmt.Errorf("%w; worker %s's unfinished share in %s cannot be resumed: remove %s to start it over", err, opt.Shard, pdir, pdir)
 		case errors.Is(err, errDamaged):
 			err = fmt.Errorf("%w; the unfinished build in %s cannot be resumed: remove %s to start over", err, opt.Out, opt.Out)
 		case split:
