@@ -499,7 +499,7 @@ func TestEvalSplitBitIdentical(t *testing.T) {
 // worker i and every node need, and --json gives the same figures.
 func TestShardDryRunMemory(t *testing.T) {
 	_, model := builtinModel(t)
-	args := []string{"gptq", "--model", model, "--calib", "unused", "--dry-run", "--shard", "1/3", "--workers", "2"}
+	args := []string{"gptq", "--model", model, "--calib", "unused", "--dry-run", "--estimate", "0", "--shard", "1/3", "--workers", "2"}
 	code, out, errs := runCLI(t, args...)
 	if code != exitOK || !strings.Contains(out, "memory per node  worker 1 about ") || !strings.Contains(out, "every node at most ") {
 		t.Fatalf("dry run: status %d\n%s\n%s", code, out, errs)
