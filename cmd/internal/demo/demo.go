@@ -37,8 +37,9 @@ type Options struct {
 	// Tool identifies the program recorded in the checkpoints' manifests
 	// (build.BuildOptions.Tool).
 	Tool manifest.ToolInfo
-	// Progress receives build progress; Log one line per step.
-	Progress func(build.ProgressEvent)
+	// Progress receives the command's progress (one measure, one ETA for
+	// every step); Log one line per step.
+	Progress func(Progress)
 	Log      func(msg string)
 	// Calibration: Sequences × SeqLen tokens of the calibration text
 	// (default 48 × 512), the last HeldOut sequences (default 8) kept out
@@ -179,20 +180,24 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		EvalFraction: dataset.DefaultEvalFraction, Seed: 1, Workers: opt.Workers,
 	}
 	res := &Result{Model: builtin.Name}
+	m := newMeter(&opt)
 
 	opt.log("sequential GPTQ, asymmetric fit: %d × %d tokens of %s, %d sequences held out", opt.Sequences, opt.SeqLen, builtin.CalibText, opt.HeldOut)
+	m.begin(stepGPTQ)
 	gdir := filepath.Join(root, "gptq")
-	g, err := build.GPTQ(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress,
+	g, err := build.GPTQ(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: m.build,
 		Data: calibSpec, DataOptions: dopt, Layers: "experts", HeldOutSequences: opt.HeldOut, Asymmetric: true})
 	if err != nil {
 		return nil, fmt.Errorf("sequential GPTQ: %w", err)
 	}
 	opt.log("round to nearest with the same plan")
+	m.begin(stepRTN)
 	rdir := filepath.Join(root, "rtn")
-	r, err := build.Convert(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress})
+	r, err := build.Convert(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: m.build})
 	if err != nil {
 		return nil, fmt.Errorf("round to nearest: %w", err)
 	}
+	m.begin(stepVerify)
 	for _, c := range []struct {
 		label string
 		dir   string
@@ -233,6 +238,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 
 	opt.log("evaluate: %d × %d tokens of %s against the BF16 model", opt.EvalSequences, opt.EvalSeqLen, builtin.EvalText)
+	m.begin(stepEval)
 	evalSpec, err := dataset.ParseSpec("eval=" + filepath.Join(src, builtin.EvalText))
 	if err != nil {
 		return nil, err
@@ -245,10 +251,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	rep, err := harness.Run(ctx, harness.Options{Model: src, Checkpoints: []string{rdir, gdir}, Labels: []string{"RTN", "GPTQ"},
 		// The overlap with the calibration text is checked against the
 		// fingerprint the GPTQ checkpoint's manifest records.
-		Data: evalSpec, DataOptions: eopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log})
+		Data: evalSpec, DataOptions: eopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log, Progress: m.eval})
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
+	m.done()
 	res.Eval = rep
 	res.Reading, res.Ranked = reading(rep)
 	if opt.Out != "" {
