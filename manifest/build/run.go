@@ -158,6 +158,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 				ErrNonFinite, out, len(old.TTQuant.NonFinite), old.TTQuant.NonFinite[0])
 		}
 		recs = recordsOf(old)
+		if err := b.checkDisk(recs); err != nil {
+			return nil, err
+		}
 		for name, r := range recs {
 			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
 				return nil, err
@@ -205,6 +208,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			}
 			recs[r.File.Name] = &r
 		}
+		if err := b.checkDisk(recs); err != nil {
+			return nil, err
+		}
 	} else {
 		ents, err := os.ReadDir(out)
 		if err != nil {
@@ -217,6 +223,9 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			if e.Name() != manifest.PartialDir && e.Name() != fslock.Name {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
+		}
+		if err := b.checkDisk(recs); err != nil {
+			return nil, err
 		}
 		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
 			return nil, err

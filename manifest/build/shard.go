@@ -488,6 +488,9 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		os.Remove(partPath(out, st.name) + manifest.PartialSuffix)
 		os.Remove(partPath(out, st.name) + ".json" + manifest.PartialSuffix)
 	}
+	if err := b.checkDisk(recs); err != nil {
+		return nil, false, err
+	}
 	if err := writeJSONAtomic(b.opt.Faults, rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
 		return nil, false, err
 	}
