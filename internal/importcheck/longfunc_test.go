@@ -23,10 +23,7 @@ const maxFuncLines = 100
 var toSplit = map[string]bool{
 	"calib/textcalib/textcalib.go:Build":    true,
 	"cmd/ttquant/calib.go:runCalibQuantize": true,
-	"cmd/ttquant/compare.go:runCompare":     true,
-	"cmd/ttquant/eval.go:runEval":           true,
 	"cmd/ttquant/gptq.go:runGPTQ":           true,
-	"cmd/ttquant/run.go:runRun":             true,
 	"cmd/ttquant/select.go:runSelect":       true,
 	"emulator/eval/harness/harness.go:Run":  true,
 	"gptq/solver.go:run":                    true,

@@ -190,23 +190,8 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if d := diffFingerprints(have, fp); len(d) > 0 {
 			return nil, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
 		}
-		ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
-		if err != nil {
+		if recs, err = readFileRecords(out); err != nil {
 			return nil, err
-		}
-		for _, e := range ents {
-			if e.Name() == buildRecordName || !strings.HasSuffix(e.Name(), ".json") {
-				continue
-			}
-			data, err := os.ReadFile(filepath.Join(out, manifest.PartialDir, e.Name()))
-			if err != nil {
-				return nil, err
-			}
-			var r fileRecord
-			if json.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
-				continue // a damaged record: the file is redone
-			}
-			recs[r.File.Name] = &r
 		}
 		if err := b.checkDisk(recs); err != nil {
 			return nil, err
@@ -238,6 +223,31 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		}
 		return nil
 	})
+	return recs, nil
+}
+
+// readFileRecords reads the records of the files an unfinished build in
+// out finished; a damaged record is left out (its file is redone).
+func readFileRecords(out string) (map[string]*fileRecord, error) {
+	ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
+	if err != nil {
+		return nil, err
+	}
+	recs := map[string]*fileRecord{}
+	for _, e := range ents {
+		if e.Name() == buildRecordName || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(out, manifest.PartialDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r fileRecord
+		if json.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
+			continue
+		}
+		recs[r.File.Name] = &r
+	}
 	return recs, nil
 }
 
