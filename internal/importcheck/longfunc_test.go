@@ -27,7 +27,6 @@ var toSplit = map[string]bool{
 	"cmd/ttquant/select.go:runSelect":       true,
 	"emulator/eval/harness/harness.go:Run":  true,
 	"gptq/solver.go:run":                    true,
-	"cmd/internal/demo/demo.go:Run":         true,
 	"manifest/build/build.go:build":         true,
 	"manifest/build/run.go:run":             true,
 	"manifest/build/sequential.go:run":      true,
@@ -35,7 +34,6 @@ var toSplit = map[string]bool{
 	"manifest/ttnn/export.go:planGroup":     true,
 	"manifest/ttnn/export.go:Export":        true,
 	"manifest/ttnn/fb.go:buildFlatBuffer":   true,
-	"manifest/verify.go:Verify":             true,
 	"manifest/verify.go:checkSchema":        true,
 }
 

@@ -214,25 +214,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		res.Checkpoints = append(res.Checkpoints, ck)
 	}
-	for _, l := range g.Manifest.TTQuant.Layers {
-		if l.HeldOutTokens == 0 {
-			continue
-		}
-		dl := Layer{Layer: l.Layer, CalibTokens: l.CalibTokens, HeldOutTokens: l.HeldOutTokens, Starved: len(l.Starved), StreamRelMSE: l.HeldOutStreamRelMSE}
-		if l.RefMeanSquare > 0 {
-			dl.GPTQRelErr = l.HeldOutMSE / l.RefMeanSquare
-			dl.RTNRelErr = l.HeldOutRTNMSE / l.RefMeanSquare
-		}
-		if l.HeldOutRTNMSE > 0 {
-			dl.Ratio = l.HeldOutMSE / l.HeldOutRTNMSE
-		}
-		res.Layers = append(res.Layers, dl)
-	}
-	for _, m := range g.Manifest.TTQuant.Matrices {
-		if m.Fallback != "" {
-			res.Fallbacks = append(res.Fallbacks, m)
-		}
-	}
+	res.Layers, res.Fallbacks = heldOut(g.Manifest)
 	if !res.OK() {
 		return res, nil // the caller reports the failed checks
 	}
@@ -264,6 +246,31 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// heldOut is the per-layer table of the GPTQ build's manifest (the layers
+// with held-out tokens) and its matrices that fell back.
+func heldOut(m *manifest.Manifest) (layers []Layer, fallbacks []manifest.MatrixStats) {
+	for _, l := range m.TTQuant.Layers {
+		if l.HeldOutTokens == 0 {
+			continue
+		}
+		dl := Layer{Layer: l.Layer, CalibTokens: l.CalibTokens, HeldOutTokens: l.HeldOutTokens, Starved: len(l.Starved), StreamRelMSE: l.HeldOutStreamRelMSE}
+		if l.RefMeanSquare > 0 {
+			dl.GPTQRelErr = l.HeldOutMSE / l.RefMeanSquare
+			dl.RTNRelErr = l.HeldOutRTNMSE / l.RefMeanSquare
+		}
+		if l.HeldOutRTNMSE > 0 {
+			dl.Ratio = l.HeldOutMSE / l.HeldOutRTNMSE
+		}
+		layers = append(layers, dl)
+	}
+	for _, ms := range m.TTQuant.Matrices {
+		if ms.Fallback != "" {
+			fallbacks = append(fallbacks, ms)
+		}
+	}
+	return layers, fallbacks
 }
 
 // pictures writes layers.svg (per layer: the held-out MoE block error of
