@@ -185,6 +185,12 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, fmt.Errorf("%s: %w", bpath, err)
 		}
 		if d := diffFingerprints(have, fp); len(d) > 0 {
+			if have.Calibration != fp.Calibration && b.seq != nil {
+				// The walk's own record says what changed in the text.
+				if c := b.seq.changed(); len(c) > 0 {
+					d = append(d, "calibration walk ("+strings.Join(c, "; ")+")")
+				}
+			}
 			return nil, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
 		}
 		ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
