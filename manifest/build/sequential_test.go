@@ -181,9 +181,19 @@ func TestSequentialInterruptAndResume(t *testing.T) {
 			}
 			expectIncomplete(t, p.name, out)
 			// Resume with another worker count.
-			res, err := GPTQ(context.Background(), seqOpts(t, out, 3))
+			opt = seqOpts(t, out, 3)
+			var ran []string
+			opt.testHook = func(file, tensor string) {
+				if file == seqDir {
+					ran = append(ran, tensor)
+				}
+			}
+			res, err := GPTQ(context.Background(), opt)
 			if err != nil {
 				t.Fatalf("resume: %v", err)
+			}
+			if strings.HasPrefix(p.name, "writing") && len(ran) > 0 {
+				t.Errorf("resumed after the pass, the build ran %v again", ran)
 			}
 			if res.Kept == 0 {
 				t.Errorf("the resumed build kept no file")
