@@ -165,19 +165,28 @@ func (d Dir) WriteInputs(in *Inputs) error {
 // ReadInputs returns the recorded inputs, or nil when the directory holds
 // none.
 func (d Dir) ReadInputs() (*Inputs, error) {
-	path := filepath.Join(d.Path, InputsName)
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	in := &Inputs{}
+	if ok, err := readJSON(filepath.Join(d.Path, InputsName), in); !ok || err != nil {
 		return nil, err
 	}
-	in := &Inputs{}
-	if err := strictJSON(raw, in); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
 	return in, nil
+}
+
+// readJSON decodes the file path into v, refusing unknown fields; false
+// when there is no such file. A file that does not decode is an error
+// wrapping ErrDamaged.
+func readJSON(path string, v any) (bool, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := strictJSON(raw, v); err != nil {
+		return false, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
+	}
+	return true, nil
 }
 
 // NewInputs returns the inputs of a walk of the given sequences and data
@@ -250,16 +259,9 @@ func (d Dir) Finish(l int, data any, streams ...[]float32) error {
 // not decode or names another layer is an error wrapping ErrDamaged.
 func (d Dir) Record(l int) (*Record, error) {
 	path := filepath.Join(d.Path, RecordName(l))
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	r := &Record{}
-	if err := strictJSON(raw, r); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
+	if ok, err := readJSON(path, r); !ok || err != nil {
+		return nil, err
 	}
 	if r.Layer != l {
 		return nil, fmt.Errorf("%w: %s records layer %d", ErrDamaged, path, r.Layer)
