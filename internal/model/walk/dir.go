@@ -249,8 +249,19 @@ func (d Dir) Finish(l int, data any, streams ...[]float32) error {
 	if err := d.writeJSON(filepath.Join(d.Path, RecordName(l)), &rec); err != nil {
 		return err
 	}
-	if l > 0 {
-		return d.removeStreams(func(k int) bool { return k == l-1 })
+	if l == 0 {
+		return nil
+	}
+	ents, err := os.ReadDir(d.Path)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if m := streamRE.FindStringSubmatch(e.Name()); m != nil && !e.IsDir() {
+			if k, _ := strconv.Atoi(m[1]); k == l-1 {
+				os.Remove(filepath.Join(d.Path, e.Name()))
+			}
+		}
 	}
 	return nil
 }
@@ -331,22 +342,6 @@ func (d Dir) Clean(start int) error {
 		}
 		if err := os.Remove(filepath.Join(d.Path, n)); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// removeStreams removes the stream files of the layers drop selects.
-func (d Dir) removeStreams(drop func(layer int) bool) error {
-	ents, err := os.ReadDir(d.Path)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if m := streamRE.FindStringSubmatch(e.Name()); m != nil && !e.IsDir() {
-			if k, _ := strconv.Atoi(m[1]); drop(k) {
-				os.Remove(filepath.Join(d.Path, e.Name()))
-			}
 		}
 	}
 	return nil

@@ -115,6 +115,15 @@ func TestDirResume(t *testing.T) {
 	if got, want := names(t, d.Path), "layer-000.json layer-001.json mine.bin"; got != want {
 		t.Errorf("after Clean(2): %q, want %q", got, want)
 	}
+	// The last layer leaves no stream, and removes those before it.
+	os.WriteFile(filepath.Join(d.Path, StreamName(1, 0)), nil, 0o644)
+	os.WriteFile(filepath.Join(d.Path, StreamName(1, 1)), nil, 0o644)
+	if err := d.Finish(2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(t, d.Path), "layer-000.json layer-001.json layer-002.json mine.bin"; got != want {
+		t.Errorf("after the last layer: %q, want %q", got, want)
+	}
 }
 
 func TestInputsDiff(t *testing.T) {
