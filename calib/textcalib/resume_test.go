@@ -419,3 +419,22 @@ func TestBuildLocked(t *testing.T) {
 	}
 	sameTree(t, "locked directory", tree(t, out), before)
 }
+
+// TestBatchRowsSameBytes: the layers run over batches of whole sequences
+// (walk.BatchRows); batches of one sequence each write the store of one
+// batch of all.
+func TestBatchRowsSameBytes(t *testing.T) {
+	want := tree(t, buildWith(t, 1<<30))
+	sameTree(t, "one sequence per batch", tree(t, buildWith(t, 1)), want)
+}
+
+func buildWith(t *testing.T, rows int) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "store")
+	opt := resumeOptions(t, out)
+	opt.batchRows = rows
+	if _, err := Build(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

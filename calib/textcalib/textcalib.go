@@ -44,6 +44,10 @@ type Options struct {
 	// Progress, when set, receives one line per finished layer.
 	Progress func(msg string)
 
+	// batchRows, when set (tests), bounds the rows of one forward batch
+	// instead of walk.BatchRows.
+	batchRows int
+
 	// afterStep, when set (tests), runs after step k's record is written;
 	// an error stops the build there, as an interruption would.
 	afterStep func(step int) error
@@ -198,7 +202,11 @@ func open(opt Options) (_ *builder, err error) {
 	if err != nil {
 		return nil, err
 	}
-	wk, err := walk.New(m.Config, res.Calibration.IDs(), 0)
+	rows := walk.BatchRows
+	if opt.batchRows != 0 {
+		rows = opt.batchRows
+	}
+	wk, err := walk.New(m.Config, res.Calibration.IDs(), rows)
 	if err != nil {
 		return nil, fmt.Errorf("textcalib: %w", err)
 	}
@@ -381,7 +389,8 @@ func (o *Options) progress(format string, args ...any) {
 }
 
 // siteSink streams one layer's sites to the store as the layer produces
-// them: the mixer's sites per group of sequences, the MoE input at once.
+// them, batch by batch: the mixer's sites per group of sequences, the MoE
+// input once per batch.
 type siteSink struct {
 	ctx   context.Context
 	layer int

@@ -39,9 +39,6 @@ import (
 // seqDir is the bookkeeping of the sequential pass, inside PartialDir.
 const seqDir = "sequential"
 
-// seqChunkRows bounds the token rows a forward pass handles at once.
-const seqChunkRows = 8192
-
 type sequential struct {
 	b    *builder
 	cfg  *model.Config
@@ -177,7 +174,7 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	wk, err := walk.New(cfg, res.Calibration.IDs(), seqChunkRows)
+	wk, err := walk.New(cfg, res.Calibration.IDs(), walk.BatchRows)
 	if err != nil {
 		return fmt.Errorf("manifest: calibration %w", err)
 	}
