@@ -159,19 +159,19 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		}
 		recs = recordsOf(old)
 		for name, r := range recs {
-			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
+			if err := b.opt.Faults.WriteJSON(recordPath(out, name), r); err != nil {
 				return nil, err
 			}
 		}
 		b.wasFinished = true
 		for _, ls := range old.TTQuant.Layers {
 			if ls.CalibTokens > 0 || ls.ResidualMeanSquare > 0 {
-				if err := writeJSONAtomic(b.opt.Faults, layerRecordPath(out, ls.Layer), ls); err != nil {
+				if err := b.opt.Faults.WriteJSON(layerRecordPath(out, ls.Layer), ls); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
+		if err := b.opt.Faults.WriteJSON(bpath, fp); err != nil {
 			return nil, err
 		}
 		// From here on the directory is an unfinished build again until the
@@ -224,7 +224,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 				return nil, fmt.Errorf("output directory %s is not empty and holds no ttquant build (found %s)", out, e.Name())
 			}
 		}
-		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
+		if err := b.opt.Faults.WriteJSON(bpath, fp); err != nil {
 			return nil, err
 		}
 	}
@@ -236,15 +236,6 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		return nil
 	})
 	return recs, nil
-}
-
-func writeJSONAtomic(faults atomicfile.Faults, path string, v any) error {
-	data, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
-	_, err = faults.WriteFile(path, append(data, '\n'))
-	return err
 }
 
 func (b *builder) run(ctx context.Context) (*BuildResult, error) {
@@ -315,7 +306,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	// commit records a freshly written file.
 	commit := func(i int, r *fileRecord) error {
-		if err := writeJSONAtomic(b.opt.Faults, recordPath(out, b.jobs[i].file), r); err != nil {
+		if err := b.opt.Faults.WriteJSON(recordPath(out, b.jobs[i].file), r); err != nil {
 			return err
 		}
 		results[i] = r

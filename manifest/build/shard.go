@@ -488,7 +488,7 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		os.Remove(partPath(out, st.name) + manifest.PartialSuffix)
 		os.Remove(partPath(out, st.name) + ".json" + manifest.PartialSuffix)
 	}
-	if err := writeJSONAtomic(b.opt.Faults, rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
+	if err := b.opt.Faults.WriteJSON(rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
 		return nil, false, err
 	}
 	return recs, false, nil
@@ -523,7 +523,7 @@ func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
 			return err
 		}
 		r := &partRecord{Tensor: st.name, Entry: te, Matrix: ms, Size: int64(len(data)), SHA256: sum}
-		if err := writeJSONAtomic(b.opt.Faults, p+".json", r); err != nil {
+		if err := b.opt.Faults.WriteJSON(p+".json", r); err != nil {
 			return err
 		}
 		recs[k] = r
@@ -567,7 +567,7 @@ func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*file
 		}
 	}
 	r.Parts = parts
-	return writeJSONAtomic(b.opt.Faults, filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
+	return b.opt.Faults.WriteJSON(filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
 }
 
 // ErrAssemble is wrapped by every refusal of Assemble: a worker missing or

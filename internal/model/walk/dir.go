@@ -159,7 +159,7 @@ func short(s string) string {
 // in).
 func (d Dir) WriteInputs(in *Inputs) error {
 	in.Format, in.Version = inputsFormat, inputsVersion
-	return d.writeJSON(filepath.Join(d.Path, InputsName), in)
+	return d.Faults.WriteJSON(filepath.Join(d.Path, InputsName), in)
 }
 
 // ReadInputs returns the recorded inputs, or nil when the directory holds
@@ -246,7 +246,7 @@ func (d Dir) Finish(l int, data any, streams ...[]float32) error {
 		}
 		rec.Streams = append(rec.Streams, *sf)
 	}
-	if err := d.writeJSON(filepath.Join(d.Path, RecordName(l)), &rec); err != nil {
+	if err := d.Faults.WriteJSON(filepath.Join(d.Path, RecordName(l)), &rec); err != nil {
 		return err
 	}
 	if l == 0 {
@@ -345,15 +345,6 @@ func (d Dir) Clean(start int) error {
 		}
 	}
 	return nil
-}
-
-func (d Dir) writeJSON(path string, v any) error {
-	raw, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = d.Faults.WriteFile(path, append(raw, '\n'))
-	return err
 }
 
 // writeStream writes x's exact float32 bytes to the file name of d.
