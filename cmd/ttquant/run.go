@@ -91,13 +91,11 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg := m.Config
-	for i, id := range ids {
-		if int(id) >= cfg.Vocab {
-			if tok != nil {
-				return fmt.Errorf("%s: the tokenizer gives id %d at position %d, outside the model's vocabulary 0..%d", *model, id, i, cfg.Vocab-1)
-			}
-			return usageErrorf("--tokens: id %d at position %d outside the vocabulary 0..%d", id, i, cfg.Vocab-1)
+	if err := cfg.CheckTokens(ids); err != nil {
+		if tok != nil {
+			return fmt.Errorf("%s: the tokenized text's %w", *model, err)
 		}
+		return usageErrorf("--tokens: %v", err)
 	}
 	if *mtp && cfg.MTPLayers == 0 {
 		return usageErrorf("--mtp: the model has no MTP layer")

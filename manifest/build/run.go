@@ -162,19 +162,19 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, err
 		}
 		for name, r := range recs {
-			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
+			if err := b.opt.Faults.WriteJSON(recordPath(out, name), r); err != nil {
 				return nil, err
 			}
 		}
 		b.wasFinished = true
 		for _, ls := range old.TTQuant.Layers {
 			if ls.CalibTokens > 0 || ls.ResidualMeanSquare > 0 {
-				if err := writeJSONAtomic(b.opt.Faults, layerRecordPath(out, ls.Layer), ls); err != nil {
+				if err := b.opt.Faults.WriteJSON(layerRecordPath(out, ls.Layer), ls); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
+		if err := b.opt.Faults.WriteJSON(bpath, fp); err != nil {
 			return nil, err
 		}
 		// From here on the directory is an unfinished build again until the
@@ -188,6 +188,12 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 			return nil, fmt.Errorf("%s: %w", bpath, err)
 		}
 		if d := diffFingerprints(have, fp); len(d) > 0 {
+			if have.Calibration != fp.Calibration && b.seq != nil {
+				// The walk's own record says what changed in the text.
+				if c := b.seq.changed(); len(c) > 0 {
+					d = append(d, "calibration walk ("+strings.Join(c, "; ")+")")
+				}
+			}
 			return nil, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
 		}
 		if recs, err = readFileRecords(out); err != nil {
@@ -212,7 +218,7 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if err := b.checkDisk(recs); err != nil {
 			return nil, err
 		}
-		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
+		if err := b.opt.Faults.WriteJSON(bpath, fp); err != nil {
 			return nil, err
 		}
 	}
@@ -249,15 +255,6 @@ func readFileRecords(out string) (map[string]*fileRecord, error) {
 		recs[r.File.Name] = &r
 	}
 	return recs, nil
-}
-
-func writeJSONAtomic(faults atomicfile.Faults, path string, v any) error {
-	data, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
-	_, err = faults.WriteFile(path, append(data, '\n'))
-	return err
 }
 
 func (b *builder) run(ctx context.Context) (*BuildResult, error) {
@@ -328,7 +325,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	// commit records a freshly written file.
 	commit := func(i int, r *fileRecord) error {
-		if err := writeJSONAtomic(b.opt.Faults, recordPath(out, b.jobs[i].file), r); err != nil {
+		if err := b.opt.Faults.WriteJSON(recordPath(out, b.jobs[i].file), r); err != nil {
 			return err
 		}
 		results[i] = r

@@ -491,7 +491,7 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 	if err := b.checkDisk(recs); err != nil {
 		return nil, false, err
 	}
-	if err := writeJSONAtomic(b.opt.Faults, rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
+	if err := b.opt.Faults.WriteJSON(rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
 		return nil, false, err
 	}
 	return recs, false, nil
@@ -526,7 +526,7 @@ func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
 			return err
 		}
 		r := &partRecord{Tensor: st.name, Entry: te, Matrix: ms, Size: int64(len(data)), SHA256: sum}
-		if err := writeJSONAtomic(b.opt.Faults, p+".json", r); err != nil {
+		if err := b.opt.Faults.WriteJSON(p+".json", r); err != nil {
 			return err
 		}
 		recs[k] = r
@@ -570,7 +570,7 @@ func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*file
 		}
 	}
 	r.Parts = parts
-	return writeJSONAtomic(b.opt.Faults, filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
+	return b.opt.Faults.WriteJSON(filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
 }
 
 // ErrAssemble is wrapped by every refusal of Assemble: a worker missing or
