@@ -195,7 +195,10 @@ const (
 	HessianNone      = "none" // round-to-nearest, no Hessian
 )
 
-// MatrixStats describes how one matrix was quantized.
+// MatrixStats describes how one matrix was quantized: one per solved
+// matrix, as the solver saw it. A checkpoint records manifest.MatrixStats
+// per stored tensor instead, made from these (a fused gate/up tensor from
+// two of them) with the error of the stored bytes.
 type MatrixStats struct {
 	Name   string       `json:"name"`   // gate_proj, up_proj or down_proj
 	Grid   string       `json:"grid"`   // e.g. "BFP4_b input-axis"

@@ -142,26 +142,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		return finish(rep), nil
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		if len(onDisk) == 0 && len(partial) == 0 && len(refused) == 0 {
-			return nil, fmt.Errorf("%w: %s is empty", ErrNotCheckpoint, dir)
-		}
-		ours := len(partial) > 0
-		for _, n := range onDisk {
-			if n == SumsName || strings.HasPrefix(n, "experts-l") || strings.HasPrefix(n, "dense-") {
-				ours = true
-			}
-		}
-		if !ours {
-			return nil, fmt.Errorf("%w: %s has no %s and no trace of a ttquant build", ErrNotCheckpoint, dir, ManifestName)
-		}
-		rep.Incomplete = true
-		what := fmt.Sprintf("incomplete: no %s; the build that wrote this directory did not finish (%d files present", ManifestName, len(onDisk))
-		if len(partial) > 0 {
-			what += fmt.Sprintf(", %d unfinished", len(partial))
-		}
-		what += "); re-run the build to resume it"
-		fail(Failure{File: ManifestName, What: what})
-		return rep, nil
+		return unfinished(rep, onDisk, partial, refused)
 	} else if err != nil {
 		return nil, err
 	}
@@ -188,42 +169,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		fail(f)
 	}
 
-	// Files on disk against the manifest. Refused entries are reported
-	// once, as what they are, and never opened.
-	listed := map[string]FileEntry{}
-	for _, f := range m.Files {
-		listed[f.Name] = f
-	}
-	for _, name := range sortedKeys(refused) {
-		fail(Failure{File: name, What: refused[name]})
-	}
-	for _, name := range onDisk {
-		if name == ManifestName {
-			continue
-		}
-		if _, ok := listed[name]; !ok {
-			fail(Failure{File: name, What: "extra file: not listed in the manifest"})
-		}
-	}
-	present := map[string]bool{}
-	for _, n := range onDisk {
-		present[n] = true
-	}
-	var toCheck []FileEntry
-	for _, f := range m.Files {
-		if !validRelName(f.Name) {
-			continue // reported by checkSchema
-		}
-		if _, ok := refused[f.Name]; ok {
-			continue
-		}
-		if !present[f.Name] {
-			fail(Failure{File: f.Name, What: "missing file: listed in the manifest but not present"})
-			continue
-		}
-		toCheck = append(toCheck, f)
-		rep.Bytes += f.Size
-	}
+	toCheck, present := filesOnDisk(rep, m, onDisk, refused)
 	rep.Bytes += int64(len(data))
 
 	// SHA256SUMS must be exactly the rendering of the manifest's file list.
@@ -256,6 +202,72 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) (*VerifyReport, 
 		rep.Failures = append(rep.Failures, fs...)
 	}
 	return finish(rep), nil
+}
+
+// unfinished reports a directory without a manifest: an unfinished build
+// when it holds a trace of one, otherwise not a checkpoint.
+func unfinished(rep *VerifyReport, onDisk, partial []string, refused map[string]string) (*VerifyReport, error) {
+	if len(onDisk) == 0 && len(partial) == 0 && len(refused) == 0 {
+		return nil, fmt.Errorf("%w: %s is empty", ErrNotCheckpoint, rep.Dir)
+	}
+	ours := len(partial) > 0
+	for _, n := range onDisk {
+		if n == SumsName || strings.HasPrefix(n, "experts-l") || strings.HasPrefix(n, "dense-") {
+			ours = true
+		}
+	}
+	if !ours {
+		return nil, fmt.Errorf("%w: %s has no %s and no trace of a ttquant build", ErrNotCheckpoint, rep.Dir, ManifestName)
+	}
+	rep.Incomplete = true
+	what := fmt.Sprintf("incomplete: no %s; the build that wrote this directory did not finish (%d files present", ManifestName, len(onDisk))
+	if len(partial) > 0 {
+		what += fmt.Sprintf(", %d unfinished", len(partial))
+	}
+	what += "); re-run the build to resume it"
+	rep.Failures = append(rep.Failures, Failure{File: ManifestName, What: what})
+	return rep, nil
+}
+
+// filesOnDisk compares the files on disk with the manifest's list: refused
+// entries are reported once, as what they are, and never opened; extra and
+// missing files are failures. It returns the listed files to check, adding
+// their sizes to rep.Bytes, and the names present.
+func filesOnDisk(rep *VerifyReport, m *Manifest, onDisk []string, refused map[string]string) ([]FileEntry, map[string]bool) {
+	fail := func(f Failure) { rep.Failures = append(rep.Failures, f) }
+	listed := map[string]FileEntry{}
+	for _, f := range m.Files {
+		listed[f.Name] = f
+	}
+	for _, name := range sortedKeys(refused) {
+		fail(Failure{File: name, What: refused[name]})
+	}
+	present := map[string]bool{}
+	for _, name := range onDisk {
+		present[name] = true
+		if name == ManifestName {
+			continue
+		}
+		if _, ok := listed[name]; !ok {
+			fail(Failure{File: name, What: "extra file: not listed in the manifest"})
+		}
+	}
+	var toCheck []FileEntry
+	for _, f := range m.Files {
+		if !validRelName(f.Name) {
+			continue // reported by checkSchema
+		}
+		if _, ok := refused[f.Name]; ok {
+			continue
+		}
+		if !present[f.Name] {
+			fail(Failure{File: f.Name, What: "missing file: listed in the manifest but not present"})
+			continue
+		}
+		toCheck = append(toCheck, f)
+		rep.Bytes += f.Size
+	}
+	return toCheck, present
 }
 
 func finish(rep *VerifyReport) *VerifyReport {

@@ -19,6 +19,7 @@ import (
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/walk"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -99,7 +100,7 @@ func notAStore(t *testing.T, out string) {
 	if _, err := calib.OpenStore(out); err == nil {
 		t.Errorf("the unfinished build in %s opens as a store", out)
 	}
-	if _, err := os.Stat(filepath.Join(out, PartialDir, buildRecordName)); err != nil {
+	if _, err := os.Stat(filepath.Join(out, PartialDir, walk.InputsName)); err != nil {
 		t.Errorf("no build record to resume from: %v", err)
 	}
 }
@@ -156,15 +157,15 @@ func TestResumeByteIdentical(t *testing.T) {
 	if !strings.Contains(resumedMsg, "at layer 1") {
 		t.Errorf("the second run did not resume at layer 1: %q", resumedMsg)
 	}
-	if _, err := os.Stat(filepath.Join(out, PartialDir, stepRecordName(3))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(out, PartialDir, walk.RecordName(3))); !os.IsNotExist(err) {
 		t.Errorf("layer 3 was recorded although its run was cancelled inside it (%v)", err)
 	}
 	notAStore(t, out)
 	// A killed process leaves temporary files and half-written shards of
 	// the layer it was in; a resumed build replaces them.
 	for _, name := range []string{"layer003.attn.00000.safetensors", ".layer003.attn.00001.safetensors.tmp-123",
-		filepath.Join(PartialDir, "input004.f32.tmp"), filepath.Join(PartialDir, "layer003.json.tmp"),
-		filepath.Join(PartialDir, "input004.f32"+atomicfile.Suffix), filepath.Join(PartialDir, "layer003.json"+atomicfile.Suffix)} {
+		filepath.Join(PartialDir, walk.StreamName(3, 0)+atomicfile.Suffix), filepath.Join(PartialDir, walk.RecordName(3)+atomicfile.Suffix),
+		filepath.Join(PartialDir, walk.StreamName(1, 0)), filepath.Join(PartialDir, walk.RecordName(4))} {
 		if err := os.WriteFile(filepath.Join(out, name), []byte("partial"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +331,7 @@ func TestDiskFull(t *testing.T) {
 		limit int64
 	}{
 		{"layer002.mlp.", 5000},     // inside a shard of layer 2
-		{"input003.f32", 10000},     // the stream entering layer 3
+		{"stream-002.f32", 10000},   // the stream entering layer 3
 		{calib.StoreIndexName, 100}, // the index
 	} {
 		t.Run(c.file, func(t *testing.T) {
@@ -375,7 +376,7 @@ func TestResumeDamaged(t *testing.T) {
 		file string // relative to the store
 		want string
 	}{
-		{"stream", filepath.Join(PartialDir, inputName(2)), "sha256"},
+		{"stream", filepath.Join(PartialDir, walk.StreamName(1, 0)), "sha256"},
 		{"shard", "layer001.mlp.00001.safetensors", "layer001.mlp.00001"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -417,4 +418,23 @@ func TestBuildLocked(t *testing.T) {
 		t.Fatalf("build into a locked directory: %v", err)
 	}
 	sameTree(t, "locked directory", tree(t, out), before)
+}
+
+// TestBatchRowsSameBytes: the layers run over batches of whole sequences
+// (walk.BatchRows); batches of one sequence each write the store of one
+// batch of all.
+func TestBatchRowsSameBytes(t *testing.T) {
+	want := tree(t, buildWith(t, 1<<30))
+	sameTree(t, "one sequence per batch", tree(t, buildWith(t, 1)), want)
+}
+
+func buildWith(t *testing.T, rows int) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "store")
+	opt := resumeOptions(t, out)
+	opt.batchRows = rows
+	if _, err := Build(context.Background(), opt); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

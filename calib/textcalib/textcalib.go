@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +18,9 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/model/walk"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -51,6 +52,10 @@ type Options struct {
 	// of different indices run at once in one directory. The zero Spec and
 	// 0/1 are the whole build.
 	Shard shard.Spec
+
+	// batchRows, when set (tests), bounds the rows of one forward batch
+	// instead of walk.BatchRows.
+	batchRows int
 
 	// afterStep, when set (tests), runs after step k's record is written;
 	// an error stops the build there, as an interruption would.
@@ -98,6 +103,127 @@ var ErrShortData = dataset.ErrShortText
 // model, data and options resumes at the first unfinished layer and
 // produces the same bytes as an uninterrupted build.
 func Build(ctx context.Context, opt Options) (_ *Result, err error) {
+	b, err := open(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer b.m.Close()
+	if b.assembled {
+		return b.alreadyAssembled()
+	}
+	// One build at a time per directory (per worker for a split build).
+	// The lock is released on return; a refusal leaves the directory as it
+	// was (one the lock created is removed again).
+	_, statErr := os.Stat(opt.Out)
+	created := os.IsNotExist(statErr) && !b.split
+	var lk *fslock.Lock
+	if b.split {
+		lk, err = calib.LockStoreWorker(opt.Out, opt.Shard)
+	} else {
+		lk, err = fslock.Acquire(opt.Out)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("textcalib: %w", err)
+	}
+	defer lk.Release()
+	if err := checkSplitMix(opt.Out, b.split); err != nil {
+		return nil, err
+	}
+	fresh, recs, err := b.checkPartial()
+	if err != nil {
+		return nil, err
+	}
+	// Weights are read layer by layer below; a NaN or infinity would only
+	// show up as non-finite activations, so it is refused here, before the
+	// store is created.
+	if err := b.m.CheckFinite(); err != nil {
+		return nil, err
+	}
+	w, err := calib.CreateStore(opt.Out, b.prov, b.walk.Lens(0), b.walk.IDs, b.sopt)
+	if err != nil {
+		return nil, err
+	}
+	if b.split {
+		// A worker walks its own sequences only.
+		b.walk = b.walk.Select(w.Sequences())
+	}
+	finished := 0 // layers recorded, by earlier runs and this one
+	defer func() {
+		if err == nil {
+			return
+		}
+		w.Abort()
+		switch {
+		case errors.Is(err, errDamaged) && b.split:
+			// The other workers' files are not this worker's to remove.
+			err = fmt.Errorf("%w; worker %s's unfinished share in %s cannot be resumed: remove %s to start it over", err, opt.Shard, b.dir.Path, b.dir.Path)
+		case errors.Is(err, errDamaged):
+			err = fmt.Errorf("%w; the unfinished build in %s cannot be resumed: remove %s to start over", err, opt.Out, opt.Out)
+		case b.split:
+			err = fmt.Errorf("%w (worker %s is unfinished: its finished layers are kept in %s; run it again to resume)", err, opt.Shard, b.dir.Path)
+		case created && finished == 0:
+			// Nothing finished: leave nothing behind.
+			os.RemoveAll(opt.Out)
+			err = fmt.Errorf("%w (no layer was finished; the unfinished store was removed)", err)
+		default:
+			err = fmt.Errorf("%w (%s is not a store yet: its finished layers are kept in %s; run the same command again to resume, or remove %s to start over)",
+				err, opt.Out, b.dir.Path, opt.Out)
+		}
+	}()
+	x, err := b.resume(w, fresh, recs)
+	if err != nil {
+		return nil, err
+	}
+	start := len(recs)
+	finished = start
+	if err := b.walkLayers(ctx, w, x, start, &finished); err != nil {
+		return nil, err
+	}
+	if len(b.walk.IDs) == 0 && start < b.steps {
+		opt.progress("worker %s has no sequences: the split has more workers than units", opt.Shard)
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	cfg := b.m.Config
+	if b.split {
+		// The worker's records stay for a rerun and for the assembly.
+		return &Result{Layers: cfg.Layers, MTPLayers: b.mtp, MTPSkipped: cfg.MTPLayers - b.mtp, ResumedAt: start,
+			AskedTokens: b.asked, Data: b.data, Split: w.Split()}, nil
+	}
+	if err := os.RemoveAll(b.dir.Path); err != nil {
+		return nil, fmt.Errorf("textcalib: the store is complete, but removing %s failed: %w", b.dir.Path, err)
+	}
+	st, err := calib.OpenStore(opt.Out)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Store: st, Layers: cfg.Layers, MTPLayers: b.mtp, MTPSkipped: cfg.MTPLayers - b.mtp, ResumedAt: start,
+		AskedTokens: b.asked, Data: b.data}, nil
+}
+
+// builder is a store build once its inputs are read and checked.
+type builder struct {
+	opt  Options
+	m    *forward.Model
+	walk *walk.Walk // a worker's own sequences once the store is created
+	dir  walk.Dir   // PartialDir, or a worker's calib.StoreWorkerDir
+	// split is set for a worker of a split build; assembled when the
+	// store's index exists (only a worker may find it: see
+	// alreadyAssembled).
+	split, assembled bool
+	in               *walk.Inputs
+	prov             calib.Provenance
+	sopt             calib.StoreOptions
+	steps            int // trunk layers, then the MTP layer when it has rows
+	mtp              int
+	asked            int64
+	data             dataset.Provenance
+}
+
+// open reads and checks everything a build needs, before the output
+// directory is touched.
+func open(opt Options) (_ *builder, err error) {
 	if opt.DataOptions.Calibration.Sequences <= 0 {
 		return nil, ErrNoCalibration
 	}
@@ -116,7 +242,11 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
 	tok, err := tokenizer.Load(opt.Model)
 	if err != nil {
 		return nil, err
@@ -125,19 +255,13 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	set := res.Calibration
-	cfg := m.Config
-	ids := set.IDs()
-	lens := make([]int, len(ids))
-	var tokens int64
-	for i, s := range ids {
-		for t, id := range s {
-			if id < 0 || int(id) >= cfg.Vocab {
-				return nil, fmt.Errorf("textcalib: sequence %d token %d: id %d outside the model's vocabulary 0..%d", i, t, id, cfg.Vocab-1)
-			}
-		}
-		lens[i] = len(s)
-		tokens += int64(len(s))
+	rows := walk.BatchRows
+	if opt.batchRows != 0 {
+		rows = opt.batchRows
+	}
+	wk, err := walk.New(m.Config, res.Calibration.IDs(), rows)
+	if err != nil {
+		return nil, fmt.Errorf("textcalib: %w", err)
 	}
 	ident, err := ModelIdentity(opt.Model)
 	if err != nil {
@@ -147,150 +271,117 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	prov := calib.Provenance{
+	b := &builder{opt: opt, m: m, walk: wk, asked: asked, data: res.Provenance, steps: m.Config.Layers,
+		split: split, assembled: assembled, dir: walk.Dir{Path: filepath.Join(opt.Out, PartialDir), Faults: opt.Store.Faults}}
+	if split {
+		b.dir.Path = calib.StoreWorkerDir(opt.Out, opt.Shard)
+	}
+	b.prov = calib.Provenance{
 		Model:     filepath.Base(filepath.Clean(opt.Model)),
 		Revision:  ident,
-		Sequences: len(ids), Tokens: tokens,
+		Sequences: len(wk.IDs), Tokens: wk.Tokens,
 		TokenIDsSHA256: res.Provenance.Calibration.TokenIDsSHA256,
 		Data:           dataProv,
 	}
 	// The MTP layer has a row per token that has a successor; with only
 	// one-token sequences it has none and is left out.
-	mtp := 0
-	if cfg.MTPLayers > 0 && tokens > int64(len(ids)) {
-		mtp = 1
+	if m.Config.MTPLayers > 0 && wk.Tokens > int64(len(wk.IDs)) {
+		b.mtp = 1
+		b.steps++
 	}
-	sopt := opt.Store
-	if sopt.DType == 0 {
-		sopt.DType = safetensors.BF16
+	b.sopt = opt.Store
+	if b.sopt.DType == 0 {
+		b.sopt.DType = safetensors.BF16
 	}
-	if sopt.ShardBytes == 0 {
-		sopt.ShardBytes = 256 << 20
+	if b.sopt.ShardBytes == 0 {
+		b.sopt.ShardBytes = 256 << 20
 	}
-	rec := &buildRecord{Format: buildRecordFormat, Version: buildRecordVer, Model: prov.Model, ModelRevision: ident,
-		Sequences: prov.Sequences, Tokens: tokens, TokenIDsSHA256: prov.TokenIDsSHA256,
-		DType: sopt.DType.String(), ShardBytes: sopt.ShardBytes, Steps: cfg.Layers + mtp, Data: dataProv}
-	if assembled {
-		// A worker run again after the assembly: nothing to do if the
-		// store is this build's.
-		st, err := calib.OpenStore(opt.Out)
-		if err != nil {
-			return nil, err
-		}
-		if p := st.Provenance(); p.Model != prov.Model || p.Revision != prov.Revision || p.TokenIDsSHA256 != prov.TokenIDsSHA256 || p.Tokens != prov.Tokens {
-			return nil, fmt.Errorf("textcalib: %s already holds a calibration store of other inputs (model %s, token ids %s)", opt.Out, p.Revision, p.TokenIDsSHA256)
-		}
-		return &Result{Store: st, Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, AskedTokens: asked, Data: res.Provenance, AlreadyAssembled: true}, nil
-	}
-	sopt.Shard = opt.Shard
+	b.in = walk.NewInputs(wk, b.prov.TokenIDsSHA256, dataProv)
+	b.in.Model, b.in.ModelRevision, b.in.Steps = b.prov.Model, ident, b.steps
+	b.in.Settings = []walk.Setting{{Name: "dtype", Value: b.sopt.DType.String()}, {Name: "shard bytes", Value: fmt.Sprint(b.sopt.ShardBytes)}}
+	b.sopt.Shard = opt.Shard
 	if split {
-		if sopt.Build, err = json.Marshal(rec); err != nil {
+		// The workers' records carry the build's inputs: the assembly
+		// refuses workers of different builds.
+		if b.sopt.Build, err = json.Marshal(b.in); err != nil {
 			return nil, err
 		}
 	}
-	// pdir holds what resumes the build: the store's for one process, the
-	// worker's own for a worker of a split build.
-	pdir := filepath.Join(opt.Out, PartialDir)
-	if split {
-		pdir = calib.StoreWorkerDir(opt.Out, opt.Shard)
-	}
-	// One build at a time per directory. The lock is released on return;
-	// a refusal leaves the directory as it was (one the lock created is
-	// removed again).
-	_, statErr := os.Stat(opt.Out)
-	created := os.IsNotExist(statErr) && !split
-	var lk *fslock.Lock
-	if split {
-		lk, err = calib.LockStoreWorker(opt.Out, opt.Shard)
-	} else {
-		lk, err = fslock.Acquire(opt.Out)
-	}
+	return b, nil
+}
+
+// alreadyAssembled answers a worker run again after the assembly: nothing
+// to do if the store is this build's.
+func (b *builder) alreadyAssembled() (*Result, error) {
+	st, err := calib.OpenStore(b.opt.Out)
 	if err != nil {
+		return nil, err
+	}
+	if p := st.Provenance(); p.Model != b.prov.Model || p.Revision != b.prov.Revision || p.TokenIDsSHA256 != b.prov.TokenIDsSHA256 || p.Tokens != b.prov.Tokens {
+		return nil, fmt.Errorf("textcalib: %s already holds a calibration store of other inputs (model %s, token ids %s)", b.opt.Out, p.Revision, p.TokenIDsSHA256)
+	}
+	cfg := b.m.Config
+	return &Result{Store: st, Layers: cfg.Layers, MTPLayers: b.mtp, MTPSkipped: cfg.MTPLayers - b.mtp, AskedTokens: b.asked, Data: b.data, AlreadyAssembled: true}, nil
+}
+
+// checkPartial reads what an earlier run left and refuses to resume a
+// build of other inputs. fresh is set when there is no earlier run; recs
+// are the layers it finished.
+func (b *builder) checkPartial() (fresh bool, recs []*walk.Record, err error) {
+	out := b.opt.Out
+	// What to remove to start over: the store's directory, or a worker's
+	// own (the other workers' files are not its to remove).
+	own := out
+	if b.split {
+		own = b.dir.Path
+	}
+	old, err := b.dir.ReadInputs()
+	if err != nil {
+		return false, nil, fmt.Errorf("textcalib: %w (remove %s to start over)", err, own)
+	}
+	if old == nil {
+		if stray, err := strayShards(out, nil); err != nil {
+			return false, nil, err
+		} else if len(stray) > 0 {
+			return false, nil, fmt.Errorf("textcalib: %s holds shard files (%s) but no record of the build that wrote them (%s/%s); remove them or choose another --out",
+				out, stray[0], PartialDir, walk.InputsName)
+		}
+		return true, nil, nil
+	}
+	if d := b.in.Diff(old); len(d) > 0 {
+		return false, nil, fmt.Errorf("textcalib: %s holds an unfinished build of different inputs: %s; run with the same model, data and options to resume it, or remove %s to start over",
+			out, strings.Join(d, "; "), own)
+	}
+	if recs, err = b.dir.Records(); err != nil {
+		return false, nil, fmt.Errorf("textcalib: %w (remove %s to start over)", err, own)
+	}
+	if len(recs) > b.steps {
+		return false, nil, fmt.Errorf("%w: %s records %d finished layers, the build has %d", errDamaged, b.dir.Path, len(recs), b.steps)
+	}
+	return false, recs, nil
+}
+
+// resume prepares the store writer and the partial directory for the
+// first unfinished layer and returns the residual stream entering it:
+// the finished layers' sites listed, their stream read back (or the
+// embeddings for a fresh build), whatever an interrupted layer left
+// removed.
+func (b *builder) resume(w *calib.StoreWriter, fresh bool, recs []*walk.Record) ([]float32, error) {
+	if err := os.MkdirAll(b.dir.Path, 0o755); err != nil {
 		return nil, fmt.Errorf("textcalib: %w", err)
 	}
-	defer lk.Release()
-	if err := checkSplitMix(opt.Out, split); err != nil {
-		return nil, err
-	}
-	partial, err := readPartial(pdir)
-	if err != nil {
-		return nil, fmt.Errorf("%w (remove %s to start over)", err, pdir)
-	}
-	if partial != nil {
-		if d := rec.diff(partial.build); len(d) > 0 {
-			return nil, fmt.Errorf("textcalib: %s holds an unfinished build of different inputs: %s; run with the same model, data and options to resume it, or remove %s to start over",
-				opt.Out, strings.Join(d, "; "), opt.Out)
+	if fresh {
+		if err := b.dir.WriteInputs(b.in); err != nil {
+			return nil, fmt.Errorf("textcalib: %w", err)
 		}
-	} else if stray, err := strayShards(opt.Out, nil); err != nil {
-		return nil, err
-	} else if len(stray) > 0 {
-		return nil, fmt.Errorf("textcalib: %s holds shard files (%s) but no record of the build that wrote them (%s/%s); remove them or choose another --out",
-			opt.Out, stray[0], PartialDir, buildRecordName)
-	}
-	// Weights are read layer by layer below; a NaN or infinity would only
-	// show up as non-finite activations, so it is refused here, before the
-	// store is created.
-	if err := m.CheckFinite(); err != nil {
-		return nil, err
-	}
-	w, err := calib.CreateStore(opt.Out, prov, lens, ids, sopt)
-	if err != nil {
-		return nil, err
-	}
-	// A worker computes its own sequences only.
-	if split {
-		sel := w.Sequences()
-		wids, wlens := make([][]int32, len(sel)), make([]int, len(sel))
-		tokens = 0
-		for i, s := range sel {
-			wids[i], wlens[i] = ids[s], lens[s]
-			tokens += int64(lens[s])
-		}
-		ids, lens = wids, wlens
-	}
-	finished := 0 // layers recorded, by earlier runs and this one
-	defer func() {
-		if err == nil {
-			return
-		}
-		w.Abort()
-		switch {
-		case errors.Is(err, errDamaged) && split:
-			// The other workers' files are not this worker's to remove.
-			err = fmt.Errorf("%w; worker %s's unfinished share in %s cannot be resumed: remove %s to start it over", err, opt.Shard, pdir, pdir)
-		case errors.Is(err, errDamaged):
-			err = fmt.Errorf("%w; the unfinished build in %s cannot be resumed: remove %s to start over", err, opt.Out, opt.Out)
-		case split:
-			err = fmt.Errorf("%w (worker %s is unfinished: its finished layers are kept in %s; run it again to resume)", err, opt.Shard, pdir)
-		case created && finished == 0:
-			// Nothing finished: leave nothing behind.
-			os.RemoveAll(opt.Out)
-			err = fmt.Errorf("%w (no layer was finished; the unfinished store was removed)", err)
-		default:
-			err = fmt.Errorf("%w (%s is not a store yet: its finished layers are kept in %s; run the same command again to resume, or remove %s to start over)",
-				err, opt.Out, pdir, opt.Out)
-		}
-	}()
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
-		return nil, fmt.Errorf("textcalib: %w", err)
-	}
-	if partial == nil {
-		if err := writeJSONFile(filepath.Join(pdir, buildRecordName), rec, sopt.Faults); err != nil {
-			return nil, err
-		}
-		partial = &partialState{build: rec}
-	}
-	H := cfg.Hidden
-	var x []float32
-	keepInput := ""
-	start := len(partial.steps)
-	finished = start
-	if start > rec.Steps {
-		return nil, fmt.Errorf("%w: %s records %d finished layers, the build has %d", errDamaged, pdir, start, rec.Steps)
 	}
 	keep := map[string]bool{}
-	for _, sr := range partial.steps {
-		for _, si := range sr.Sites {
+	for _, r := range recs {
+		var sd stepData
+		if err := strictJSON(r.Data, &sd); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", errDamaged, walk.RecordName(r.Layer), err)
+		}
+		for _, si := range sd.Sites {
 			if err := w.AddWrittenSite(si); err != nil {
 				return nil, fmt.Errorf("%w: %w", errDamaged, err)
 			}
@@ -299,113 +390,89 @@ func Build(ctx context.Context, opt Options) (_ *Result, err error) {
 			}
 		}
 	}
+	var x []float32
+	start := len(recs)
 	if start > 0 {
-		last := partial.steps[start-1]
-		if start < rec.Steps {
-			if last.Next == nil {
-				return nil, fmt.Errorf("%w: %s: the record of layer %d has no residual stream", errDamaged, pdir, start-1)
-			}
-			if x, err = readStream(pdir, last.Next, tokens*int64(H)); err != nil {
+		if start < b.steps {
+			xs, err := b.dir.Streams(recs[start-1], b.walk.Tokens*int64(b.m.Config.Hidden))
+			if err != nil {
 				return nil, fmt.Errorf("%w: %w", errDamaged, err)
 			}
-			keepInput = last.Next.File
+			x = xs[0]
 		}
-		opt.progress("resuming %s at layer %d of %d: layers 0..%d were finished by an earlier run", opt.Out, start, rec.Steps, start-1)
+		b.opt.progress("resuming %s at layer %d of %d: layers 0..%d were finished by an earlier run", b.opt.Out, start, b.steps, start-1)
 	} else {
-		x = make([]float32, 0, int(tokens)*H)
-		for _, s := range ids {
-			e, err := m.Embed(s)
-			if err != nil {
-				return nil, err
-			}
-			x = append(x, e...)
+		var err error
+		if x, err = walk.Embed(b.m, b.walk.IDs); err != nil {
+			return nil, err
 		}
 	}
 	// Whatever an interrupted step left: its shards (a worker's parts),
 	// records and streams.
-	if split {
-		if err := cleanParts(opt.Out, pdir, keep); err != nil {
-			return nil, err
-		}
-	} else {
-		stray, err := strayShards(opt.Out, keep)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range stray {
-			if err := os.Remove(filepath.Join(opt.Out, n)); err != nil {
-				return nil, fmt.Errorf("textcalib: %w", err)
-			}
-		}
-	}
-	if err := cleanPartial(pdir, start, keepInput); err != nil {
+	if err := b.removeStray(keep); err != nil {
 		return nil, err
 	}
+	if err := b.dir.Clean(start); err != nil {
+		return nil, fmt.Errorf("textcalib: %w", err)
+	}
+	return x, nil
+}
 
+// removeStray removes the shard files (a worker's parts) that keep does
+// not list.
+func (b *builder) removeStray(keep map[string]bool) error {
+	if b.split {
+		return cleanParts(b.opt.Out, b.dir.Path, keep)
+	}
+	stray, err := strayShards(b.opt.Out, keep)
+	if err != nil {
+		return err
+	}
+	for _, n := range stray {
+		if err := os.Remove(filepath.Join(b.opt.Out, n)); err != nil {
+			return fmt.Errorf("textcalib: %w", err)
+		}
+	}
+	return nil
+}
+
+// walkLayers runs the layers from start on over the stream x, writing
+// each one's sites and record; *finished counts the recorded layers.
+func (b *builder) walkLayers(ctx context.Context, w *calib.StoreWriter, x []float32, start int, finished *int) error {
 	began := time.Now()
-	for k := start; k < rec.Steps && len(ids) > 0; k++ {
+	for k := start; k < b.steps && len(b.walk.IDs) > 0; k++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		var sites []calib.SiteInfo
-		if k < cfg.Layers {
-			sites, err = trunkStep(ctx, m, w, k, lens, x)
-		} else {
-			sites, err = mtpStep(ctx, m, w, k, ids, lens, &x)
-		}
+		sites, err := b.step(ctx, w, k, &x)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sr := &stepRecord{Step: k, Layer: k, Sites: sites}
-		if k+1 < rec.Steps {
-			if sr.Next, err = writeStream(filepath.Join(pdir, inputName(k+1)), x, sopt.Faults); err != nil {
-				return nil, err
-			}
+		var next [][]float32
+		if k+1 < b.steps {
+			next = append(next, x)
 		}
-		if err := writeJSONFile(filepath.Join(pdir, stepRecordName(k)), sr, sopt.Faults); err != nil {
-			return nil, err
+		if err := b.dir.Finish(k, stepData{Sites: sites}, next...); err != nil {
+			return fmt.Errorf("textcalib: %w", err)
 		}
-		finished = k + 1
-		if k > 0 {
-			// The stream entering step k is no longer needed.
-			os.Remove(filepath.Join(pdir, inputName(k)))
-		}
-		if opt.Progress != nil {
+		*finished = k + 1
+		if b.opt.Progress != nil {
 			el := time.Since(began)
 			done := k + 1 - start
-			eta := el / time.Duration(done) * time.Duration(rec.Steps-k-1)
+			eta := el / time.Duration(done) * time.Duration(b.steps-k-1)
 			what := "layer"
-			if k >= cfg.Layers {
+			if b.walk.IsMTP(k) {
 				what = "MTP layer"
 			}
-			opt.progress("%s %d written (%d/%d; %s elapsed, about %s left)", what, k, k+1, rec.Steps, el.Round(time.Second), eta.Round(time.Second))
+			b.opt.progress("%s %d written (%d/%d; %s elapsed, about %s left)", what, k, k+1, b.steps, el.Round(time.Second), eta.Round(time.Second))
 		}
-		if opt.afterStep != nil {
-			if err := opt.afterStep(k); err != nil {
-				return nil, err
+		if b.opt.afterStep != nil {
+			if err := b.opt.afterStep(k); err != nil {
+				return err
 			}
 		}
 	}
-	if len(ids) == 0 && start < rec.Steps {
-		opt.progress("worker %s has no sequences: the split has more workers than units", opt.Shard)
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	if split {
-		// The worker's records stay for a rerun and for the assembly.
-		return &Result{Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, ResumedAt: start,
-			AskedTokens: asked, Data: res.Provenance, Split: w.Split()}, nil
-	}
-	if err := os.RemoveAll(pdir); err != nil {
-		return nil, fmt.Errorf("textcalib: the store is complete, but removing %s failed: %w", pdir, err)
-	}
-	st, err := calib.OpenStore(opt.Out)
-	if err != nil {
-		return nil, err
-	}
-	return &Result{Store: st, Layers: cfg.Layers, MTPLayers: mtp, MTPSkipped: cfg.MTPLayers - mtp, ResumedAt: start,
-		AskedTokens: asked, Data: res.Provenance}, nil
+	return nil
 }
 
 // errDamaged marks a partial directory that does not hold what its
@@ -419,10 +486,12 @@ func (o *Options) progress(format string, args ...any) {
 }
 
 // siteSink streams one layer's sites to the store as the layer produces
-// them: the mixer's sites per group of sequences, the MoE input at once.
+// them, batch by batch: the mixer's sites per group of sequences, the MoE
+// input once per batch.
 type siteSink struct {
 	ctx   context.Context
 	layer int
+	base  int // the first row of the batch running
 	w     map[forward.Site]*calib.SiteWriter
 	cols  map[forward.Site]int
 	next  map[forward.Site]int // the row each site expects next
@@ -455,8 +524,8 @@ func (s *siteSink) hook(a *forward.Activations) error {
 	if a.Cols != s.cols[a.Site] {
 		return fmt.Errorf("textcalib: layer %d site %s: %d columns arrived, the configuration gives %d", s.layer, a.Site, a.Cols, s.cols[a.Site])
 	}
-	if a.Row0 != s.next[a.Site] {
-		return fmt.Errorf("textcalib: layer %d site %s: rows from %d arrived, row %d was expected", s.layer, a.Site, a.Row0, s.next[a.Site])
+	if s.base+a.Row0 != s.next[a.Site] {
+		return fmt.Errorf("textcalib: layer %d site %s: rows from %d arrived, row %d was expected", s.layer, a.Site, s.base+a.Row0, s.next[a.Site])
 	}
 	if err := sw.Write(a.X[:a.Rows*a.Cols]); err != nil {
 		return err
@@ -495,47 +564,40 @@ func siteCols(cfg *model.Config, i int) (map[forward.Site]int, string) {
 	return out, calib.SiteOutProj
 }
 
-// trunkStep runs trunk layer k over the residual stream x (replaced by the
-// stream leaving the layer), writing its sites.
-func trunkStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, lens []int, x []float32) ([]calib.SiteInfo, error) {
-	l, err := m.Layer(k)
+// step runs layer k over the residual stream *xp, writing its sites. A
+// trunk layer replaces the stream by the one leaving it. The MTP layer
+// runs over the rows walk.Enter builds from the trunk's output and the
+// token ids (T−1 per sequence, stored next_token-aligned); the trunk's
+// output is released (*xp = nil) once they are built.
+func (b *builder) step(ctx context.Context, w *calib.StoreWriter, k int, xp *[]float32) ([]calib.SiteInfo, error) {
+	z, err := b.walk.Enter(b.m, k, b.walk.IDs, *xp)
 	if err != nil {
 		return nil, err
 	}
-	cols, outSite := siteCols(m.Config, k)
-	sink, err := newSiteSink(ctx, w, k, outSite, calib.AlignToken, cols)
+	run, what, align := b.m.MTPHead, "MTP layer", calib.AlignNextToken
+	if !b.walk.IsMTP(k) {
+		l, err := b.m.Layer(k)
+		if err != nil {
+			return nil, err
+		}
+		run = func(bt *forward.Batch, hook forward.Hook) ([]float32, error) { return nil, l.Forward(bt, hook) }
+		what, align = "layer", calib.AlignToken
+	} else {
+		*xp = nil
+	}
+	cols, outSite := siteCols(b.m.Config, k)
+	sink, err := newSiteSink(ctx, w, k, outSite, align, cols)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.Forward(&forward.Batch{Lens: lens, X: x}, sink.hook); err != nil {
+	err = b.walk.Each(ctx, z, b.walk.Lens(k), func(bt *forward.Batch, row0 int) error {
+		sink.base = row0
+		_, err := run(bt, sink.hook)
+		return err
+	})
+	if err != nil {
 		sink.abort()
-		return nil, fmt.Errorf("textcalib: layer %d: %w", k, err)
-	}
-	return sink.close()
-}
-
-// mtpStep runs the MTP layer (layer k = the trunk's layer count) over the
-// rows MTPInput builds from the trunk's output *xp and the token ids: T−1
-// rows per sequence, stored next_token-aligned. The trunk's output is
-// released (*xp = nil) once the MTP rows are built.
-func mtpStep(ctx context.Context, m *forward.Model, w *calib.StoreWriter, k int, ids [][]int32, lens []int, xp *[]float32) ([]calib.SiteInfo, error) {
-	z, err := m.MTPInputs(ids, *xp)
-	if err != nil {
-		return nil, err
-	}
-	mlens := make([]int, len(lens))
-	for s, n := range lens {
-		mlens[s] = n - 1
-	}
-	*xp = nil
-	cols, outSite := siteCols(m.Config, k)
-	sink, err := newSiteSink(ctx, w, k, outSite, calib.AlignNextToken, cols)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.MTPHead(&forward.Batch{Lens: mlens, X: z}, sink.hook); err != nil {
-		sink.abort()
-		return nil, fmt.Errorf("textcalib: MTP layer %d: %w", k, err)
+		return nil, fmt.Errorf("textcalib: %s %d: %w", what, k, err)
 	}
 	return sink.close()
 }

@@ -274,19 +274,11 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if *modelDir == "" || *store == "" {
 		return usageErrorf("--model and --store are required")
 	}
-	opt := calib.LayerOptions{MinTokens: *minTokens, Workers: *workers}
-	if opt.Format, err = bfp.ParseFormat(*format); err != nil {
-		return usageErrorf("--format: %v", err)
+	opt, err := layerOptions(*format, *axis, *method, *starved)
+	if err != nil {
+		return err
 	}
-	if opt.Axis, err = bfp.ParseAxis(*axis); err != nil {
-		return usageErrorf("--axis: %v", err)
-	}
-	if opt.Method, err = quant.ParseMethod(*method); err != nil {
-		return usageErrorf("--method: %v", err)
-	}
-	if opt.Starved, err = calib.ParseStarvedPolicy(*starved); err != nil {
-		return usageErrorf("--starved: %v", err)
-	}
+	opt.MinTokens, opt.Workers = *minTokens, *workers
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
@@ -319,32 +311,9 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	if err := st.Check(ctx, false); err != nil {
 		return err
 	}
-	list, err := parseLayerList(*layers, cfg.NumLayers())
+	list, err := quantizeLayers(e, *modelDir, *layers, cfg, st)
 	if err != nil {
-		return usageErrorf("%v", err)
-	}
-	if !cfg.HasMoE() {
-		return fmt.Errorf("%s is a dense %s model without MoE blocks: calib quantize quantizes routed experts (gptq --calib quantizes dense layers)", *modelDir, cfg.ModelType)
-	}
-	if *layers == "all" {
-		// A store built from text has no MTP-layer sites: "all" means
-		// every layer with MoE inputs; a layer named explicitly must have them.
-		kept := list[:0]
-		for _, l := range list {
-			if !cfg.IsMoE(l) {
-				e.log.Info("skipping dense layer (no MoE block)", "layer", l)
-			} else if _, ok := st.Site(l, calib.SiteMoE); ok {
-				kept = append(kept, l)
-			} else {
-				e.log.Info("skipping layer without MoE inputs in the store", "layer", l)
-			}
-		}
-		list = kept
-	}
-	for _, l := range list {
-		if !cfg.IsMoE(l) {
-			return fmt.Errorf("layer %d has a dense MLP, not an MoE block: calib quantize quantizes routed experts (use gptq --calib for dense layers)", l)
-		}
+		return err
 	}
 	doc := calibQuantizeDoc{SchemaVersion: schemaVersion, Layers: []calibLayerReport{}}
 	for _, layer := range list {
@@ -376,4 +345,57 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, doc)
 	}
 	return nil
+}
+
+// layerOptions parses the format, axis, method and starved-expert policy
+// of calib quantize.
+func layerOptions(format, axis, method, starved string) (calib.LayerOptions, error) {
+	var opt calib.LayerOptions
+	var err error
+	if opt.Format, err = bfp.ParseFormat(format); err != nil {
+		return opt, usageErrorf("--format: %v", err)
+	}
+	if opt.Axis, err = bfp.ParseAxis(axis); err != nil {
+		return opt, usageErrorf("--axis: %v", err)
+	}
+	if opt.Method, err = quant.ParseMethod(method); err != nil {
+		return opt, usageErrorf("--method: %v", err)
+	}
+	if opt.Starved, err = calib.ParseStarvedPolicy(starved); err != nil {
+		return opt, usageErrorf("--starved: %v", err)
+	}
+	return opt, nil
+}
+
+// quantizeLayers is the --layers list of calib quantize: MoE layers only.
+// A store built from text has no MTP-layer sites, so "all" means every
+// layer with MoE inputs in the store; a layer named explicitly must have
+// an MoE block.
+func quantizeLayers(e *env, modelDir, layers string, cfg *model.Config, st *calib.Store) ([]int, error) {
+	list, err := parseLayerList(layers, cfg.NumLayers())
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	if !cfg.HasMoE() {
+		return nil, fmt.Errorf("%s is a dense %s model without MoE blocks: calib quantize quantizes routed experts (gptq --calib quantizes dense layers)", modelDir, cfg.ModelType)
+	}
+	if layers == "all" {
+		kept := list[:0]
+		for _, l := range list {
+			if !cfg.IsMoE(l) {
+				e.log.Info("skipping dense layer (no MoE block)", "layer", l)
+			} else if _, ok := st.Site(l, calib.SiteMoE); ok {
+				kept = append(kept, l)
+			} else {
+				e.log.Info("skipping layer without MoE inputs in the store", "layer", l)
+			}
+		}
+		list = kept
+	}
+	for _, l := range list {
+		if !cfg.IsMoE(l) {
+			return nil, fmt.Errorf("layer %d has a dense MLP, not an MoE block: calib quantize quantizes routed experts (use gptq --calib for dense layers)", l)
+		}
+	}
+	return list, nil
 }

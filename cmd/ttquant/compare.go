@@ -74,58 +74,20 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if err := inRange("chunk", int64(*chunk), 1, math.MaxInt32); err != nil {
 		return err
 	}
-	open := func(path string) (*safetensors.File, *emulator.SafetensorsLogits, error) {
-		f, err := safetensors.Open(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		l, err := emulator.OpenLogits(f, *tensor)
-		if err != nil {
-			f.Close()
-			return nil, nil, err
-		}
-		return f, l, nil
-	}
-	rf, ref, err := open(*refPath)
+	rf, ref, err := openLogits(*refPath, *tensor)
 	if err != nil {
 		return err
 	}
 	defer rf.Close()
-	cf, cand, err := open(*candPath)
+	cf, cand, err := openLogits(*candPath, *tensor)
 	if err != nil {
 		return err
 	}
 	defer cf.Close()
 	tokens, vocab := ref.Shape()
-
-	var targets []int64
-	targetsFrom := *targetsPath
-	switch {
-	case targetsFrom != "":
-		tf, err := safetensors.Open(targetsFrom)
-		if err != nil {
-			return err
-		}
-		targets, err = readTargets(tf, true)
-		tf.Close()
-		if err != nil {
-			return err
-		}
-	default:
-		if _, ok := rf.Lookup("targets"); ok {
-			targetsFrom = *refPath
-			if targets, err = readTargets(rf, false); err != nil {
-				return err
-			}
-		}
-	}
-	if targets != nil && len(targets) != tokens {
-		return fmt.Errorf("%s: %d targets for the %d tokens of %s", targetsFrom, len(targets), tokens, ref.Name())
-	}
-	for i, t := range targets {
-		if t >= int64(vocab) {
-			return fmt.Errorf("%s: target %d of token %d is outside the vocabulary of %d (%s)", targetsFrom, t, i, vocab, ref.Name())
-		}
+	targets, targetsFrom, err := compareTargets(*targetsPath, *refPath, rf, ref)
+	if err != nil {
+		return err
 	}
 	var labels []string
 	if *corpusPath != "" {
@@ -161,6 +123,59 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, doc)
 	}
 	return writeQualityTable(e.stdout, rows)
+}
+
+// openLogits opens a logits file and its [tokens, vocab] tensor.
+func openLogits(path, tensor string) (*safetensors.File, *emulator.SafetensorsLogits, error) {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := emulator.OpenLogits(f, tensor)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, l, nil
+}
+
+// compareTargets reads the target token ids from targetsPath or, when it
+// is empty, from a "targets" tensor of the reference file (none: nil), and
+// checks them against the reference's tokens and vocabulary. It returns
+// the file they came from.
+func compareTargets(targetsPath, refPath string, rf *safetensors.File, ref *emulator.SafetensorsLogits) ([]int64, string, error) {
+	tokens, vocab := ref.Shape()
+	var targets []int64
+	from := targetsPath
+	switch {
+	case from != "":
+		tf, err := safetensors.Open(from)
+		if err != nil {
+			return nil, "", err
+		}
+		targets, err = readTargets(tf, true)
+		tf.Close()
+		if err != nil {
+			return nil, "", err
+		}
+	default:
+		if _, ok := rf.Lookup("targets"); ok {
+			from = refPath
+			var err error
+			if targets, err = readTargets(rf, false); err != nil {
+				return nil, "", err
+			}
+		}
+	}
+	if targets != nil && len(targets) != tokens {
+		return nil, "", fmt.Errorf("%s: %d targets for the %d tokens of %s", from, len(targets), tokens, ref.Name())
+	}
+	for i, t := range targets {
+		if t >= int64(vocab) {
+			return nil, "", fmt.Errorf("%s: target %d of token %d is outside the vocabulary of %d (%s)", from, t, i, vocab, ref.Name())
+		}
+	}
+	return targets, from, nil
 }
 
 // readTargets reads the target ids: the tensor "targets", or (when onlyOK is

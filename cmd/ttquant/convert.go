@@ -301,43 +301,90 @@ func progressText(ev build.ProgressEvent) string {
 }
 
 func (p *progress) event(ev build.ProgressEvent) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	line := progressText(ev)
 	switch ev.Kind {
-	case "file", "layer-start", "layer":
-		if p.tty {
-			if ev.Kind == "file" && time.Since(p.last) < 200*time.Millisecond {
-				return
-			}
-			p.last = time.Now()
-			pad := ""
-			if n := p.width - len(line); n > 0 {
-				pad = strings.Repeat(" ", n)
-			}
-			p.width = len(line)
-			fmt.Fprintf(p.w, "\r%s%s", line, pad)
-			return
-		}
-		switch {
-		case ev.Kind == "layer":
-			fmt.Fprintf(p.w, "layer %d done  %s\n", ev.Layer, line)
-		case time.Since(p.last) < logEvery:
-			return
-		default:
-			fmt.Fprintln(p.w, line)
-		}
-		p.last = time.Now()
+	case "file":
+		p.draw(line, "", false, true)
+	case "layer-start":
+		p.draw(line, "", false, false)
+	case "layer":
+		p.draw(line, fmt.Sprintf("layer %d done  ", ev.Layer), true, false)
 	case "done":
-		if p.tty {
-			fmt.Fprintf(p.w, "\r%s%s\n", line, strings.Repeat(" ", max(0, p.width-len(line))))
-		} else {
-			fmt.Fprintf(p.w, "done  %s\n", line)
-		}
-		p.width = 0
+		p.end(line)
 	case "start":
-		p.last = time.Now()
+		p.begin()
 	}
+}
+
+// begin starts the silence that draw measures.
+func (p *progress) begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = time.Now()
+}
+
+// draw shows line: on a terminal rewritten in place (at most every 200 ms
+// when throttled); otherwise printed with prefix when it is a milestone,
+// else only after logEvery of silence.
+func (p *progress) draw(line, prefix string, milestone, throttle bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		if throttle && time.Since(p.last) < 200*time.Millisecond {
+			return
+		}
+		p.last = time.Now()
+		pad := ""
+		if n := p.width - len(line); n > 0 {
+			pad = strings.Repeat(" ", n)
+		}
+		p.width = len(line)
+		fmt.Fprintf(p.w, "\r%s%s", line, pad)
+		return
+	}
+	switch {
+	case milestone:
+		fmt.Fprintf(p.w, "%s%s\n", prefix, line)
+	case time.Since(p.last) < logEvery:
+		return
+	default:
+		fmt.Fprintln(p.w, line)
+	}
+	p.last = time.Now()
+}
+
+// end shows the last line and ends it.
+func (p *progress) end(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%s%s\n", line, strings.Repeat(" ", max(0, p.width-len(line))))
+	} else {
+		fmt.Fprintf(p.w, "done  %s\n", line)
+	}
+	p.width = 0
+}
+
+// println prints a log line, first clearing a progress line left in place
+// on a terminal (the next draw shows it again).
+func (p *progress) println(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.width > 0 {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.width))
+		p.width = 0
+	}
+	fmt.Fprintln(p.w, msg)
+}
+
+// close ends a line left in place by a command that stopped early.
+func (p *progress) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.width > 0 {
+		fmt.Fprintln(p.w)
+	}
+	p.width = 0
 }
 
 // firstN returns the first n strings of s, with "…" for the rest.

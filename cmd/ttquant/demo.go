@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/ttquant/ttquant/cmd/internal/demo"
 )
@@ -56,8 +57,10 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	}
 	opt := demo.Options{Tool: toolVersion(), Out: *out, Workers: *workers, Sequences: *seqs, SeqLen: *seqLen, HeldOut: *heldOut, EvalSequences: *evalSeqs, EvalSeqLen: *evalSeqLen}
 	if !*quiet {
-		opt.Progress = newProgress(e.stderr).event
-		opt.Log = func(msg string) { fmt.Fprintln(e.stderr, "demo:", msg) }
+		pr := newProgress(e.stderr)
+		defer pr.close()
+		opt.Progress = pr.demoEvent
+		opt.Log = func(msg string) { pr.println("demo: " + msg) }
 		fmt.Fprintln(e.stderr, "demo: built-in trained tiny Qwen3.6-MoE; qwen36-35b-a3b preset (experts BFP4_b, the rest BFP8_b)")
 	}
 	res, err := demo.Run(ctx, opt)
@@ -118,4 +121,32 @@ func printDemo(e *env, r *demo.Result) error {
 		fmt.Fprintf(w, "\npictures: %s\n", strings.Join(r.Pictures, ", "))
 	}
 	return nil
+}
+
+// demoText is the demo's one progress line: the command's share, its
+// step, the build's layer, elapsed time and the command's ETA.
+func demoText(p demo.Progress) string {
+	eta := "?"
+	if d, ok := p.ETA(); ok {
+		eta = d.Round(time.Second).String()
+	}
+	layer := ""
+	if p.Layer >= 0 {
+		layer = fmt.Sprintf("  layer %d %d%%", p.Layer, int(p.LayerShare*100))
+	}
+	return fmt.Sprintf("%3d%%  step %d/%d %s%s  %s elapsed  ETA %s", int(p.Share()*100), p.Step, p.Steps, p.Name, layer, p.Elapsed.Round(time.Second), eta)
+}
+
+func (p *progress) demoEvent(ev demo.Progress) {
+	line := demoText(ev)
+	switch ev.Kind {
+	case "update":
+		p.draw(line, "", false, true)
+	case "step":
+		p.draw(line, "", true, false)
+	case "layer":
+		p.draw(line, fmt.Sprintf("layer %d done  ", ev.Layer), true, false)
+	case "done":
+		p.end(line)
+	}
 }

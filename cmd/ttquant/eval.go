@@ -13,6 +13,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
 
@@ -56,15 +57,8 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case sp.Count > 1 && *parts == "":
-		return usageErrorf("--shard %s needs --parts DIR, where the workers write their scores", sp)
-	case sp.Count <= 1 && *parts != "":
-		return usageErrorf("--parts is for the workers of a split evaluation (--shard i/N)")
-	case sp.Count > 1 && *assemble != "":
-		return usageErrorf("--assemble merges the workers' parts; give it without --shard")
-	case sp.Count > 1 && *svgOut != "":
-		return usageErrorf("--svg pictures the merged table: give it with --assemble")
+	if err := checkEvalSplit(sp, *parts, *assemble, *svgOut); err != nil {
+		return err
 	}
 	if *model == "" {
 		return usageErrorf("--model SRC is required")
@@ -73,35 +67,19 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if len(ckpts) == 0 && !*self {
 		return usageErrorf("no checkpoint given: ttquant eval --model SRC --data SPEC CKPT [CKPT...]")
 	}
-	var lbls []string
-	if *labels != "" {
-		lbls = strings.Split(*labels, ",")
-		if len(lbls) != len(ckpts) {
-			return usageErrorf("--labels gives %d labels for %d checkpoints", len(lbls), len(ckpts))
-		}
-		seen := map[string]bool{}
-		for _, l := range lbls {
-			if strings.TrimSpace(l) == "" || seen[l] || l == "self" {
-				return usageErrorf("--labels %q: labels must be non-empty, distinct and not \"self\"", *labels)
-			}
-			seen[l] = true
-		}
+	lbls, err := parseLabels(*labels, len(ckpts))
+	if err != nil {
+		return err
 	}
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
-	if *overlapRun < 8 || *overlapRun > 4096 {
-		return usageErrorf("--overlap-run %d: want 8..4096", *overlapRun)
+	if err := checkOverlapFlags(*overlapRun, *maxOverlap); err != nil {
+		return err
 	}
-	if !(*maxOverlap > 0 && *maxOverlap < 1) {
-		return usageErrorf("--max-overlap %v: want a share 0 < f < 1", *maxOverlap)
-	}
-	num, err := harness.ParseNumerics(*numerics, *kvCache)
-	switch {
-	case errors.Is(err, harness.ErrNumerics):
-		return usageErrorf("--numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4 (%v)", *numerics, err)
-	case err != nil:
-		return usageErrorf("--kv-cache %q: want f32 or bfp8", *kvCache)
+	num, err := numericsFlags(*numerics, *kvCache)
+	if err != nil {
+		return err
 	}
 	// The calibration flags describe --calib-data's set, not this run's
 	// text: resolve the evaluation options without them.
@@ -112,30 +90,10 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Without --eval-sequences the data is scored as it is: every record
-	// its own window of up to --eval-seq-len tokens (longer ones split);
-	// without --eval-fraction every record, or, when the data holds a
-	// file a checkpoint was calibrated on, the records its split held out.
 	window := dopt.Evaluation.SeqLen
-	heldOut := false
-	if spec.Options == nil && d.evalSequences == 0 {
-		var set []string
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "eval-mode" || f.Name == "eval-short" {
-				set = append(set, "--"+f.Name)
-			}
-		})
-		if len(set) > 0 {
-			return usageErrorf("%s shapes --eval-sequences N sequences; without it every record is scored as its own window", strings.Join(set, ", "))
-		}
-		given := false
-		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "eval-fraction" })
-		dopt.Evaluation = dataset.SetOptions{AllRecords: true}
-		if !given {
-			dopt.EvalFraction, heldOut = 1, true
-		}
-	} else if !dopt.Evaluation.Requested() {
-		return usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
+	heldOut, err := evalSet(fs, d, spec, &dopt)
+	if err != nil {
+		return err
 	}
 	// --workers bounds the kernels' goroutines too, as in run and calib
 	// build: the process's setting, chosen here, not by the harness.
@@ -144,47 +102,8 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
 		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: num, Workers: *workers,
 		Shard: sp, Parts: *parts, Assemble: *assemble}
-	// The flags that describe the calibration set only mean something with
-	// --calib-data, and only when its spec does not carry its own options:
-	// never ignore one silently.
-	var calibFlags []string
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "sequences", "seq-len", "mode", "short", "calib-fraction":
-			calibFlags = append(calibFlags, "--"+f.Name)
-		}
-	})
-	if *calibData != "" {
-		cs, err := dataset.ParseSpec(*calibData)
-		if err != nil {
-			return fmt.Errorf("--calib-data: %w", err)
-		}
-		copt := dopt
-		if cs.Options != nil {
-			if len(calibFlags) > 0 {
-				return usageErrorf("%s: the --calib-data spec file carries its own options; give them there", strings.Join(calibFlags, ", "))
-			}
-			copt = *cs.Options
-		} else {
-			if calSeqs <= 0 {
-				return usageErrorf("--calib-data needs --sequences N (the calibration set's size, as the checkpoints were calibrated)")
-			}
-			if *calibFraction <= 0 || *calibFraction >= 1 {
-				return usageErrorf("--calib-fraction %v: want 0 < f < 1", *calibFraction)
-			}
-			short := dataset.Short(d.short)
-			if d.mode == "pack" {
-				short = ""
-			}
-			copt.Calibration = dataset.SetOptions{Sequences: calSeqs, SeqLen: d.seqLen, Mode: dataset.Mode(d.mode), Short: short}
-			copt.EvalFraction = *calibFraction
-		}
-		opt.Calib, opt.CalibOptions = cs, copt
-	} else if len(calibFlags) > 0 || calSeqs > 0 {
-		if len(calibFlags) == 0 {
-			calibFlags = []string{"--sequences"}
-		}
-		return usageErrorf("%s describes the calibration set of --calib-data, which is not given", strings.Join(calibFlags, ", "))
+	if opt.Calib, opt.CalibOptions, err = calibSet(fs, d, *calibData, *calibFraction, calSeqs, dopt); err != nil {
+		return err
 	}
 	if !*quiet {
 		opt.Log = func(msg string) { e.log.Info(msg) }
@@ -202,40 +121,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	case err != nil:
 		return err
 	}
-	if p := rep.Part; p != nil {
-		if *asJSON {
-			return writeJSON(e.stdout, struct {
-				SchemaVersion int    `json:"schema_version"`
-				Part          string `json:"part"`
-				Worker        int    `json:"worker"`
-				Workers       int    `json:"workers"`
-				Windows       int    `json:"windows"`
-				Of            int    `json:"of_windows"`
-			}{schemaVersion, p.Path, p.Worker, p.Workers, p.Windows, p.Of})
-		}
-		fmt.Fprintf(e.stdout, "worker      %d/%d: %d of %d windows scored\npart        %s (merge with eval --assemble %s)\n", p.Worker, p.Workers, p.Windows, p.Of, p.Path, *parts)
-		return nil
-	}
-	if *svgOut != "" {
-		var b bytes.Buffer
-		if err := rep.WriteSVG(&b); err != nil {
-			return err
-		}
-		if _, err := atomicfile.WriteFile(*svgOut, b.Bytes()); err != nil {
-			return err
-		}
-	}
-	if *asJSON {
-		return rep.WriteJSON(e.stdout)
-	}
-	fmt.Fprintf(e.stdout, "Scored: %s.\n\n", rep.Data.(harness.DataInfo).Selection)
-	if err := rep.WriteMarkdown(e.stdout); err != nil {
-		return err
-	}
-	for _, w := range rep.Warnings {
-		fmt.Fprintf(e.stdout, "\nwarning: %s\n", w)
-	}
-	return nil
+	return printEval(e, rep, *asJSON, *svgOut, *parts)
 }
 
 // evalProgress prints one progress line, rewritten in place.
@@ -257,4 +143,182 @@ func evalProgress(e *env) func(eval.Progress) {
 			fmt.Fprintln(e.stderr)
 		}
 	}
+}
+
+// parseLabels checks the table labels of n checkpoints (none: nil).
+func parseLabels(labels string, n int) ([]string, error) {
+	if labels == "" {
+		return nil, nil
+	}
+	lbls := strings.Split(labels, ",")
+	if len(lbls) != n {
+		return nil, usageErrorf("--labels gives %d labels for %d checkpoints", len(lbls), n)
+	}
+	seen := map[string]bool{}
+	for _, l := range lbls {
+		if strings.TrimSpace(l) == "" || seen[l] || l == "self" {
+			return nil, usageErrorf("--labels %q: labels must be non-empty, distinct and not \"self\"", labels)
+		}
+		seen[l] = true
+	}
+	return lbls, nil
+}
+
+// evalSet settles what is scored. Without --eval-sequences the data is
+// scored as it is: every record its own window of up to --eval-seq-len
+// tokens (longer ones split); without --eval-fraction every record, or,
+// when the data holds a file a checkpoint was calibrated on, the records
+// its split held out (heldOut).
+func evalSet(fs *flag.FlagSet, d *dataFlags, spec *dataset.Spec, dopt *dataset.Options) (heldOut bool, err error) {
+	if spec.Options != nil || d.evalSequences != 0 {
+		if !dopt.Evaluation.Requested() {
+			return false, usageErrorf("the spec file %s builds no evaluation set: give its evaluation options there", d.data)
+		}
+		return false, nil
+	}
+	var set []string
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "eval-mode", "eval-short":
+			set = append(set, "--"+f.Name)
+		case "eval-fraction":
+			given = true
+		}
+	})
+	if len(set) > 0 {
+		return false, usageErrorf("%s shapes --eval-sequences N sequences; without it every record is scored as its own window", strings.Join(set, ", "))
+	}
+	dopt.Evaluation = dataset.SetOptions{AllRecords: true}
+	if !given {
+		dopt.EvalFraction = 1
+		return true, nil
+	}
+	return false, nil
+}
+
+// calibSet is the calibration set of --calib-data (none: nil), whose
+// overlap with the evaluation text is checked; the calibration flags
+// (--sequences, --seq-len, --mode, --short, --calib-fraction) describe it.
+// They mean something only with --calib-data, and only when its spec does
+// not carry its own options: one given otherwise is a usage error, never
+// ignored.
+func calibSet(fs *flag.FlagSet, d *dataFlags, calibData string, calibFraction float64, calSeqs int, dopt dataset.Options) (*dataset.Spec, dataset.Options, error) {
+	var calibFlags []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "sequences", "seq-len", "mode", "short", "calib-fraction":
+			calibFlags = append(calibFlags, "--"+f.Name)
+		}
+	})
+	if calibData != "" {
+		cs, err := dataset.ParseSpec(calibData)
+		if err != nil {
+			return nil, dataset.Options{}, fmt.Errorf("--calib-data: %w", err)
+		}
+		copt := dopt
+		if cs.Options != nil {
+			if len(calibFlags) > 0 {
+				return nil, dataset.Options{}, usageErrorf("%s: the --calib-data spec file carries its own options; give them there", strings.Join(calibFlags, ", "))
+			}
+			copt = *cs.Options
+		} else {
+			if calSeqs <= 0 {
+				return nil, dataset.Options{}, usageErrorf("--calib-data needs --sequences N (the calibration set's size, as the checkpoints were calibrated)")
+			}
+			if calibFraction <= 0 || calibFraction >= 1 {
+				return nil, dataset.Options{}, usageErrorf("--calib-fraction %v: want 0 < f < 1", calibFraction)
+			}
+			short := dataset.Short(d.short)
+			if d.mode == "pack" {
+				short = ""
+			}
+			copt.Calibration = dataset.SetOptions{Sequences: calSeqs, SeqLen: d.seqLen, Mode: dataset.Mode(d.mode), Short: short}
+			copt.EvalFraction = calibFraction
+		}
+		return cs, copt, nil
+	} else if len(calibFlags) > 0 || calSeqs > 0 {
+		if len(calibFlags) == 0 {
+			calibFlags = []string{"--sequences"}
+		}
+		return nil, dataset.Options{}, usageErrorf("%s describes the calibration set of --calib-data, which is not given", strings.Join(calibFlags, ", "))
+	}
+	return nil, dataset.Options{}, nil
+}
+
+// printEval prints a worker's part, or the table (and writes the picture).
+func printEval(e *env, rep *harness.Report, asJSON bool, svgOut, parts string) error {
+	if p := rep.Part; p != nil {
+		if asJSON {
+			return writeJSON(e.stdout, struct {
+				SchemaVersion int    `json:"schema_version"`
+				Part          string `json:"part"`
+				Worker        int    `json:"worker"`
+				Workers       int    `json:"workers"`
+				Windows       int    `json:"windows"`
+				Of            int    `json:"of_windows"`
+			}{schemaVersion, p.Path, p.Worker, p.Workers, p.Windows, p.Of})
+		}
+		fmt.Fprintf(e.stdout, "worker      %d/%d: %d of %d windows scored\npart        %s (merge with eval --assemble %s)\n", p.Worker, p.Workers, p.Windows, p.Of, p.Path, parts)
+		return nil
+	}
+	if svgOut != "" {
+		var b bytes.Buffer
+		if err := rep.WriteSVG(&b); err != nil {
+			return err
+		}
+		if _, err := atomicfile.WriteFile(svgOut, b.Bytes()); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		return rep.WriteJSON(e.stdout)
+	}
+	fmt.Fprintf(e.stdout, "Scored: %s.\n\n", rep.Data.(harness.DataInfo).Selection)
+	if err := rep.WriteMarkdown(e.stdout); err != nil {
+		return err
+	}
+	for _, w := range rep.Warnings {
+		fmt.Fprintf(e.stdout, "\nwarning: %s\n", w)
+	}
+	return nil
+}
+
+// checkEvalSplit checks the flags of a split evaluation: a worker writes
+// its part to --parts, --assemble merges the parts (and may picture them).
+func checkEvalSplit(sp shard.Spec, parts, assemble, svgOut string) error {
+	switch {
+	case sp.Count > 1 && parts == "":
+		return usageErrorf("--shard %s needs --parts DIR, where the workers write their scores", sp)
+	case sp.Count <= 1 && parts != "":
+		return usageErrorf("--parts is for the workers of a split evaluation (--shard i/N)")
+	case sp.Count > 1 && assemble != "":
+		return usageErrorf("--assemble merges the workers' parts; give it without --shard")
+	case sp.Count > 1 && svgOut != "":
+		return usageErrorf("--svg pictures the merged table: give it with --assemble")
+	}
+	return nil
+}
+
+// checkOverlapFlags checks --overlap-run and --max-overlap.
+func checkOverlapFlags(run int, maxShare float64) error {
+	if run < 8 || run > 4096 {
+		return usageErrorf("--overlap-run %d: want 8..4096", run)
+	}
+	if !(maxShare > 0 && maxShare < 1) {
+		return usageErrorf("--max-overlap %v: want a share 0 < f < 1", maxShare)
+	}
+	return nil
+}
+
+// numericsFlags parses --numerics and --kv-cache.
+func numericsFlags(numerics, kvCache string) (harness.Numerics, error) {
+	num, err := harness.ParseNumerics(numerics, kvCache)
+	switch {
+	case errors.Is(err, harness.ErrNumerics):
+		return num, usageErrorf("--numerics %q: want cpu, device or device:LoFi|HiFi2|HiFi3|HiFi4 (%v)", numerics, err)
+	case err != nil:
+		return num, usageErrorf("--kv-cache %q: want f32 or bfp8", kvCache)
+	}
+	return num, nil
 }

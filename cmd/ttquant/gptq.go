@@ -167,7 +167,7 @@ func printWork(e *env, p *plan.Plan, w *build.WorkSummary) {
 		case sq.FreeBytes < 0:
 			fmt.Fprintf(e.stdout, "  disk             %s needed; the free space cannot be told (no --out, or not on this system)\n", humanBytes(sq.DiskBytes))
 		case sq.FreeBytes < sq.DiskBytes:
-			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s: NOT ENOUGH, the build would stop when the disk is full\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
+			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s: NOT ENOUGH, the real run refuses\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
 		default:
 			fmt.Fprintf(e.stdout, "  disk             %s needed, %s free on the file system of %s\n", humanBytes(sq.DiskBytes), humanBytes(sq.FreeBytes), sq.FreeDir)
 		}

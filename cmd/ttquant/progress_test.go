@@ -70,3 +70,43 @@ func TestProgressInsideLayer(t *testing.T) {
 		t.Errorf("want one line rewritten in place, got %q", b.String())
 	}
 }
+
+// demoLine is the one form of the demo's progress lines: the command's
+// share, its step, the build's layer, elapsed time and one ETA.
+var demoLine = regexp.MustCompile(`^(layer \d+ done  |done  )?\s*\d+%  step \d/4 [a-zA-Z ]+?(  layer \d+ \d+%)?  \S+ elapsed  ETA \S+$`)
+
+// TestDemoProgressOneLine: the demo runs two builds and an evaluation
+// under one progress line with one ETA for the whole command (each build
+// used to print its own line with its own ETA).
+func TestDemoProgressOneLine(t *testing.T) {
+	code, _, errs := runCLI(t, "demo", "--out", filepath.Join(t.TempDir(), "d"), "--workers", "2", "--sequences", "6", "--seq-len", "64", "--held-out", "2",
+		"--eval-sequences", "2", "--eval-seq-len", "32")
+	if code != exitOK {
+		t.Fatalf("demo: status %d\n%s", code, errs)
+	}
+	steps := map[string]bool{}
+	for _, line := range strings.Split(errs, "\n") {
+		if !strings.Contains(line, "ETA") {
+			continue
+		}
+		if strings.Count(line, "ETA") != 1 || !demoLine.MatchString(line) {
+			t.Errorf("progress line %q is not of the demo's one form", line)
+		}
+		if i := strings.Index(line, "step "); i >= 0 {
+			steps[line[i:i+len("step 1/4")]] = true
+		}
+	}
+	for _, want := range []string{"step 1/4", "step 2/4", "step 3/4", "step 4/4"} {
+		if !steps[want] {
+			t.Errorf("no progress line of %s:\n%s", want, errs)
+		}
+	}
+	if !strings.Contains(errs, "done  100%  step 4/4 evaluate") {
+		t.Errorf("stderr lacks the last line at 100%%:\n%s", errs)
+	}
+	for _, line := range strings.Split(errs, "\n") {
+		if progressLine.MatchString(line) {
+			t.Errorf("a build's own progress line %q reached the demo's output", line)
+		}
+	}
+}

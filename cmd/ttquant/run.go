@@ -10,6 +10,7 @@ import (
 
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
 )
@@ -72,66 +73,32 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
-	var tok *tokenizer.Tokenizer
-	var ids []int32
-	if *text != "" {
-		t, err := tokenizer.Load(*model)
-		if err != nil {
-			return err
-		}
-		tok = t
-		for _, id := range tok.Encode(*text) {
-			ids = append(ids, int32(id))
-		}
-		if len(ids) == 0 {
-			return usageErrorf("--text: the text encodes to no tokens")
-		}
-	} else {
-		var err error
-		if ids, err = parseTokens(*tokens); err != nil {
-			return err
-		}
+	tok, ids, err := promptIDs(*model, *text, *tokens)
+	if err != nil {
+		return err
 	}
 	prev := kernels.SetWorkers(*workers)
 	defer kernels.SetWorkers(prev)
 
 	start := time.Now()
-	m, err := forward.Open(*model)
+	src, err := forward.Open(*model)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	cfg := m.Config
-	if *native != "" {
-		ns, err := harness.OpenNative(*native)
-		if err != nil {
-			return err
-		}
-		if err := ns.CheckSource(*model, *native); err != nil {
-			return err
-		}
-		// The model's own checkpoint stays underneath for anything the
-		// native one lacks.
-		nm, err := forward.New(cfg, forward.Overlay{ns, m.Src})
-		if err != nil {
-			return fmt.Errorf("--checkpoint %s: %w", *native, err)
-		}
-		m = nm
-		e.log.Info("using decoded native weights", "checkpoint", *native, "tensors", ns.Len())
+	defer src.Close()
+	m, err := withCheckpoint(e, src, *model, *native)
+	if err != nil {
+		return err
 	}
-	for i, id := range ids {
-		if int(id) >= cfg.Vocab {
-			if tok != nil {
-				return fmt.Errorf("%s: the tokenizer gives id %d at position %d, outside the model's vocabulary 0..%d", *model, id, i, cfg.Vocab-1)
-			}
-			return usageErrorf("--tokens: id %d at position %d outside the vocabulary 0..%d", id, i, cfg.Vocab-1)
+	cfg := m.Config
+	if err := cfg.CheckTokens(ids); err != nil {
+		if tok != nil {
+			return fmt.Errorf("%s: the tokenized text's %w", *model, err)
 		}
+		return usageErrorf("--tokens: %v", err)
 	}
 	if *mtp && cfg.MTPLayers == 0 {
 		return usageErrorf("--mtp: the model has no MTP layer")
-	}
-	if *mtp && *dumpLogits == "" {
-		return usageErrorf("--mtp writes the MTP logits beside the logits: it needs --dump-logits")
 	}
 	e.log.Info("checking weights", "model", *model, "family", cfg.Arch.String(), "layers", cfg.Layers)
 	if err := m.CheckFinite(); err != nil {
@@ -153,10 +120,79 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			Tokens: ids, Top: preds, Continuation: cont, LogitsFile: *dumpLogits, LayersFile: *dumpLayers,
 			Seconds: time.Since(start).Seconds()})
 	}
+	printRun(e, *model, *native, cfg, ids, preds, cont, tok)
+	for _, f := range []string{*dumpLogits, *dumpLayers} {
+		if f != "" {
+			fmt.Fprintf(e.stdout, "wrote %s\n", f)
+		}
+	}
+	return nil
+}
+
+// parseTokens parses "1,2,3" into token ids.
+func parseTokens(s string) ([]int32, error) {
+	parts := strings.Split(s, ",")
+	ids := make([]int32, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		v, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || v < 0 {
+			return nil, usageErrorf("--tokens: entry %d (%q) is not a non-negative token id", i, p)
+		}
+		ids = append(ids, int32(v))
+	}
+	return ids, nil
+}
+
+// promptIDs is the prompt: text encoded with the model's tokenizer (which
+// it also returns), or the comma-separated token ids.
+func promptIDs(model, text, tokens string) (*tokenizer.Tokenizer, []int32, error) {
+	if text == "" {
+		ids, err := parseTokens(tokens)
+		return nil, ids, err
+	}
+	tok, err := tokenizer.Load(model)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []int32
+	for _, id := range tok.Encode(text) {
+		ids = append(ids, int32(id))
+	}
+	if len(ids) == 0 {
+		return nil, nil, usageErrorf("--text: the text encodes to no tokens")
+	}
+	return tok, ids, nil
+}
+
+// withCheckpoint is the model with the decoded weights of the native
+// checkpoint in place of its own (src itself without one); the model's
+// own tensors stay underneath for anything the checkpoint lacks.
+func withCheckpoint(e *env, src *forward.Model, model, native string) (*forward.Model, error) {
+	if native == "" {
+		return src, nil
+	}
+	ns, err := harness.OpenNative(native)
+	if err != nil {
+		return nil, err
+	}
+	if err := ns.CheckSource(model, native); err != nil {
+		return nil, err
+	}
+	m, err := forward.New(src.Config, forward.Overlay{ns, src.Src})
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint %s: %w", native, err)
+	}
+	e.log.Info("using decoded native weights", "checkpoint", native, "tensors", ns.Len())
+	return m, nil
+}
+
+// printRun prints the predictions and the continuation as text.
+func printRun(e *env, modelDir, native string, cfg *model.Config, ids []int32, preds []forward.Prediction, cont []int32, tok *tokenizer.Tokenizer) {
 	fmt.Fprintf(e.stdout, "model %s (%s, %d layers, hidden %d, vocab %d), %d prompt tokens\n",
-		*model, cfg.Arch, cfg.Layers, cfg.Hidden, cfg.Vocab, len(ids))
-	if *native != "" {
-		fmt.Fprintf(e.stdout, "weights decoded from native checkpoint %s\n", *native)
+		modelDir, cfg.Arch, cfg.Layers, cfg.Hidden, cfg.Vocab, len(ids))
+	if native != "" {
+		fmt.Fprintf(e.stdout, "weights decoded from native checkpoint %s\n", native)
 	}
 	fmt.Fprintf(e.stdout, "next token after position %d:\n", len(ids)-1)
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -181,25 +217,4 @@ func runRun(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}
-	for _, f := range []string{*dumpLogits, *dumpLayers} {
-		if f != "" {
-			fmt.Fprintf(e.stdout, "wrote %s\n", f)
-		}
-	}
-	return nil
-}
-
-// parseTokens parses "1,2,3" into token ids.
-func parseTokens(s string) ([]int32, error) {
-	parts := strings.Split(s, ",")
-	ids := make([]int32, 0, len(parts))
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		v, err := strconv.ParseInt(p, 10, 32)
-		if err != nil || v < 0 {
-			return nil, usageErrorf("--tokens: entry %d (%q) is not a non-negative token id", i, p)
-		}
-		ids = append(ids, int32(v))
-	}
-	return ids, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/model/walk"
 )
 
 // storeArgs is a calib build of the built-in model's text: eight
@@ -240,7 +241,7 @@ func TestStoreWorkerKilledMidUnit(t *testing.T) {
 			wdir := filepath.Join(dir, calib.StorePartialDir, "shard-00001-of-00003")
 			mid := false
 			for deadline := time.Now().Add(30 * time.Second); !mid && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-				_, err := os.Stat(filepath.Join(wdir, "layer000.json"))
+				_, err := os.Stat(filepath.Join(wdir, walk.RecordName(0)))
 				ms, _ := filepath.Glob(filepath.Join(wdir, "parts", "*.part"+atomicfile.Suffix))
 				mid = err == nil && len(ms) > 0
 			}

@@ -8,6 +8,7 @@ package atomicfile
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"hash"
 	"io"
@@ -147,6 +148,17 @@ func (f Faults) WriteFile(path string, data []byte) (string, error) {
 	}
 	_, sum, err := a.Commit()
 	return sum, err
+}
+
+// WriteJSON writes v as indented JSON with a trailing newline, the form of
+// every record a build or a walk keeps for resuming.
+func (f Faults) WriteJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteFile(path, append(data, '\n'))
+	return err
 }
 
 // HashFile returns the size and sha256 of a file.

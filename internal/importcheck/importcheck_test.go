@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
+	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
 	"manifest/ttnn":  {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	// Precision selection: measures through the store build, solves, draws
 	// the Pareto curve with the evaluation's SVG helpers.
@@ -74,12 +74,17 @@ var allowed = map[string][]string{
 	// The forward pass runs models; it must not link the checkpoint
 	// builder, the calibration or the quantizer.
 	"internal/model/forward": {"safetensors", "internal/kernels", "internal/model", "internal/model/ffn"},
+	// The calibration walker: the forward pass stepped layer by layer over
+	// calibration sequences, and its resume files. Used by calibration from
+	// text and by the sequential build; links neither of them, nor the
+	// quantizer, nor the checkpoint format.
+	"internal/model/walk": {"internal/atomicfile", "internal/model", "internal/model/forward"},
 	// The built-in model is data: it imports nothing.
 	"internal/model/builtin": {},
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/text", "internal/fslock", "internal/shard"},
+	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard"},
 }
 
 // allowedInTests are extra module packages that test files may import.
@@ -232,6 +237,11 @@ func TestRulesRejectUpwardImport(t *testing.T) {
 		{"internal/model/forward", "internal/model/ffn", true},
 		{"internal/model/ffn", "calib", false},
 		{"calib/textcalib", "internal/model/forward", true},
+		{"calib/textcalib", "internal/model/walk", true},
+		{"manifest/build", "internal/model/walk", true},
+		{"internal/model/walk", "calib", false},
+		{"internal/model/walk", "manifest", false},
+		{"internal/model/walk", "gptq", false},
 		{"calib/textcalib", "manifest", false},
 		{"calib/textcalib", "manifest/build", false},
 	}
@@ -256,6 +266,7 @@ var linksNone = map[string][]string{
 	"manifest/ttnn":           {"calib", "gptq", "manifest/build", "manifest/plan", "internal/testmodel"},
 	"internal/model/forward":  {"calib", "gptq", "manifest", "manifest/build", "internal/testmodel"},
 	"internal/model/ffn":      {"calib", "gptq", "manifest", "internal/model/forward"},
+	"internal/model/walk":     {"calib", "gptq", "manifest", "manifest/build", "internal/testmodel"},
 	"internal/text/tokenizer": {"calib", "gptq", "manifest", "internal/model/forward", "internal/kernels"},
 	"emulator/eval/harness":   {"calib", "gptq", "manifest/build", "internal/testmodel"},
 }

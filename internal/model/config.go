@@ -170,6 +170,18 @@ func (c *Config) ConvDim() int { return 2*c.KeyDim() + c.ValueDim() }
 // AttnInner is the input width of self_attn.o_proj (heads × head_dim).
 func (c *Config) AttnInner() int { return c.Heads * c.HeadDim }
 
+// CheckTokens checks that every id of a token sequence is a row of the
+// embedding: the one vocabulary check of calibration, evaluation and runs
+// (the caller names the sequence).
+func (c *Config) CheckTokens(ids []int32) error {
+	for t, id := range ids {
+		if id < 0 || int(id) >= c.Vocab {
+			return fmt.Errorf("token %d: id %d outside the model's vocabulary 0..%d", t, id, c.Vocab-1)
+		}
+	}
+	return nil
+}
+
 // NumLayers is the number of layer indices: trunk layers 0..Layers-1, then
 // MTP layer k as Layers+k.
 func (c *Config) NumLayers() int { return c.Layers + c.MTPLayers }

@@ -141,6 +141,9 @@ type BuildOptions struct {
 	// testHook, when set, is called after every tensor written (with the
 	// file and tensor name) and after every file committed (tensor "").
 	testHook func(file, tensor string)
+	// freeSpace, when set, stands in for the free space of the output's
+	// file system (freeAt).
+	freeSpace func(dir string) (int64, string)
 }
 
 // HessianSource supplies the Hessian of a stored matrix: a cols×cols matrix

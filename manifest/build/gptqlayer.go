@@ -270,7 +270,7 @@ func (b *builder) quantizeExperts(ctx context.Context, layer int, pending map[st
 			return nil, fmt.Errorf("manifest: layer %d: file %s received %d of its %d tensors", layer, f, count[f], len(b.jobs[pending[f]].tensors))
 		}
 	}
-	if err := writeJSONAtomic(b.opt.Faults, recPath, ls); err != nil {
+	if err := b.opt.Faults.WriteJSON(recPath, ls); err != nil {
 		return nil, err
 	}
 	return ls, nil

@@ -151,20 +151,23 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 	}
 	if old != nil {
 		recs = recordsOf(old)
+		if err := b.checkDisk(recs); err != nil {
+			return nil, err
+		}
 		for name, r := range recs {
-			if err := writeJSONAtomic(b.opt.Faults, recordPath(out, name), r); err != nil {
+			if err := b.opt.Faults.WriteJSON(recordPath(out, name), r); err != nil {
 				return nil, err
 			}
 		}
 		b.wasFinished = true
 		for _, ls := range old.TTQuant.Layers {
 			if ls.CalibTokens > 0 || ls.ResidualMeanSquare > 0 {
-				if err := writeJSONAtomic(b.opt.Faults, layerRecordPath(out, ls.Layer), ls); err != nil {
+				if err := b.opt.Faults.WriteJSON(layerRecordPath(out, ls.Layer), ls); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
+		if err := b.opt.Faults.WriteJSON(bpath, fp); err != nil {
 			return nil, err
 		}
 		// From here on the directory is an unfinished build again until the
@@ -172,26 +175,14 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if err := os.Remove(mpath); err != nil {
 			return nil, err
 		}
-	} else if started, err := checkBuildRecord(out, fp); err != nil {
+	} else if started, err := b.checkBuildRecord(fp); err != nil {
 		return nil, err
 	} else if started {
-		ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
-		if err != nil {
+		if recs, err = readFileRecords(out); err != nil {
 			return nil, err
 		}
-		for _, e := range ents {
-			if e.Name() == buildRecordName || !strings.HasSuffix(e.Name(), ".json") {
-				continue
-			}
-			data, err := os.ReadFile(filepath.Join(out, manifest.PartialDir, e.Name()))
-			if err != nil {
-				return nil, err
-			}
-			var r fileRecord
-			if json.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
-				continue // a damaged record: the file is redone
-			}
-			recs[r.File.Name] = &r
+		if err := b.checkDisk(recs); err != nil {
+			return nil, err
 		}
 	} else {
 		ents, err := os.ReadDir(out)
@@ -204,7 +195,10 @@ func (b *builder) prepareDir(fp fingerprint) (map[string]*fileRecord, error) {
 		if err := checkOnly(out, ents, map[string]bool{manifest.PartialDir: true, fslock.Name: true}); err != nil {
 			return nil, err
 		}
-		if err := writeJSONAtomic(b.opt.Faults, bpath, fp); err != nil {
+		if err := b.checkDisk(recs); err != nil {
+			return nil, err
+		}
+		if err := b.opt.Faults.WriteJSON(bpath, fp); err != nil {
 			return nil, err
 		}
 	}
@@ -245,9 +239,12 @@ func (b *builder) existingManifest(fp fingerprint) (*manifest.Manifest, error) {
 	return old, nil
 }
 
-// checkBuildRecord compares the record of an unfinished build in out with
-// fp: false when there is none, an error naming what differs.
-func checkBuildRecord(out string, fp fingerprint) (bool, error) {
+// checkBuildRecord compares the record of an unfinished build in the
+// output directory with fp: false when there is none, an error naming what
+// differs (for a sequential build whose calibration differs, what its
+// walk's record says changed in the text).
+func (b *builder) checkBuildRecord(fp fingerprint) (bool, error) {
+	out := b.opt.Out
 	bpath := filepath.Join(out, manifest.PartialDir, buildRecordName)
 	data, err := os.ReadFile(bpath)
 	if err != nil {
@@ -258,6 +255,12 @@ func checkBuildRecord(out string, fp fingerprint) (bool, error) {
 		return false, fmt.Errorf("%s: %w", bpath, err)
 	}
 	if d := diffFingerprints(have, fp); len(d) > 0 {
+		if have.Calibration != fp.Calibration && b.seq != nil {
+			// The walk's own record says what changed in the text.
+			if c := b.seq.changed(); len(c) > 0 {
+				d = append(d, "calibration walk ("+strings.Join(c, "; ")+")")
+			}
+		}
 		return false, fmt.Errorf("%w: the unfinished build in %s used a different %s", ErrResumeMismatch, out, strings.Join(d, ", "))
 	}
 	return true, nil
@@ -274,13 +277,29 @@ func checkOnly(out string, ents []os.DirEntry, ours map[string]bool) error {
 	return nil
 }
 
-func writeJSONAtomic(faults atomicfile.Faults, path string, v any) error {
-	data, err := json.MarshalIndent(v, "", " ")
+// readFileRecords reads the records of the files an unfinished build in
+// out finished; a damaged record is left out (its file is redone).
+func readFileRecords(out string) (map[string]*fileRecord, error) {
+	ents, err := os.ReadDir(filepath.Join(out, manifest.PartialDir))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = faults.WriteFile(path, append(data, '\n'))
-	return err
+	recs := map[string]*fileRecord{}
+	for _, e := range ents {
+		if e.Name() == buildRecordName || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(out, manifest.PartialDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r fileRecord
+		if json.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
+			continue
+		}
+		recs[r.File.Name] = &r
+	}
+	return recs, nil
 }
 
 func (b *builder) run(ctx context.Context) (*BuildResult, error) {
@@ -351,7 +370,7 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	}
 	// commit records a freshly written file.
 	commit := func(i int, r *fileRecord) error {
-		if err := writeJSONAtomic(b.opt.Faults, recordPath(out, b.jobs[i].file), r); err != nil {
+		if err := b.opt.Faults.WriteJSON(recordPath(out, b.jobs[i].file), r); err != nil {
 			return err
 		}
 		results[i] = r

@@ -2,11 +2,9 @@ package build
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,9 +12,9 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
-	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
+	"github.com/ttquant/ttquant/internal/model/walk"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -41,9 +39,6 @@ import (
 // seqDir is the bookkeeping of the sequential pass, inside PartialDir.
 const seqDir = "sequential"
 
-// seqChunkRows bounds the token rows a forward pass handles at once.
-const seqChunkRows = 8192
-
 type sequential struct {
 	b    *builder
 	cfg  *model.Config
@@ -51,8 +46,11 @@ type sequential struct {
 	w    *seqWeights
 	m    *forward.Model // over Overlay{w, src}
 	ref  *forward.Model // over src: the source model for the reference stream
-	ids  [][]int32      // calibration sequences, the held-out ones last
+	walk *walk.Walk     // the calibration sequences, the held-out ones last
+	ids  [][]int32      // walk.IDs
 	held int            // held-out sequences
+	dir  walk.Dir       // the walk's resume files: seqDir
+	in   *walk.Inputs   // what the walk is over
 
 	mu   sync.Mutex
 	done map[string]*produced // the current layer's GPTQ'd dense tensors
@@ -155,9 +153,6 @@ func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int, outputByte
 	return w
 }
 
-// errSeqStop ends a forward pass once the wanted sites are collected.
-var errSeqStop = errors.New("sequential: sites collected")
-
 // openSequential prepares a sequential build: the forward model, the
 // tokenizer and the calibration text. Everything that can refuse the build
 // happens here, before the output directory is touched.
@@ -179,20 +174,16 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ids := res.Calibration.IDs()
-	var tokens int64
-	for i, s := range ids {
-		for t, id := range s {
-			if id < 0 || int(id) >= cfg.Vocab {
-				return fmt.Errorf("manifest: calibration sequence %d token %d: id %d outside the model's vocabulary 0..%d", i, t, id, cfg.Vocab-1)
-			}
-		}
-		tokens += int64(len(s))
+	wk, err := walk.New(cfg, res.Calibration.IDs(), walk.BatchRows)
+	if err != nil {
+		return fmt.Errorf("manifest: calibration %w", err)
 	}
+	ids, tokens := wk.IDs, wk.Tokens
 	if b.opt.HeldOutSequences >= len(ids) {
 		return fmt.Errorf("manifest: %d held-out sequences of the data's %d leave none for calibration", b.opt.HeldOutSequences, len(ids))
 	}
-	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, ids: ids, held: b.opt.HeldOutSequences, done: map[string]*produced{}}
+	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, walk: wk, ids: ids, held: b.opt.HeldOutSequences, done: map[string]*produced{},
+		dir: walk.Dir{Path: filepath.Join(b.opt.Out, manifest.PartialDir, seqDir), Faults: b.opt.Faults}}
 	if s.w, err = newSeqWeights(b); err != nil {
 		return err
 	}
@@ -206,6 +197,9 @@ func (b *builder) openSequential(ctx context.Context) error {
 		return err
 	}
 	hash := res.Provenance.Calibration.TokenIDsSHA256
+	s.in = walk.NewInputs(wk, hash, compactJSON(provJSON))
+	s.in.Steps = wk.Layers()
+	s.in.Settings = []walk.Setting{{Name: "held-out sequences", Value: fmt.Sprint(s.held)}, {Name: "asymmetric", Value: fmt.Sprint(b.opt.Asymmetric)}}
 	b.calib = &manifest.CalibInfo{Sequences: int64(len(ids)), Tokens: tokens, HeldOutSequences: int64(s.held), SHA256: hash,
 		Mode: manifest.CalibModeSequential, TokenIDsSHA256: hash, Data: compactJSON(provJSON)}
 	// Layers past the first MTP layer have no inputs the forward pass can
@@ -240,9 +234,9 @@ func (s *sequential) lookup(st *storedTensor) (*produced, error) {
 	if p != nil {
 		return p, nil
 	}
-	rec, err := s.readRecord(st.layer)
-	if err != nil || rec == nil {
-		return nil, err
+	rec := s.readRecord(st.layer)
+	if rec == nil {
+		return nil, nil
 	}
 	for _, t := range rec.Dense {
 		if t.Entry.Name != st.name {
@@ -270,59 +264,39 @@ type seqTensor struct {
 	Stats *manifest.MatrixStats `json:"stats,omitempty"`
 }
 
-// seqRecord is the bookkeeping of one finished layer of a sequential
-// build, written after everything it names.
-type seqRecord struct {
-	Layer int                 `json:"layer"`
+// seqLayer is what the record of a finished layer of a sequential build
+// holds beside its streams (walk.Record): the layer's statistics and its
+// GPTQ'd dense tensors, whose bytes are kept beside the record. The
+// streams leaving the layer are the quantized one (every calibration row)
+// and the source model's (every sequence in an asymmetric build, else the
+// held-out ones).
+type seqLayer struct {
 	Stats manifest.LayerStats `json:"stats"`
 	Dense []seqTensor         `json:"dense,omitempty"`
-	// Residual names the residual stream leaving the layer (every
-	// calibration row) and Ref the source model's stream on the held-out
-	// sequences, both as little-endian float32.
-	Residual string `json:"residual_sha256,omitempty"`
-	Ref      string `json:"ref_sha256,omitempty"`
-}
-
-func (s *sequential) dir() string { return filepath.Join(s.b.opt.Out, manifest.PartialDir, seqDir) }
-
-func (s *sequential) recordPath(l int) string {
-	return filepath.Join(s.dir(), fmt.Sprintf("layer-%03d.json", l))
 }
 
 func (s *sequential) blobPath(l int, name string) string {
-	return filepath.Join(s.dir(), fmt.Sprintf("layer-%03d", l), name+".bin")
+	return filepath.Join(s.dir.Path, fmt.Sprintf("layer-%03d", l), name+".bin")
 }
 
-func (s *sequential) streamPath(l int, ref bool) string {
-	if ref {
-		return filepath.Join(s.dir(), fmt.Sprintf("stream-%03d.ref.f32", l))
+// readRecord returns the record of finished layer l, nil when there is
+// none or it is damaged (the layer is then redone).
+func (s *sequential) readRecord(l int) *seqLayer {
+	r, err := s.dir.Record(l)
+	if err != nil || r == nil {
+		return nil
 	}
-	return filepath.Join(s.dir(), fmt.Sprintf("stream-%03d.f32", l))
-}
-
-func (s *sequential) readRecord(l int) (*seqRecord, error) {
-	data, err := os.ReadFile(s.recordPath(l))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+	var sl seqLayer
+	if json.Unmarshal(r.Data, &sl) != nil {
+		return nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	var r seqRecord
-	if json.Unmarshal(data, &r) != nil || r.Layer != l {
-		return nil, nil // damaged: the layer is redone
-	}
-	return &r, nil
+	return &sl
 }
 
 // layers lists the layers the pass runs: the trunk, then the first MTP
 // layer when the model has one.
 func (s *sequential) layers() []int {
-	n := s.cfg.Layers
-	if s.cfg.MTPLayers > 0 {
-		n++
-	}
-	out := make([]int, n)
+	out := make([]int, s.walk.Layers())
 	for i := range out {
 		out[i] = i
 	}
@@ -342,89 +316,22 @@ func (s *sequential) refIDs() [][]int32 {
 	return s.ids[s.calibSeqs():]
 }
 
-// lens returns the row count of every sequence entering layer l: the
-// tokens for a trunk layer, one fewer for the MTP layer (its last token
-// has no next token to predict).
-func (s *sequential) lens(l int) []int {
-	out := make([]int, len(s.ids))
-	for i, q := range s.ids {
-		out[i] = len(q)
-		if l >= s.cfg.Layers {
-			out[i] = max(len(q)-1, 0)
-		}
-	}
-	return out
-}
-
-func sum(v []int) int {
-	n := 0
-	for _, x := range v {
-		n += x
-	}
-	return n
-}
-
 // run performs the sequential pass and returns the per-layer statistics.
 // Expert files of GPTQ layers are written as their layers finish (through
 // keep and commit, as runGPTQLayer does for a store build).
 func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func(int) bool, commit func(int, *fileRecord) error) ([]manifest.LayerStats, error) {
 	b := s.b
 	layers := s.layers()
-	var out []manifest.LayerStats
-	// Resume: the finished layers' records, in order, and the stream
-	// leaving the last of them.
-	start := 0
-	for _, l := range layers {
-		r, err := s.readRecord(l)
-		if err != nil {
-			return nil, err
-		}
-		if r == nil {
-			break
-		}
-		// A finished layer's expert files must still check; if one does
-		// not, the streams entering that layer are gone and the pass
-		// starts over (files that check are kept).
-		intact := true
-		for _, i := range layerJobs[l] {
-			if !keep(i) {
-				intact = false
-			}
-		}
-		if !intact {
-			start, out = 0, nil
-			break
-		}
-		out = append(out, r.Stats)
-		start = l + 1
+	out, x, xref, err := s.resume(layerJobs, keep)
+	if err != nil {
+		return nil, err
 	}
-	var x, xref []float32
-	if start > 0 {
-		r, _ := s.readRecord(start - 1)
-		var err error
-		x, xref, err = s.loadStreams(start-1, r)
-		if err != nil {
-			// The recorded stream does not check: the pass starts over
-			// and rewrites every record.
-			start, out = 0, nil
-		}
-	}
-	if start == 0 {
-		// Records of an abandoned pass must not stand in for the layers
-		// about to be redone.
-		if err := os.RemoveAll(s.dir()); err != nil {
-			return nil, err
-		}
-	}
+	start := len(out)
 	// GPTQ matrices outside the layers the pass runs (the embedding or LM
 	// head with --layers all) have no calibration inputs and are rounded
 	// to nearest; the forward pass uses them as stored.
-	inPass := map[int]bool{}
-	for _, l := range layers {
-		inPass[l] = true
-	}
 	for _, st := range b.tensors {
-		if st.method == manifest.MethodGPTQ && !st.isExpertMatrix() && !inPass[st.layer] {
+		if st.method == manifest.MethodGPTQ && !st.isExpertMatrix() && (st.layer < 0 || st.layer >= len(layers)) {
 			data, _, _, err := b.produce(ctx, st)
 			if err != nil {
 				return nil, fmt.Errorf("tensor %s (shape %v): %w", st.name, st.shape, err)
@@ -433,11 +340,10 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 		}
 	}
 	if start == 0 {
-		var err error
-		if x, err = s.embed(s.m, s.ids); err != nil {
+		if x, err = walk.Embed(s.m, s.ids); err != nil {
 			return nil, err
 		}
-		if xref, err = s.embed(s.ref, s.refIDs()); err != nil {
+		if xref, err = walk.Embed(s.ref, s.refIDs()); err != nil {
 			return nil, err
 		}
 	}
@@ -449,16 +355,11 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			return nil, err
 		}
 		b.track.layerStart(l)
-		if l == s.cfg.Layers {
-			// The MTP layer's input: the final hidden state at t with the
-			// embedding of token t+1.
-			var err error
-			if x, err = s.m.MTPInputs(s.ids, x); err != nil {
-				return nil, err
-			}
-			if xref, err = s.ref.MTPInputs(s.refIDs(), xref); err != nil {
-				return nil, err
-			}
+		if x, err = s.walk.Enter(s.m, l, s.ids, x); err != nil {
+			return nil, err
+		}
+		if xref, err = s.walk.Enter(s.ref, l, s.refIDs(), xref); err != nil {
+			return nil, err
 		}
 		ls, err := s.layer(ctx, l, x, xref, layerJobs[l], keep, commit)
 		if err != nil {
@@ -473,16 +374,70 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 	return out, nil
 }
 
-func (s *sequential) embed(m *forward.Model, ids [][]int32) ([]float32, error) {
-	var x []float32
-	for _, q := range ids {
-		e, err := m.Embed(q)
-		if err != nil {
-			return nil, err
-		}
-		x = append(x, e...)
+// resume returns the statistics of the layers an earlier run of the same
+// walk finished and the streams leaving the last of them: the layers up
+// to the first one unrecorded, damaged or with an expert file that no
+// longer checks (the streams entering it are gone). When the streams to
+// start from do not check, or the walk is not the recorded one, the pass
+// starts over at layer 0 and the records of the abandoned pass are
+// removed, so that they cannot stand in for the layers about to be redone.
+func (s *sequential) resume(layerJobs map[int][]int, keep func(int) bool) (out []manifest.LayerStats, x, xref []float32, err error) {
+	var recs []*walk.Record
+	if old, err := s.dir.ReadInputs(); err == nil && old != nil && len(s.in.Diff(old)) == 0 {
+		recs, _ = s.dir.Records()
 	}
-	return x, nil
+	for _, r := range recs {
+		var sl seqLayer
+		if json.Unmarshal(r.Data, &sl) != nil {
+			break // damaged: the layer is redone
+		}
+		if !s.kept(layerJobs[r.Layer], keep) {
+			out = nil
+			break
+		}
+		out = append(out, sl.Stats)
+	}
+	if start := len(out); start > 0 && start < s.walk.Layers() {
+		lens := s.walk.Lens(start - 1)
+		n, nref := walk.Rows(lens), walk.Rows(lens[s.calibSeqs():])
+		if s.b.opt.Asymmetric {
+			nref = n
+		}
+		H := int64(s.cfg.Hidden)
+		xs, err := s.dir.Streams(recs[start-1], int64(n)*H, int64(nref)*H)
+		if err != nil {
+			out = nil // the pass starts over and rewrites every record
+		} else {
+			x, xref = xs[0], xs[1]
+		}
+	}
+	if len(out) == 0 {
+		if err := os.RemoveAll(s.dir.Path); err != nil {
+			return nil, nil, nil, err
+		}
+		return nil, nil, nil, s.dir.WriteInputs(s.in)
+	}
+	return out, x, xref, s.dir.Clean(len(out))
+}
+
+// changed names what differs between the walk this build runs and the one
+// an interrupted run recorded; nil when none is recorded.
+func (s *sequential) changed() []string {
+	old, err := s.dir.ReadInputs()
+	if err != nil || old == nil {
+		return nil
+	}
+	return s.in.Diff(old)
+}
+
+// kept reports whether every expert file of jobs still checks.
+func (s *sequential) kept(jobs []int, keep func(int) bool) bool {
+	for _, i := range jobs {
+		if !keep(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // stages groups a layer's GPTQ'd dense tensors (and those whose rounding
@@ -526,150 +481,42 @@ func (s *sequential) stages(l int) seqStages {
 func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
 	b := s.b
 	H := s.cfg.Hidden
-	lens := s.lens(l)
-	calibRows := sum(lens[:s.calibSeqs()])
-	sites := &memSites{layer: l, calibRows: calibRows}
-	b.hess = &storeHessians{store: sites, calibTokens: int64(calibRows), roles: b.roles(), tensors: b.tensors, family: b.opt.Family, stored: b.storedValues, cache: map[string]*hessEntry{}}
-	st := s.stages(l)
+	sl := &seqStep{l: l, lens: s.walk.Lens(l), x: x, xref: xref, st: s.stages(l)}
+	sl.calibRows = walk.Rows(sl.lens[:s.calibSeqs()])
+	sl.sites = &memSites{layer: l, calibRows: sl.calibRows}
+	b.hess = &storeHessians{store: sl.sites, calibTokens: int64(sl.calibRows), roles: b.roles(), tensors: b.tensors, family: b.opt.Family, stored: b.storedValues, cache: map[string]*hessEntry{}}
 	// An asymmetric build runs the source layer on the source stream
 	// (every sequence) beside the quantized one, stage by stage.
-	asym := b.opt.Asymmetric
-	var rl *forward.Layer
-	if asym || s.held > 0 {
+	if b.opt.Asymmetric || s.held > 0 {
 		var err error
-		if rl, err = forward.LoadLayer(s.src, s.cfg, l); err != nil {
+		if sl.rl, err = forward.LoadLayer(s.src, s.cfg, l); err != nil {
 			return nil, err
 		}
 	}
-	quantize := func(ts []*storedTensor) error {
-		return par.For(ctx, len(ts), b.opt.Workers, func(i int) error {
-			t := ts[i]
-			data, te, ms, err := b.produce(ctx, t)
-			if err != nil {
-				return fmt.Errorf("tensor %s (shape %v): %w", t.name, t.shape, err)
-			}
-			s.mu.Lock()
-			s.done[t.name] = &produced{data: data, te: te, ms: ms}
-			s.mu.Unlock()
-			s.w.set(t, data)
-			return nil
-		})
-	}
-	if err := quantize(st.other); err != nil {
+	if err := s.quantize(ctx, sl.st.other); err != nil {
 		return nil, err
 	}
 	var ms float64
-	for _, v := range x[:calibRows*H] {
+	for _, v := range x[:sl.calibRows*H] {
 		ms += float64(v) * float64(v)
 	}
-	// The attention stages: each needs the layer run up to its input with
-	// the matrices before it quantized.
-	for _, stage := range []struct {
-		site forward.Site
-		name string
-		ts   []*storedTensor
-	}{
-		{forward.SiteAttnIn, calib.SiteAttn, st.attnIn},
-		{forward.SiteAttnOut, s.outSite(l), st.attnOut},
-	} {
-		if len(stage.ts) == 0 {
-			continue
-		}
-		rows, cols, err := s.collect(ctx, l, x, lens, stage.site)
-		if err != nil {
-			return nil, err
-		}
-		sites.set(stage.name, rows, cols)
-		if asym {
-			trows, _, err := s.collectFrom(ctx, rl, xref, lens, stage.site)
-			if err != nil {
-				return nil, err
-			}
-			sites.setTarget(stage.name, trows)
-		}
-		if err := quantize(stage.ts); err != nil {
-			return nil, err
-		}
-		sites.drop(stage.name)
-	}
-	// The mixer is decided: the stream gains its output, once.
-	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
+	fl, err := s.mixer(ctx, sl)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.inPlace(x, lens, func(b *forward.Batch) error { return fl.ForwardMixer(b, nil) }); err != nil {
+	ls, err := s.mlp(ctx, sl, fl, jobs, keep, commit)
+	if err != nil {
 		return nil, err
 	}
-	if asym {
-		if err := s.inPlace(xref, lens, func(b *forward.Batch) error { return rl.ForwardMixer(b, nil) }); err != nil {
-			return nil, err
-		}
-	}
-	// The MLP block, from its input on that stream.
-	var expertStats *manifest.LayerStats
-	experts := b.gptqLayers[l]
-	if len(st.mlpIn) > 0 || len(st.down) > 0 || experts {
-		rows, err := s.mlpInput(fl, x, lens)
-		if err != nil {
-			return nil, err
-		}
-		sites.set(calib.SiteMoE, rows, H)
-		var trows []float32
-		if asym {
-			if trows, err = s.mlpInput(rl, xref, lens); err != nil {
-				return nil, err
-			}
-			sites.setTarget(calib.SiteMoE, trows)
-		}
-		if err := quantize(st.mlpIn); err != nil {
-			return nil, err
-		}
-		if err := quantize(st.down); err != nil {
-			return nil, err
-		}
-		if experts {
-			// The routed experts see the router and shared expert as
-			// stored.
-			fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
-			if err != nil {
-				return nil, err
-			}
-			if expertStats, err = s.experts(ctx, l, fl, rows, trows, calibRows, jobs, keep, commit); err != nil {
-				return nil, err
-			}
-		}
-		sites.drop(calib.SiteMoE)
-	}
-	// The layer's output with every value the checkpoint stores.
-	if fl, err = forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l); err != nil {
-		return nil, err
-	}
-	if err := s.inPlace(x, lens, func(b *forward.Batch) error { return fl.ForwardMLP(b, nil) }); err != nil {
-		return nil, err
-	}
-	ls := &manifest.LayerStats{Layer: l}
-	if expertStats != nil {
-		ls = expertStats
-	}
-	if calibRows > 0 {
-		ls.ResidualMeanSquare = ms / float64(calibRows*H)
-	}
-	switch {
-	case asym:
-		if err := s.inPlace(xref, lens, func(b *forward.Batch) error { return rl.ForwardMLP(b, nil) }); err != nil {
-			return nil, err
-		}
-	case s.held > 0:
-		if err := s.advance(rl, xref, lens[s.calibSeqs():]); err != nil {
-			return nil, err
-		}
+	if sl.calibRows > 0 {
+		ls.ResidualMeanSquare = ms / float64(sl.calibRows*H)
 	}
 	if s.held > 0 {
 		// The held-out sequences are the last of both streams.
-		href := xref[len(xref)-(len(x)-calibRows*H):]
+		href := xref[len(xref)-(len(x)-sl.calibRows*H):]
 		var d, r float64
 		for i, v := range href {
-			e := float64(x[calibRows*H+i]) - float64(v)
+			e := float64(x[sl.calibRows*H+i]) - float64(v)
 			d += e * e
 			r += float64(v) * float64(v)
 		}
@@ -683,130 +530,154 @@ func (s *sequential) layer(ctx context.Context, l int, x, xref []float32, jobs [
 	return ls, nil
 }
 
+// seqStep is one layer's step of the sequential pass.
+type seqStep struct {
+	l         int
+	lens      []int // rows per sequence
+	calibRows int   // rows of the calibration sequences, which come first
+	x, xref   []float32
+	st        seqStages
+	sites     *memSites
+	rl        *forward.Layer // the source model's layer, for xref
+}
+
+// quantize produces the tensors ts (GPTQ or weighted rounding from the
+// current sites) and hands their stored values to the forward pass.
+func (s *sequential) quantize(ctx context.Context, ts []*storedTensor) error {
+	return par.For(ctx, len(ts), s.b.opt.Workers, func(i int) error {
+		t := ts[i]
+		data, te, ms, err := s.b.produce(ctx, t)
+		if err != nil {
+			return fmt.Errorf("tensor %s (shape %v): %w", t.name, t.shape, err)
+		}
+		s.mu.Lock()
+		s.done[t.name] = &produced{data: data, te: te, ms: ms}
+		s.mu.Unlock()
+		s.w.set(t, data)
+		return nil
+	})
+}
+
+// mixer quantizes the token mixer's matrices, each from its input with the
+// matrices before it decided, and then advances the streams by the mixer.
+// It returns the layer with the mixer as stored.
+func (s *sequential) mixer(ctx context.Context, sl *seqStep) (*forward.Layer, error) {
+	asym := s.b.opt.Asymmetric
+	for _, stage := range []struct {
+		site forward.Site
+		name string
+		ts   []*storedTensor
+	}{
+		{forward.SiteAttnIn, calib.SiteAttn, sl.st.attnIn},
+		{forward.SiteAttnOut, s.outSite(sl.l), sl.st.attnOut},
+	} {
+		if len(stage.ts) == 0 {
+			continue
+		}
+		fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l)
+		if err != nil {
+			return nil, err
+		}
+		rows, cols, err := s.walk.Collect(ctx, fl, sl.x, sl.lens, stage.site)
+		if err != nil {
+			return nil, err
+		}
+		sl.sites.set(stage.name, rows, cols)
+		if asym {
+			trows, _, err := s.walk.Collect(ctx, sl.rl, sl.xref, sl.lens, stage.site)
+			if err != nil {
+				return nil, err
+			}
+			sl.sites.setTarget(stage.name, trows)
+		}
+		if err := s.quantize(ctx, stage.ts); err != nil {
+			return nil, err
+		}
+		sl.sites.drop(stage.name)
+	}
+	// The mixer is decided: the stream gains its output, once.
+	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.walk.Each(ctx, sl.x, sl.lens, func(b *forward.Batch, _ int) error { return fl.ForwardMixer(b, nil) }); err != nil {
+		return nil, err
+	}
+	if asym {
+		err = s.walk.Each(ctx, sl.xref, sl.lens, func(b *forward.Batch, _ int) error { return sl.rl.ForwardMixer(b, nil) })
+	}
+	return fl, err
+}
+
+// mlp quantizes the MLP block from its input on the stream the mixer left
+// (the shared expert's or dense MLP's gate/up, then down, then the routed
+// experts), then advances the streams by the block with every value the
+// checkpoint stores; the source stream goes through the source layer
+// (the whole layer for the held-out sequences of a symmetric build).
+func (s *sequential) mlp(ctx context.Context, sl *seqStep, fl *forward.Layer, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
+	asym := s.b.opt.Asymmetric
+	var expertStats *manifest.LayerStats
+	experts := s.b.gptqLayers[sl.l]
+	if len(sl.st.mlpIn) > 0 || len(sl.st.down) > 0 || experts {
+		rows, err := s.walk.MLPInput(ctx, fl, sl.x, sl.lens)
+		if err != nil {
+			return nil, err
+		}
+		sl.sites.set(calib.SiteMoE, rows, s.cfg.Hidden)
+		var trows []float32
+		if asym {
+			if trows, err = s.walk.MLPInput(ctx, sl.rl, sl.xref, sl.lens); err != nil {
+				return nil, err
+			}
+			sl.sites.setTarget(calib.SiteMoE, trows)
+		}
+		if err := s.quantize(ctx, sl.st.mlpIn); err != nil {
+			return nil, err
+		}
+		if err := s.quantize(ctx, sl.st.down); err != nil {
+			return nil, err
+		}
+		if experts {
+			// The routed experts see the router and shared expert as
+			// stored.
+			fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l)
+			if err != nil {
+				return nil, err
+			}
+			if expertStats, err = s.experts(ctx, sl.l, fl, rows, trows, sl.calibRows, jobs, keep, commit); err != nil {
+				return nil, err
+			}
+		}
+		sl.sites.drop(calib.SiteMoE)
+	}
+	// The layer's output with every value the checkpoint stores.
+	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.walk.Each(ctx, sl.x, sl.lens, func(b *forward.Batch, _ int) error { return fl.ForwardMLP(b, nil) }); err != nil {
+		return nil, err
+	}
+	switch {
+	case asym:
+		err = s.walk.Each(ctx, sl.xref, sl.lens, func(b *forward.Batch, _ int) error { return sl.rl.ForwardMLP(b, nil) })
+	case s.held > 0:
+		err = s.walk.Each(ctx, sl.xref, sl.lens[s.calibSeqs():], func(b *forward.Batch, _ int) error { return sl.rl.Forward(b, nil) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	if expertStats != nil {
+		return expertStats, nil
+	}
+	return &manifest.LayerStats{Layer: sl.l}, nil
+}
+
 func (s *sequential) outSite(l int) string {
 	if s.cfg.Kind(l) == model.FullAttention {
 		return calib.SiteOProj
 	}
 	return calib.SiteOutProj
-}
-
-// chunks splits the sequences into consecutive groups of at most
-// seqChunkRows rows (at least one sequence each).
-func chunks(lens []int) [][2]int {
-	var out [][2]int
-	for i := 0; i < len(lens); {
-		j, rows := i, 0
-		for j < len(lens) && (j == i || rows+lens[j] <= seqChunkRows) {
-			rows += lens[j]
-			j++
-		}
-		out = append(out, [2]int{i, j})
-		i = j
-	}
-	return out
-}
-
-// collect runs layer l, as currently decided, over a copy of x and returns
-// the rows of one site for every sequence.
-func (s *sequential) collect(ctx context.Context, l int, x []float32, lens []int, site forward.Site) ([]float32, int, error) {
-	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, l)
-	if err != nil {
-		return nil, 0, err
-	}
-	return s.collectFrom(ctx, fl, x, lens, site)
-}
-
-// collectFrom is collect with the layer given.
-func (s *sequential) collectFrom(ctx context.Context, fl *forward.Layer, x []float32, lens []int, site forward.Site) ([]float32, int, error) {
-	H := s.cfg.Hidden
-	var out []float32
-	cols := 0
-	row := 0
-	for _, c := range chunks(lens) {
-		if err := ctx.Err(); err != nil {
-			return nil, 0, err
-		}
-		n := sum(lens[c[0]:c[1]])
-		buf := append([]float32(nil), x[row*H:(row+n)*H]...)
-		base := row
-		hook := func(a *forward.Activations) error {
-			if a.Site == site {
-				if cols == 0 {
-					cols = a.Cols
-					out = make([]float32, sum(lens)*cols)
-				}
-				if a.Cols != cols {
-					return fmt.Errorf("site %s has %d columns, then %d", site, cols, a.Cols)
-				}
-				copy(out[(base+a.Row0)*cols:], a.X[:a.Rows*cols])
-			}
-			if a.Site == forward.SiteMLPIn {
-				return errSeqStop
-			}
-			return nil
-		}
-		err := fl.Forward(&forward.Batch{Lens: lens[c[0]:c[1]], X: buf}, hook)
-		if err != nil && !errors.Is(err, errSeqStop) {
-			return nil, 0, err
-		}
-		row += n
-	}
-	if cols == 0 {
-		return nil, 0, fmt.Errorf("the layer produced no %s activations", site)
-	}
-	return out, cols, nil
-}
-
-// inPlace runs f over x in place, chunk by chunk.
-func (s *sequential) inPlace(x []float32, lens []int, f func(*forward.Batch) error) error {
-	H := s.cfg.Hidden
-	row := 0
-	for _, c := range chunks(lens) {
-		n := sum(lens[c[0]:c[1]])
-		if err := f(&forward.Batch{Lens: lens[c[0]:c[1]], X: x[row*H : (row+n)*H]}); err != nil {
-			return err
-		}
-		row += n
-	}
-	return nil
-}
-
-// mlpInput returns the MLP block's input rows (the post-attention norm of
-// the stream x, which ForwardMixer left), every sequence's.
-func (s *sequential) mlpInput(fl *forward.Layer, x []float32, lens []int) ([]float32, error) {
-	H := s.cfg.Hidden
-	out := make([]float32, 0, len(x))
-	err := s.inPlace(x, lens, func(b *forward.Batch) error {
-		err := fl.ForwardMLP(b, func(a *forward.Activations) error {
-			if a.Site == forward.SiteMLPIn {
-				out = append(out, a.X[:a.Rows*H]...)
-				return errSeqStop
-			}
-			return nil
-		})
-		if errors.Is(err, errSeqStop) {
-			return nil
-		}
-		if err == nil {
-			return errors.New("the layer produced no MLP input")
-		}
-		return err
-	})
-	return out, err
-}
-
-// advance runs layer fl over x in place, chunk by chunk.
-func (s *sequential) advance(fl *forward.Layer, x []float32, lens []int) error {
-	H := s.cfg.Hidden
-	row := 0
-	for _, c := range chunks(lens) {
-		n := sum(lens[c[0]:c[1]])
-		if err := fl.Forward(&forward.Batch{Lens: lens[c[0]:c[1]], X: x[row*H : (row+n)*H]}, nil); err != nil {
-			return err
-		}
-		row += n
-	}
-	return nil
 }
 
 // experts quantizes layer l's routed experts from the MoE inputs rows
@@ -838,11 +709,11 @@ func (s *sequential) experts(ctx context.Context, l int, fl *forward.Layer, rows
 	return s.b.quantizeExperts(ctx, l, s.b.pendingFiles(jobs, keep), commit, &ml, ex, cal, held, s.w.set)
 }
 
-// finishLayer records layer l: its GPTQ'd dense tensors, the streams
-// leaving it and, last, the record naming them; then the previous layer's
-// streams are removed.
+// finishLayer records layer l: its GPTQ'd dense tensors, then through the
+// walk the streams leaving it and the record naming them all; the walk
+// then removes the previous layer's streams.
 func (s *sequential) finishLayer(l int, ls *manifest.LayerStats, x, xref []float32) error {
-	rec := seqRecord{Layer: l, Stats: *ls}
+	rec := seqLayer{Stats: *ls}
 	s.mu.Lock()
 	names := make([]string, 0, len(s.done))
 	for n := range s.done {
@@ -862,72 +733,10 @@ func (s *sequential) finishLayer(l int, ls *manifest.LayerStats, x, xref []float
 	s.done = map[string]*produced{}
 	s.mu.Unlock()
 	s.w.forget(l)
-	last := l == s.layers()[len(s.layers())-1]
-	if !last {
-		var err error
-		if rec.Residual, err = writeFloats(s.b.opt.Faults, s.streamPath(l, false), x); err != nil {
-			return err
-		}
-		if rec.Ref, err = writeFloats(s.b.opt.Faults, s.streamPath(l, true), xref); err != nil {
-			return err
-		}
+	if l == s.walk.Layers()-1 {
+		return s.dir.Finish(l, rec)
 	}
-	if err := writeJSONAtomic(s.b.opt.Faults, s.recordPath(l), rec); err != nil {
-		return err
-	}
-	if l > 0 {
-		os.Remove(s.streamPath(l-1, false))
-		os.Remove(s.streamPath(l-1, true))
-	}
-	return nil
-}
-
-// loadStreams reads the streams leaving layer l as its record names them.
-func (s *sequential) loadStreams(l int, r *seqRecord) (x, xref []float32, err error) {
-	if r == nil {
-		return nil, nil, errors.New("no record")
-	}
-	if x, err = readFloats(s.streamPath(l, false), r.Residual); err != nil {
-		return nil, nil, err
-	}
-	if xref, err = readFloats(s.streamPath(l, true), r.Ref); err != nil {
-		return nil, nil, err
-	}
-	lens := s.lens(l)
-	want := sum(lens) * s.cfg.Hidden
-	if len(x) != want {
-		return nil, nil, fmt.Errorf("stream of layer %d holds %d values, want %d", l, len(x), want)
-	}
-	if !s.b.opt.Asymmetric {
-		want = sum(lens[s.calibSeqs():]) * s.cfg.Hidden
-	}
-	if len(xref) != want {
-		return nil, nil, fmt.Errorf("source stream of layer %d holds %d values, want %d", l, len(xref), want)
-	}
-	return x, xref, nil
-}
-
-func writeFloats(faults atomicfile.Faults, path string, v []float32) (string, error) {
-	buf := make([]byte, 4*len(v))
-	for i, f := range v {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
-	}
-	return faults.WriteFile(path, buf)
-}
-
-func readFloats(path, sha string) ([]float32, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if manifest.SHA256Hex(data) != sha || len(data)%4 != 0 {
-		return nil, fmt.Errorf("%s does not hold the stream its record names", path)
-	}
-	v := make([]float32, len(data)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-	}
-	return v, nil
+	return s.dir.Finish(l, rec, x, xref)
 }
 
 // memSites is the siteSource of one layer of a sequential build: the rows

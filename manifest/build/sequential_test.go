@@ -181,9 +181,19 @@ func TestSequentialInterruptAndResume(t *testing.T) {
 			}
 			expectIncomplete(t, p.name, out)
 			// Resume with another worker count.
-			res, err := GPTQ(context.Background(), seqOpts(t, out, 3))
+			opt = seqOpts(t, out, 3)
+			var ran []string
+			opt.testHook = func(file, tensor string) {
+				if file == seqDir {
+					ran = append(ran, tensor)
+				}
+			}
+			res, err := GPTQ(context.Background(), opt)
 			if err != nil {
 				t.Fatalf("resume: %v", err)
+			}
+			if strings.HasPrefix(p.name, "writing") && len(ran) > 0 {
+				t.Errorf("resumed after the pass, the build ran %v again", ran)
 			}
 			if res.Kept == 0 {
 				t.Errorf("the resumed build kept no file")
@@ -511,3 +521,44 @@ func TestSequentialProgress(t *testing.T) {
 type fullDisk struct{}
 
 func (fullDisk) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestSequentialResumeRefusesChangedText: an interrupted sequential build
+// resumed with other calibration text (another seed, shorter sequences) is
+// refused before anything is touched, the walk's record naming what
+// changed; the same build then resumes to the bytes of an uninterrupted
+// one.
+func TestSequentialResumeRefusesChangedText(t *testing.T) {
+	ref, _ := seqReference(t)
+	out := filepath.Join(t.TempDir(), "out")
+	interruptAfterLayer(t, seqOpts(t, out, 2), 1)
+	before := filepath.Join(t.TempDir(), "before")
+	if err := snapshotTree(out, before); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(o *BuildOptions)
+		want []string
+	}{
+		{"seed", func(o *BuildOptions) { o.DataOptions.Seed = 2 }, []string{"calibration (sha256", "calibration walk (token ids sha256 was"}},
+		{"sequence length", func(o *BuildOptions) { o.DataOptions.Calibration.SeqLen = seqLen / 2 },
+			[]string{fmt.Sprintf("tokens was %d, now %d", seqSequences*seqLen, seqSequences*seqLen/2), "the data provenance differs in calibration, options"}},
+	} {
+		o := seqOpts(t, out, 2)
+		c.edit(&o)
+		_, err := GPTQ(context.Background(), o)
+		if !errors.Is(err, ErrResumeMismatch) {
+			t.Fatalf("%s: %v, want a refusal", c.name, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want it to say %q", c.name, err, w)
+			}
+		}
+		sameTree(t, c.name+" refusal", before, out)
+	}
+	if _, err := GPTQ(context.Background(), seqOpts(t, out, 2)); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "resumed after refusals", ref, out)
+}

@@ -504,7 +504,7 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 	if old, err := b.existingManifest(fp); err != nil || old != nil {
 		return nil, old != nil, err
 	}
-	started, err := checkBuildRecord(out, fp)
+	started, err := b.checkBuildRecord(fp)
 	if err != nil {
 		return nil, false, err
 	}
@@ -538,16 +538,11 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 			return nil, false, err
 		}
 	}
-	// Leftovers of this worker's interrupted writes.
-	rec := filepath.Join(pdir, shardRecordName(spec))
-	os.Remove(rec + manifest.PartialSuffix)
 	recs = map[string]*fileRecord{}
 	for i, j := range b.jobs {
 		if !b.owned[i] {
 			continue
 		}
-		os.Remove(filepath.Join(out, j.file) + manifest.PartialSuffix)
-		os.Remove(recordPath(out, j.file) + manifest.PartialSuffix)
 		data, err := os.ReadFile(recordPath(out, j.file))
 		if err != nil {
 			continue
@@ -557,6 +552,19 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 			recs[j.file] = &r
 		}
 	}
+	// The last check: a refused worker leaves the directory as it was.
+	if err := b.checkDisk(recs); err != nil {
+		return nil, false, err
+	}
+	// Leftovers of this worker's interrupted writes.
+	rec := filepath.Join(pdir, shardRecordName(spec))
+	os.Remove(rec + manifest.PartialSuffix)
+	for i, j := range b.jobs {
+		if b.owned[i] {
+			os.Remove(filepath.Join(out, j.file) + manifest.PartialSuffix)
+			os.Remove(recordPath(out, j.file) + manifest.PartialSuffix)
+		}
+	}
 	for l := range b.layerExperts {
 		os.Remove(b.layerRecord(l) + manifest.PartialSuffix)
 	}
@@ -564,7 +572,7 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		os.Remove(partPath(out, st.name) + manifest.PartialSuffix)
 		os.Remove(partPath(out, st.name) + ".json" + manifest.PartialSuffix)
 	}
-	if err := writeJSONAtomic(b.opt.Faults, rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
+	if err := b.opt.Faults.WriteJSON(rec, shardRecord{Build: fp, Shard: spec.String(), Index: spec.Index, Count: spec.Count}); err != nil {
 		return nil, false, err
 	}
 	return recs, false, nil
@@ -599,7 +607,7 @@ func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
 			return err
 		}
 		r := &partRecord{Tensor: st.name, Entry: te, Matrix: ms, Size: int64(len(data)), SHA256: sum}
-		if err := writeJSONAtomic(b.opt.Faults, p+".json", r); err != nil {
+		if err := b.opt.Faults.WriteJSON(p+".json", r); err != nil {
 			return err
 		}
 		recs[k] = r
@@ -643,7 +651,7 @@ func (b *builder) finishShard(fp fingerprint, head manifestHead, results []*file
 		}
 	}
 	r.Parts = parts
-	return writeJSONAtomic(b.opt.Faults, filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
+	return b.opt.Faults.WriteJSON(filepath.Join(b.opt.Out, manifest.PartialDir, shardRecordName(spec)), r)
 }
 
 // ErrAssemble is wrapped by every refusal of Assemble: a worker missing or

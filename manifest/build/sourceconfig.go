@@ -2,8 +2,6 @@ package build
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/safetensors"
@@ -16,11 +14,7 @@ import (
 // before any work. It is the build's one read of config.json: the
 // calibration and the sequential pass take the Config it returns.
 func checkSourceConfig(src string, m *safetensors.Model, fam model.Family) (*model.Config, error) {
-	dir := src
-	if fi, err := os.Stat(src); err == nil && !fi.IsDir() {
-		dir = filepath.Dir(src)
-	}
-	path := filepath.Join(dir, "config.json")
+	path := model.ConfigPath(src)
 	cfg, err := fam.ReadConfig(path)
 	if err != nil {
 		return nil, fmt.Errorf("build: source %s needs a valid config.json (it describes the model and is copied into the checkpoint): %w", src, err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -622,11 +621,7 @@ func ConfigBeside(m *safetensors.Model, fam model.Family) (*model.Config, error)
 	if fam == nil {
 		fam = model.Qwen3
 	}
-	dir := m.Path()
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		dir = filepath.Dir(dir)
-	}
-	p := filepath.Join(dir, "config.json")
+	p := model.ConfigPath(m.Path())
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

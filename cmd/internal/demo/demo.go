@@ -37,8 +37,9 @@ type Options struct {
 	// Tool identifies the program recorded in the checkpoints' manifests
 	// (build.BuildOptions.Tool).
 	Tool manifest.ToolInfo
-	// Progress receives build progress; Log one line per step.
-	Progress func(build.ProgressEvent)
+	// Progress receives the command's progress (one measure, one ETA for
+	// every step); Log one line per step.
+	Progress func(Progress)
 	Log      func(msg string)
 	// Calibration: Sequences × SeqLen tokens of the calibration text
 	// (default 48 × 512), the last HeldOut sequences (default 8) kept out
@@ -179,20 +180,24 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		EvalFraction: dataset.DefaultEvalFraction, Seed: 1, Workers: opt.Workers,
 	}
 	res := &Result{Model: builtin.Name}
+	m := newMeter(&opt)
 
 	opt.log("sequential GPTQ, asymmetric fit: %d × %d tokens of %s, %d sequences held out", opt.Sequences, opt.SeqLen, builtin.CalibText, opt.HeldOut)
+	m.begin(stepGPTQ)
 	gdir := filepath.Join(root, "gptq")
-	g, err := build.GPTQ(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress,
+	g, err := build.GPTQ(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: gdir, Plan: p, Workers: opt.Workers, Progress: m.build,
 		Data: calibSpec, DataOptions: dopt, Layers: "experts", HeldOutSequences: opt.HeldOut, Asymmetric: true})
 	if err != nil {
 		return nil, fmt.Errorf("sequential GPTQ: %w", err)
 	}
 	opt.log("round to nearest with the same plan")
+	m.begin(stepRTN)
 	rdir := filepath.Join(root, "rtn")
-	r, err := build.Convert(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: opt.Progress})
+	r, err := build.Convert(ctx, build.BuildOptions{Tool: opt.Tool, Source: src, Out: rdir, Plan: p, Workers: opt.Workers, Progress: m.build})
 	if err != nil {
 		return nil, fmt.Errorf("round to nearest: %w", err)
 	}
+	m.begin(stepVerify)
 	for _, c := range []struct {
 		label string
 		dir   string
@@ -209,30 +214,13 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		res.Checkpoints = append(res.Checkpoints, ck)
 	}
-	for _, l := range g.Manifest.TTQuant.Layers {
-		if l.HeldOutTokens == 0 {
-			continue
-		}
-		dl := Layer{Layer: l.Layer, CalibTokens: l.CalibTokens, HeldOutTokens: l.HeldOutTokens, Starved: len(l.Starved), StreamRelMSE: l.HeldOutStreamRelMSE}
-		if l.RefMeanSquare > 0 {
-			dl.GPTQRelErr = l.HeldOutMSE / l.RefMeanSquare
-			dl.RTNRelErr = l.HeldOutRTNMSE / l.RefMeanSquare
-		}
-		if l.HeldOutRTNMSE > 0 {
-			dl.Ratio = l.HeldOutMSE / l.HeldOutRTNMSE
-		}
-		res.Layers = append(res.Layers, dl)
-	}
-	for _, m := range g.Manifest.TTQuant.Matrices {
-		if m.Fallback != "" {
-			res.Fallbacks = append(res.Fallbacks, m)
-		}
-	}
+	res.Layers, res.Fallbacks = heldOut(g.Manifest)
 	if !res.OK() {
 		return res, nil // the caller reports the failed checks
 	}
 
 	opt.log("evaluate: %d × %d tokens of %s against the BF16 model", opt.EvalSequences, opt.EvalSeqLen, builtin.EvalText)
+	m.begin(stepEval)
 	evalSpec, err := dataset.ParseSpec("eval=" + filepath.Join(src, builtin.EvalText))
 	if err != nil {
 		return nil, err
@@ -245,10 +233,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	rep, err := harness.Run(ctx, harness.Options{Model: src, Checkpoints: []string{rdir, gdir}, Labels: []string{"RTN", "GPTQ"},
 		// The overlap with the calibration text is checked against the
 		// fingerprint the GPTQ checkpoint's manifest records.
-		Data: evalSpec, DataOptions: eopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log})
+		Data: evalSpec, DataOptions: eopt, Window: opt.EvalSeqLen, Workers: opt.Workers, Log: opt.Log, Progress: m.eval})
 	if err != nil {
 		return nil, fmt.Errorf("evaluation: %w", err)
 	}
+	m.done()
 	res.Eval = rep
 	res.Reading, res.Ranked = reading(rep)
 	if opt.Out != "" {
@@ -257,6 +246,31 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// heldOut is the per-layer table of the GPTQ build's manifest (the layers
+// with held-out tokens) and its matrices that fell back.
+func heldOut(m *manifest.Manifest) (layers []Layer, fallbacks []manifest.MatrixStats) {
+	for _, l := range m.TTQuant.Layers {
+		if l.HeldOutTokens == 0 {
+			continue
+		}
+		dl := Layer{Layer: l.Layer, CalibTokens: l.CalibTokens, HeldOutTokens: l.HeldOutTokens, Starved: len(l.Starved), StreamRelMSE: l.HeldOutStreamRelMSE}
+		if l.RefMeanSquare > 0 {
+			dl.GPTQRelErr = l.HeldOutMSE / l.RefMeanSquare
+			dl.RTNRelErr = l.HeldOutRTNMSE / l.RefMeanSquare
+		}
+		if l.HeldOutRTNMSE > 0 {
+			dl.Ratio = l.HeldOutMSE / l.HeldOutRTNMSE
+		}
+		layers = append(layers, dl)
+	}
+	for _, ms := range m.TTQuant.Matrices {
+		if ms.Fallback != "" {
+			fallbacks = append(fallbacks, ms)
+		}
+	}
+	return layers, fallbacks
 }
 
 // pictures writes layers.svg (per layer: the held-out MoE block error of

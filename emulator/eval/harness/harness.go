@@ -444,10 +444,8 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	info.Windows = len(windows)
 	for i := range windows {
-		for _, id := range windows[i].Tokens {
-			if int(id) >= cfg.Vocab {
-				return nil, fmt.Errorf("harness: %s sequence %d: token id %d outside the model's vocabulary of %d", windows[i].Corpus, windows[i].Record, id, cfg.Vocab)
-			}
+		if err := cfg.CheckTokens(windows[i].Tokens); err != nil {
+			return nil, fmt.Errorf("harness: %s sequence %d %w", windows[i].Corpus, windows[i].Record, err)
 		}
 	}
 
