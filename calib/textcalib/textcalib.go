@@ -21,6 +21,7 @@ import (
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/model/walk"
+	"github.com/ttquant/ttquant/internal/progress"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -42,8 +43,12 @@ type Options struct {
 	AllowShort bool
 	// Store sets the stored dtype and shard size.
 	Store calib.StoreOptions
-	// Progress, when set, receives one line per finished layer.
+	// Progress, when set, receives the data preparation's lines, and one
+	// line per finished layer unless Advance is set.
 	Progress func(msg string)
+	// Advance, when set, receives the build's progress after every forward
+	// batch and every finished layer, in one measure for one ETA.
+	Advance func(Advance)
 	// Shard, naming one of several workers (Count > 1), makes the build
 	// that worker of a split store build: it runs the forward pass over
 	// its own sequences only and writes their rows as parts, which
@@ -219,6 +224,7 @@ type builder struct {
 	mtp              int
 	asked            int64
 	data             dataset.Provenance
+	meter            *meter
 }
 
 // open reads and checks everything a build needs, before the output
@@ -436,11 +442,72 @@ func (b *builder) removeStray(keep map[string]bool) error {
 	return nil
 }
 
+// Advance is how far a build is, in rows through layers (every sequence's
+// tokens through every trunk layer, and their rows into the MTP layer):
+// the forward pass over them is the build's work, so one rate gives one
+// ETA. RowsKept are the rows of layers an earlier run finished.
+type Advance struct {
+	// Kind is "batch" (a forward batch of Layer is done) or "layer"
+	// (Layer is written).
+	Kind                      string
+	Layer, Layers             int
+	MTP                       bool
+	Rows, RowsTotal, RowsKept int64
+	LayerRows, LayerRowsTotal int64
+	Elapsed                   time.Duration
+}
+
+// ETA is the time left at this run's rate, false before it has done any
+// work of its own.
+func (a Advance) ETA() (time.Duration, bool) {
+	return progress.ETA(a.Elapsed, float64(a.Rows), float64(a.RowsKept), float64(a.RowsTotal))
+}
+
+// meter counts the build's rows for Options.Advance.
+type meter struct {
+	emit  func(Advance)
+	began time.Time
+	ev    Advance
+	per   []int64 // rows of each layer
+}
+
+func (b *builder) newMeter(start int) *meter {
+	m := &meter{emit: b.opt.Advance, began: time.Now(), per: make([]int64, b.steps)}
+	m.ev.Layers = b.steps
+	for k := range m.per {
+		m.per[k] = int64(walk.Rows(b.walk.Lens(k)))
+		m.ev.RowsTotal += m.per[k]
+		if k < start {
+			m.ev.RowsKept += m.per[k]
+		}
+	}
+	m.ev.Rows = m.ev.RowsKept
+	return m
+}
+
+// layer starts layer k.
+func (m *meter) layer(k int, mtp bool) {
+	m.ev.Layer, m.ev.MTP, m.ev.LayerRows, m.ev.LayerRowsTotal = k, mtp, 0, m.per[k]
+}
+
+// rows records n more rows of the current layer done; kind as Advance.
+func (m *meter) rows(n int64, kind string) {
+	m.ev.Rows += n
+	m.ev.LayerRows += n
+	if m.emit != nil {
+		ev := m.ev
+		ev.Kind, ev.Elapsed = kind, time.Since(m.began)
+		m.emit(ev)
+	}
+}
+
 // walkLayers runs the layers from start on over the stream x, writing
 // each one's sites and record; *finished counts the recorded layers.
 func (b *builder) walkLayers(ctx context.Context, w *calib.StoreWriter, x []float32, start int, finished *int) error {
 	began := time.Now()
+	b.meter = b.newMeter(start)
 	for k := start; k < b.steps && len(b.walk.IDs) > 0; k++ {
+		b.meter.layer(k, b.walk.IsMTP(k))
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -456,7 +523,8 @@ func (b *builder) walkLayers(ctx context.Context, w *calib.StoreWriter, x []floa
 			return fmt.Errorf("textcalib: %w", err)
 		}
 		*finished = k + 1
-		if b.opt.Progress != nil {
+		b.meter.rows(0, "layer")
+		if b.opt.Progress != nil && b.opt.Advance == nil {
 			el := time.Since(began)
 			done := k + 1 - start
 			eta := el / time.Duration(done) * time.Duration(b.steps-k-1)
@@ -592,8 +660,11 @@ func (b *builder) step(ctx context.Context, w *calib.StoreWriter, k int, xp *[]f
 	}
 	err = b.walk.Each(ctx, z, b.walk.Lens(k), func(bt *forward.Batch, row0 int) error {
 		sink.base = row0
-		_, err := run(bt, sink.hook)
-		return err
+		if _, err := run(bt, sink.hook); err != nil {
+			return err
+		}
+		b.meter.rows(int64(walk.Rows(bt.Lens)), "batch")
+		return nil
 	})
 	if err != nil {
 		sink.abort()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/calib/textcalib"
@@ -83,8 +84,12 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	opt := textcalib.Options{Model: *modelDir, Out: *out, Data: spec, DataOptions: dopt, AllowShort: *allowShort, Shard: sp,
 		Store: calib.StoreOptions{DType: dt, Faults: testFaults, Tool: strings.TrimSpace(strings.Join([]string{tool.Name, tool.Version, tool.Revision}, " "))}}
 	if !*quiet {
-		opt.Progress = func(msg string) { fmt.Fprintln(e.stderr, "calib build:", msg) }
-		opt.DataOptions.Progress = func(msg string) { fmt.Fprintln(e.stderr, "data:", msg) }
+		pr := newProgress(e.stderr)
+		defer pr.close()
+		opt.Progress = func(msg string) { pr.println("calib build: " + msg) }
+		opt.DataOptions.Progress = func(msg string) { pr.println("data: " + msg) }
+		opt.Advance = pr.storeEvent
+		pr.begin()
 	}
 	res, err := textcalib.Build(ctx, opt)
 	if err != nil {
@@ -131,4 +136,41 @@ func printStore(e *env, out string, res *textcalib.Result, asJSON bool) error {
 		fmt.Fprintf(e.stdout, "%d MTP layer(s) beyond the first have no sites (the forward pass runs the first only); gptq rounds their experts to nearest\n", res.MTPSkipped)
 	}
 	return nil
+}
+
+// storeText is calib build's one progress line: the share of the rows
+// through layers done, the layer and its share, elapsed time, one ETA.
+func storeText(a textcalib.Advance) string {
+	pct := func(x, y int64) int64 {
+		if y <= 0 {
+			return 0
+		}
+		return x * 100 / y
+	}
+	what := "layer"
+	if a.MTP {
+		what = "MTP layer"
+	}
+	eta := "?"
+	if d, ok := a.ETA(); ok {
+		eta = d.Round(time.Second).String()
+	}
+	written := a.Layer // layers written
+	if a.Kind == "layer" {
+		written++
+	}
+	return fmt.Sprintf("%3d%%  %s %d %d%%  %d/%d layers  %s elapsed  ETA %s", pct(a.Rows, a.RowsTotal), what, a.Layer, pct(a.LayerRows, a.LayerRowsTotal),
+		written, a.Layers, a.Elapsed.Round(time.Second), eta)
+}
+
+func (p *progress) storeEvent(a textcalib.Advance) {
+	line := storeText(a)
+	switch {
+	case a.Kind == "layer" && a.Layer == a.Layers-1:
+		p.end(line)
+	case a.Kind == "layer":
+		p.draw(line, fmt.Sprintf("layer %d done  ", a.Layer), true, false)
+	default:
+		p.draw(line, "", false, true)
+	}
 }

@@ -110,3 +110,36 @@ func TestDemoProgressOneLine(t *testing.T) {
 		}
 	}
 }
+
+// storeLine is the one form of calib build's progress lines.
+var storeLine = regexp.MustCompile(`^(layer \d+ done  |done  )?\s*\d+%  (MTP )?layer \d+ \d+%  \d+/\d+ layers  \S+ elapsed  ETA \S+$`)
+
+// TestCalibBuildProgressOneLine: calib build prints one progress line of
+// one form, with one ETA, a line per finished layer and a last one (each
+// layer used to print its own estimate in a sentence of its own).
+func TestCalibBuildProgressOneLine(t *testing.T) {
+	root, model := builtinModel(t)
+	code, _, errs := runCLI(t, "calib", "build", "--model", model, "--data", "calib="+filepath.Join(model, builtin.CalibText), "--sequences", "4", "--seq-len", "64",
+		"--out", filepath.Join(root, "store"))
+	if code != exitOK {
+		t.Fatalf("calib build: status %d\n%s", code, errs)
+	}
+	n := 0
+	for _, line := range strings.Split(errs, "\n") {
+		if !strings.Contains(line, "ETA") && !strings.Contains(line, "left") {
+			continue
+		}
+		n++
+		if strings.Count(line, "ETA") != 1 || !storeLine.MatchString(line) {
+			t.Errorf("progress line %q is not of the one form", line)
+		}
+	}
+	for _, want := range []string{"layer 0 done", "layer 3 done", "done  100%  MTP layer 4 100%  5/5 layers"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	if n < 5 {
+		t.Errorf("%d progress lines, want one per layer:\n%s", n, errs)
+	}
+}

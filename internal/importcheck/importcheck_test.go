@@ -38,7 +38,8 @@ var allowed = map[string][]string{
 	// The words the quantizer and the checkpoint format share. A leaf.
 	"internal/quant": {},
 	// Work split across cluster workers: specs and the partition. A leaf.
-	"internal/shard": {},
+	"internal/shard":    {},
+	"internal/progress": {},
 	// A real single-node Slurm cluster for tests. Imports nothing of ours.
 	"internal/slurmtest":  {},
 	"internal/model":      {"safetensors"},
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard"},
+	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard", "internal/progress"},
 	"manifest/ttnn":  {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	// Precision selection: measures through the store build, solves, draws
 	// the Pareto curve with the evaluation's SVG helpers.
@@ -84,7 +85,7 @@ var allowed = map[string][]string{
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard"},
+	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard", "internal/progress"},
 }
 
 // allowedInTests are extra module packages that test files may import.

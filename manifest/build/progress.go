@@ -3,6 +3,8 @@ package build
 import (
 	"sync"
 	"time"
+
+	"github.com/ttquant/ttquant/internal/progress"
 )
 
 // ProgressEvent reports progress. Kind is "start", "file" (one output file
@@ -36,11 +38,7 @@ type ProgressEvent struct {
 // ETA is the time left at this run's rate, false before the run has done
 // any work of its own.
 func (ev ProgressEvent) ETA() (time.Duration, bool) {
-	done := ev.Work - ev.WorkKept
-	if done <= 0 || ev.Elapsed <= 0 || ev.WorkTotal < ev.Work {
-		return 0, false
-	}
-	return time.Duration(float64(ev.Elapsed) * float64(ev.WorkTotal-ev.Work) / float64(done)), true
+	return progress.ETA(ev.Elapsed, float64(ev.Work), float64(ev.WorkKept), float64(ev.WorkTotal))
 }
 
 // tracker counts a build's work and emits its progress events; it is safe
