@@ -436,79 +436,7 @@ func checkSchema(m *Manifest) []Failure {
 			bad(t.File, t.Name, "byte range [%d, %d) is outside the file (%d bytes)", t.Offset, t.Offset+t.Length, f.Size)
 		}
 		ranges[t.File] = append(ranges[t.File], rng{t.Offset, t.Offset + t.Length, t.Name})
-		for _, d := range t.Shape {
-			if d < 0 {
-				bad(t.File, t.Name, "schema: negative dimension in shape %v", t.Shape)
-			}
-		}
-		if !knownFormats[t.Format] {
-			bad(t.File, t.Name, "schema: unknown format %q", t.Format)
-			continue
-		}
-		if f, isBFP := ParseBFP(t.Format); isBFP {
-			if t.Method != MethodRTN && t.Method != MethodGPTQ {
-				bad(t.File, t.Name, "schema: method %q for a BFP tensor", t.Method)
-			}
-			if t.DType != "U8" {
-				bad(t.File, t.Name, "schema: BFP tensor stored as %s, want U8", t.DType)
-			}
-			tile, err := bfp.ParseTile(t.Tile)
-			if err != nil {
-				bad(t.File, t.Name, "schema: tile %q: %v", t.Tile, err)
-				continue
-			}
-			if t.Orientation != OrientRow && t.Orientation != OrientTransposed {
-				bad(t.File, t.Name, "schema: orientation %q", t.Orientation)
-				continue
-			}
-			padded, size, err := PackedGeometry(f, tile, t.Shape, t.Orientation)
-			if err != nil {
-				bad(t.File, t.Name, "schema: shape %v as %s %s: %v", t.Shape, t.Format, t.Tile, err)
-				continue
-			}
-			if !slices.Equal(padded, t.PaddedShape) {
-				bad(t.File, t.Name, "schema: padded shape %v, the logical shape %v gives %v", t.PaddedShape, t.Shape, padded)
-			}
-			if size != t.Length {
-				bad(t.File, t.Name, "schema: length %d, a %s %v tensor packs to %d bytes", t.Length, t.Format, t.Shape, size)
-			}
-		} else {
-			if t.Method != MethodNone {
-				bad(t.File, t.Name, "schema: method %q for a lossless tensor", t.Method)
-			}
-			dt, err := safetensors.ParseDType(t.DType)
-			if err != nil {
-				bad(t.File, t.Name, "schema: dtype %q: %v", t.DType, err)
-				continue
-			}
-			if (t.Format == "BF16" || t.Format == "F32") && t.DType != t.Format {
-				bad(t.File, t.Name, "schema: format %s stored as %s", t.Format, t.DType)
-			}
-			if t.Format == "AS_IS" && t.DType != t.SourceDType {
-				bad(t.File, t.Name, "schema: format AS_IS stored as %s from a %s source", t.DType, t.SourceDType)
-			}
-			n := int64(1)
-			for _, d := range t.Shape {
-				n *= d
-			}
-			if want := n * int64(dt.Bits()) / 8; want != t.Length {
-				bad(t.File, t.Name, "schema: length %d, a %s %v tensor has %d bytes", t.Length, t.DType, t.Shape, want)
-			}
-		}
-		// Layout: routed experts in their group file, the rest in dense shards.
-		if t.Expert != nil && t.Layer != nil {
-			kind := "gate_up"
-			if strings.Contains(t.Name, "down") {
-				kind = "down"
-			}
-			if m.Layout.ExpertsPerFile > 0 {
-				if want := expertFileName(*t.Layer, kind, *t.Expert/m.Layout.ExpertsPerFile); want != t.File {
-					bad(t.File, t.Name, "layout: expert %d of layer %d belongs in %s", *t.Expert, *t.Layer, want)
-				}
-			}
-		} else if f.Role != FileDense {
-			bad(t.File, t.Name, "layout: a non-expert tensor outside the dense shards")
-		}
+		checkEntry(m, t, f, bad)
 	}
 	for file, rs := range ranges {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].off < rs[j].off })
@@ -518,6 +446,15 @@ func checkSchema(m *Manifest) []Failure {
 			}
 		}
 	}
+	checkRecords(m, seen, bad)
+	return out
+}
+
+// checkRecords checks the manifest's records about stored tensors (seen):
+// the matrix statistics and their fits, and the list of tensors from a
+// non-finite source (a tensor stored from one only when the build was told
+// to, and then listed).
+func checkRecords(m *Manifest, seen map[string]bool, bad func(file, tensor, format string, args ...any)) {
 	for _, ms := range m.TTQuant.Matrices {
 		if !seen[ms.Tensor] {
 			bad(ManifestName, ms.Tensor, "schema: statistics for a tensor that is not stored")
@@ -547,7 +484,85 @@ func checkSchema(m *Manifest) []Failure {
 	for _, n := range sortedKeys(listedNonFinite) {
 		bad(ManifestName, n, "schema: listed in ttquant.nonfinite_tensors but not a stored tensor with a non-finite source")
 	}
-	return out
+}
+
+// checkEntry checks one stored tensor of the manifest against its format
+// (geometry and length of BFP tiles, dtype and length otherwise) and the
+// layout (routed experts in their group file, the rest in dense shards).
+func checkEntry(m *Manifest, t TensorEntry, f FileEntry, bad func(file, tensor, format string, args ...any)) {
+	for _, d := range t.Shape {
+		if d < 0 {
+			bad(t.File, t.Name, "schema: negative dimension in shape %v", t.Shape)
+		}
+	}
+	if !knownFormats[t.Format] {
+		bad(t.File, t.Name, "schema: unknown format %q", t.Format)
+		return
+	}
+	if f, isBFP := ParseBFP(t.Format); isBFP {
+		if t.Method != MethodRTN && t.Method != MethodGPTQ {
+			bad(t.File, t.Name, "schema: method %q for a BFP tensor", t.Method)
+		}
+		if t.DType != "U8" {
+			bad(t.File, t.Name, "schema: BFP tensor stored as %s, want U8", t.DType)
+		}
+		tile, err := bfp.ParseTile(t.Tile)
+		if err != nil {
+			bad(t.File, t.Name, "schema: tile %q: %v", t.Tile, err)
+			return
+		}
+		if t.Orientation != OrientRow && t.Orientation != OrientTransposed {
+			bad(t.File, t.Name, "schema: orientation %q", t.Orientation)
+			return
+		}
+		padded, size, err := PackedGeometry(f, tile, t.Shape, t.Orientation)
+		if err != nil {
+			bad(t.File, t.Name, "schema: shape %v as %s %s: %v", t.Shape, t.Format, t.Tile, err)
+			return
+		}
+		if !slices.Equal(padded, t.PaddedShape) {
+			bad(t.File, t.Name, "schema: padded shape %v, the logical shape %v gives %v", t.PaddedShape, t.Shape, padded)
+		}
+		if size != t.Length {
+			bad(t.File, t.Name, "schema: length %d, a %s %v tensor packs to %d bytes", t.Length, t.Format, t.Shape, size)
+		}
+	} else {
+		if t.Method != MethodNone {
+			bad(t.File, t.Name, "schema: method %q for a lossless tensor", t.Method)
+		}
+		dt, err := safetensors.ParseDType(t.DType)
+		if err != nil {
+			bad(t.File, t.Name, "schema: dtype %q: %v", t.DType, err)
+			return
+		}
+		if (t.Format == "BF16" || t.Format == "F32") && t.DType != t.Format {
+			bad(t.File, t.Name, "schema: format %s stored as %s", t.Format, t.DType)
+		}
+		if t.Format == "AS_IS" && t.DType != t.SourceDType {
+			bad(t.File, t.Name, "schema: format AS_IS stored as %s from a %s source", t.DType, t.SourceDType)
+		}
+		n := int64(1)
+		for _, d := range t.Shape {
+			n *= d
+		}
+		if want := n * int64(dt.Bits()) / 8; want != t.Length {
+			bad(t.File, t.Name, "schema: length %d, a %s %v tensor has %d bytes", t.Length, t.DType, t.Shape, want)
+		}
+	}
+	// Layout: routed experts in their group file, the rest in dense shards.
+	if t.Expert != nil && t.Layer != nil {
+		kind := "gate_up"
+		if strings.Contains(t.Name, "down") {
+			kind = "down"
+		}
+		if m.Layout.ExpertsPerFile > 0 {
+			if want := expertFileName(*t.Layer, kind, *t.Expert/m.Layout.ExpertsPerFile); want != t.File {
+				bad(t.File, t.Name, "layout: expert %d of layer %d belongs in %s", *t.Expert, *t.Layer, want)
+			}
+		}
+	} else if f.Role != FileDense {
+		bad(t.File, t.Name, "layout: a non-expert tensor outside the dense shards")
+	}
 }
 
 // checkFile hashes one file in a single pass, hashing each tensor's range
