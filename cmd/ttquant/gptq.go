@@ -106,34 +106,7 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return buildError(opt, err)
 	}
 	if *dryRun {
-		var est *kernels.MoEEstimate
-		if *estimate > 0 && res.Work.MoE != nil {
-			rep, err := kernels.RunBench(ctx, kernels.BenchOptions{Duration: *estimate})
-			if err != nil {
-				return err
-			}
-			m := res.Work.MoE
-			w := kernels.DefaultMoEWorkload()
-			w.Layers, w.ExpertsPerLayer, w.Hidden, w.ExpertWidth, w.BlockSize = m.Layers, m.ExpertsPerLayer, m.Hidden, m.ExpertWidth, g.BlockSize
-			if sq := res.Work.Sequential; sq != nil {
-				w.RoutedRowsPerLayer = sq.RoutedRowsPerLayer
-			}
-			e := rep.EstimateMoE(w)
-			est = &e
-		}
-		if bf.asJSON {
-			return writeJSON(e.stdout, dryRunReport{SchemaVersion: schemaVersion, DryRun: true, Plan: opt.Plan, Work: res.Work, Estimate: est})
-		}
-		printWork(e, opt.Plan, res.Work)
-		if est != nil {
-			rows, from := kernels.DefaultMoEWorkload().RoutedRowsPerLayer, "assumed"
-			if sq := res.Work.Sequential; sq != nil {
-				rows, from = sq.RoutedRowsPerLayer, "from --sequences and --seq-len"
-			}
-			fmt.Fprintf(e.stdout, "  estimated kernel time  %s (Hessians %s, factors %s, updates %s; %d routed rows per layer %s,\n", estSeconds(est.TotalSeconds), estSeconds(est.HessianSeconds), estSeconds(est.FactorSeconds), estSeconds(est.UpdateSeconds), rows, from)
-			fmt.Fprintf(e.stdout, "                         kernels measured for %s on this machine; I/O, routing and forward passes not included)\n", *estimate)
-		}
-		return nil
+		return printGPTQDryRun(ctx, e, opt, res, g.BlockSize, *estimate, bf.asJSON)
 	}
 	return printBuild(e, res, bf.asJSON)
 }
@@ -182,4 +155,37 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// printGPTQDryRun prints a dry run's plan and work, with the GPTQ kernel
+// time estimated from kernels measured for estimate on this machine.
+func printGPTQDryRun(ctx context.Context, e *env, opt build.BuildOptions, res *build.BuildResult, blockSize int, estimate time.Duration, asJSON bool) error {
+	var est *kernels.MoEEstimate
+	if estimate > 0 && res.Work.MoE != nil {
+		rep, err := kernels.RunBench(ctx, kernels.BenchOptions{Duration: estimate})
+		if err != nil {
+			return err
+		}
+		m := res.Work.MoE
+		w := kernels.DefaultMoEWorkload()
+		w.Layers, w.ExpertsPerLayer, w.Hidden, w.ExpertWidth, w.BlockSize = m.Layers, m.ExpertsPerLayer, m.Hidden, m.ExpertWidth, blockSize
+		if sq := res.Work.Sequential; sq != nil {
+			w.RoutedRowsPerLayer = sq.RoutedRowsPerLayer
+		}
+		me := rep.EstimateMoE(w)
+		est = &me
+	}
+	if asJSON {
+		return writeJSON(e.stdout, dryRunReport{SchemaVersion: schemaVersion, DryRun: true, Plan: opt.Plan, Work: res.Work, Estimate: est})
+	}
+	printWork(e, opt.Plan, res.Work)
+	if est != nil {
+		rows, from := kernels.DefaultMoEWorkload().RoutedRowsPerLayer, "assumed"
+		if sq := res.Work.Sequential; sq != nil {
+			rows, from = sq.RoutedRowsPerLayer, "from --sequences and --seq-len"
+		}
+		fmt.Fprintf(e.stdout, "  estimated kernel time  %s (Hessians %s, factors %s, updates %s; %d routed rows per layer %s,\n", estSeconds(est.TotalSeconds), estSeconds(est.HessianSeconds), estSeconds(est.FactorSeconds), estSeconds(est.UpdateSeconds), rows, from)
+		fmt.Fprintf(e.stdout, "                         kernels measured for %s on this machine; I/O, routing and forward passes not included)\n", estimate)
+	}
+	return nil
 }

@@ -21,7 +21,6 @@ const maxFuncLines = 100
 // must leave the list (the test says so), and a new long function must
 // either give its reason or be split.
 var toSplit = map[string]bool{
-	"cmd/ttquant/gptq.go:runGPTQ":          true,
 	"cmd/ttquant/select.go:runSelect":      true,
 	"emulator/eval/harness/harness.go:Run": true,
 	"gptq/solver.go:run":                   true,
