@@ -401,30 +401,9 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	}
 	b.params = manifest.BuildParams{ExpertsPerFile: opt.ExpertsPerFile, DenseShard: opt.DenseShardBytes, BFPExponent: exponentParam(b.rule)}
 	if kind == kindGPTQ {
-		if opt.GPTQOptions != nil {
-			b.gopt = *opt.GPTQOptions
-		} else {
-			b.gopt = gptq.DefaultOptions()
-		}
-		b.gopt.Exponent = b.rule
-		layers := opt.Layers
-		if layers == "" {
-			layers = "experts"
-		}
-		sel, err := layerSelector(layers)
-		if err != nil {
+		if err := b.gptqParams(); err != nil {
 			return nil, err
 		}
-		b.selector = sel
-		b.params.Layers = layers
-		b.params.BlockSize = b.gopt.BlockSize
-		b.params.PercDamp = b.gopt.PercDamp
-		b.params.ActOrder = b.gopt.ActOrder
-		b.params.StaticGroups = b.gopt.StaticGroups
-		b.params.Float64 = b.gopt.Float64
-		b.params.NoProxyLoss = b.gopt.NoProxyLoss
-		b.params.HeldOut = opt.HeldOutSequences
-		b.params.Asymmetric = opt.Asymmetric
 	}
 
 	m, err := safetensors.OpenModel(opt.Source)
@@ -439,31 +418,8 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 	if b.tensors, err = resolveStored(opt.Plan, m, plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, DenseShardBytes: opt.DenseShardBytes, Family: opt.Family, Config: b.modelCfg}); err != nil {
 		return nil, err
 	}
-	if kind == kindGPTQ {
-		selected := 0
-		for _, st := range b.tensors {
-			if st.isBFP && st.method == manifest.MethodGPTQ && !b.selector(st) {
-				st.method = manifest.MethodRTN
-			} else if st.isBFP && st.method != manifest.MethodNone && b.selector(st) {
-				st.method = manifest.MethodGPTQ
-				selected++
-			}
-		}
-		if selected == 0 {
-			return nil, fmt.Errorf("manifest: --layers %q selects no matrix that plan %q quantizes", b.params.Layers, opt.Plan.Name)
-		}
-	} else {
-		for _, st := range b.tensors {
-			if st.isBFP {
-				st.method = manifest.MethodRTN
-			}
-		}
-	}
-	b.gptqLayers = map[int]bool{}
-	for _, st := range b.tensors {
-		if st.isBFP && st.method == manifest.MethodGPTQ && st.isExpertMatrix() {
-			b.gptqLayers[st.layer] = true
-		}
+	if err := b.assignMethods(); err != nil {
+		return nil, err
 	}
 	if b.jobs, err = planJobs(b.tensors, opt.ExpertsPerFile, opt.DenseShardBytes); err != nil {
 		return nil, err
@@ -483,20 +439,8 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		}
 		return &BuildResult{Work: work}, nil
 	}
-	if kind == kindGPTQ && work.GPTQMatrices > 0 {
-		if opt.Data != nil {
-			err = b.openSequential(ctx)
-		} else {
-			err = b.openCalibration(ctx)
-		}
-		if err != nil {
-			return nil, err
-		}
-	} else if kind == kindConvert && opt.Calib != "" {
-		// The store weights the rounding of gptq.ExpSearch only.
-		if err = b.openCalibration(ctx); err != nil {
-			return nil, err
-		}
+	if err := b.openInputs(ctx, work); err != nil {
+		return nil, err
 	}
 	res, err := b.run(ctx)
 	if res != nil {
@@ -504,6 +448,83 @@ func build(ctx context.Context, kind buildKind, opt BuildOptions) (*BuildResult,
 		work.Shards = b.shardWork
 	}
 	return res, err
+}
+
+// gptqParams sets a GPTQ build's solver options, layer selection and the
+// parameters recorded for them.
+func (b *builder) gptqParams() error {
+	if b.opt.GPTQOptions != nil {
+		b.gopt = *b.opt.GPTQOptions
+	} else {
+		b.gopt = gptq.DefaultOptions()
+	}
+	b.gopt.Exponent = b.rule
+	layers := b.opt.Layers
+	if layers == "" {
+		layers = "experts"
+	}
+	sel, err := layerSelector(layers)
+	if err != nil {
+		return err
+	}
+	b.selector = sel
+	b.params.Layers = layers
+	b.params.BlockSize = b.gopt.BlockSize
+	b.params.PercDamp = b.gopt.PercDamp
+	b.params.ActOrder = b.gopt.ActOrder
+	b.params.StaticGroups = b.gopt.StaticGroups
+	b.params.Float64 = b.gopt.Float64
+	b.params.NoProxyLoss = b.gopt.NoProxyLoss
+	b.params.HeldOut = b.opt.HeldOutSequences
+	b.params.Asymmetric = b.opt.Asymmetric
+	return nil
+}
+
+// openInputs opens what the build's matrices are quantized from: the
+// calibration text of a sequential build or the calibration store (in a
+// conversion, the store that weights the rounding of gptq.ExpSearch).
+func (b *builder) openInputs(ctx context.Context, work *WorkSummary) error {
+	switch {
+	case b.kind == kindGPTQ && work.GPTQMatrices > 0 && b.opt.Data != nil:
+		return b.openSequential(ctx)
+	case b.kind == kindGPTQ && work.GPTQMatrices > 0, b.kind == kindConvert && b.opt.Calib != "":
+		return b.openCalibration(ctx)
+	}
+	return nil
+}
+
+// assignMethods gives each stored BFP tensor its method: in a GPTQ build
+// GPTQ for the matrices --layers selects among those the plan quantizes,
+// rounding for the rest; rounding everywhere in a conversion. It records
+// the layers whose expert files GPTQ writes (gptqLayers).
+func (b *builder) assignMethods() error {
+	if b.kind == kindGPTQ {
+		selected := 0
+		for _, st := range b.tensors {
+			if st.isBFP && st.method == manifest.MethodGPTQ && !b.selector(st) {
+				st.method = manifest.MethodRTN
+			} else if st.isBFP && st.method != manifest.MethodNone && b.selector(st) {
+				st.method = manifest.MethodGPTQ
+				selected++
+			}
+		}
+		if selected == 0 {
+			return fmt.Errorf("manifest: --layers %q selects no matrix that plan %q quantizes", b.params.Layers, b.opt.Plan.Name)
+		}
+	} else {
+		for _, st := range b.tensors {
+			if st.isBFP {
+				st.method = manifest.MethodRTN
+			}
+		}
+	}
+	b.gptqLayers = map[int]bool{}
+	for _, st := range b.tensors {
+		if st.isBFP && st.method == manifest.MethodGPTQ && st.isExpertMatrix() {
+			b.gptqLayers[st.layer] = true
+		}
+	}
+	return nil
 }
 
 func (b *builder) summary() *WorkSummary {
