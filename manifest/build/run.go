@@ -326,7 +326,6 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 	} else if recs, err = b.prepareDir(fp); err != nil {
 		return nil, err
 	}
-	out := b.opt.Out
 
 	// Files produced one by one; the expert files of GPTQ layers are
 	// produced by their layer's task below.
@@ -357,55 +356,8 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		return nil, err
 	}
 
-	results := make([]*fileRecord, len(b.jobs))
-	var mu sync.Mutex
-	var kept int
-	finish := func(i int, wasKept bool) {
-		mu.Lock()
-		if wasKept {
-			kept++
-		}
-		mu.Unlock()
-		b.track.file(i, b.jobs[i], wasKept)
-	}
-	// commit records a freshly written file.
-	commit := func(i int, r *fileRecord) error {
-		if err := b.opt.Faults.WriteJSON(recordPath(out, b.jobs[i].file), r); err != nil {
-			return err
-		}
-		results[i] = r
-		finish(i, false)
-		if b.opt.testHook != nil {
-			b.opt.testHook(b.jobs[i].file, "")
-		}
-		return nil
-	}
-	// keep reuses a file an earlier run finished, when its hash checks.
-	keep := func(i int) bool {
-		if results[i] != nil {
-			return true // kept or written already
-		}
-		j := b.jobs[i]
-		if r := recs[j.file]; r != nil && b.recordHolds(ctx, j, r) {
-			results[i] = r
-			finish(i, true)
-			return true
-		}
-		return false
-	}
-	writePlain := func() error {
-		return par.For(ctx, len(plain), b.opt.Workers, func(k int) error {
-			i := plain[k]
-			if keep(i) {
-				return nil
-			}
-			r, err := b.writeJob(ctx, b.jobs[i])
-			if err != nil {
-				return fmt.Errorf("%s: %w", b.jobs[i].file, err)
-			}
-			return commit(i, r)
-		})
-	}
+	o := &outputs{b: b, ctx: ctx, recs: recs, results: make([]*fileRecord, len(b.jobs))}
+	keep, commit := o.keep, o.commit
 	var layerOut []manifest.LayerStats
 	if b.seq != nil && b.wasFinished && b.allHold(ctx, recs) {
 		// The directory holds this checkpoint, every file intact: its
@@ -426,11 +378,11 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		if layerOut, err = b.seq.run(ctx, layerJobs, keep, commit); err != nil {
 			return nil, err
 		}
-		if err := writePlain(); err != nil {
+		if err := o.writePlain(plain); err != nil {
 			return nil, err
 		}
 	} else {
-		if err := writePlain(); err != nil {
+		if err := o.writePlain(plain); err != nil {
 			return nil, err
 		}
 		for _, l := range sortedLayers(layerJobs) {
@@ -442,36 +394,107 @@ func (b *builder) run(ctx context.Context) (*BuildResult, error) {
 		}
 	}
 
+	return b.finishRun(ctx, o, fp, si, files, layerOut, len(plain)+len(gptqJobs))
+}
+
+// finishRun ends a build whose files are all written or kept: a worker of
+// a split build writes its parts and record (mine is its file count), a
+// whole build its manifest.
+func (b *builder) finishRun(ctx context.Context, o *outputs, fp fingerprint, si manifest.SourceInfo, files []manifest.FileEntry, layerOut []manifest.LayerStats, mine int) (*BuildResult, error) {
 	if b.sharded() {
 		parts, err := b.writeParts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if err := b.finishShard(fp, b.head(si, files), results, parts, layerOut); err != nil {
+		if err := b.finishShard(fp, b.head(si, files), o.results, parts, layerOut); err != nil {
 			return nil, err
 		}
 		b.track.done()
-		mine := len(plain) + len(gptqJobs) // this worker's files
-		return &BuildResult{Dir: out, Files: mine, Kept: kept, AlreadyComplete: kept == mine && mine > 0}, nil
+		return &BuildResult{Dir: b.opt.Out, Files: mine, Kept: o.kept, AlreadyComplete: o.kept == mine && mine > 0}, nil
 	}
-	m, data, sums, dataBytes, err := b.writeManifest(ctx, si, results, layerOut, files)
+	m, data, sums, dataBytes, err := b.writeManifest(ctx, si, o.results, layerOut, files)
 	if err != nil {
 		return nil, err
 	}
 	id := manifest.Identity(data)
 	b.track.done()
 	return &BuildResult{
-		Dir:             out,
+		Dir:             b.opt.Out,
 		Identity:        id,
 		CacheKey:        manifest.CacheKey(id),
 		Files:           len(m.Files) + 1,
 		Tensors:         len(m.Tensors),
 		Bytes:           dataBytes + int64(len(sums)) + int64(len(data)) + configBytes(files),
-		Kept:            kept,
-		AlreadyComplete: kept == len(b.jobs) && len(b.jobs) > 0,
+		Kept:            o.kept,
+		AlreadyComplete: o.kept == len(b.jobs) && len(b.jobs) > 0,
 		Manifest:        m,
 		NonFinite:       m.TTQuant.NonFinite,
 	}, nil
+}
+
+// outputs tracks a run's output files: those written (with their records)
+// and those kept from an earlier run. It is safe for concurrent use.
+type outputs struct {
+	b       *builder
+	ctx     context.Context
+	recs    map[string]*fileRecord // what an earlier run recorded
+	results []*fileRecord          // per job, once written or kept
+	mu      sync.Mutex
+	kept    int
+}
+
+// finish reports job i's file finished.
+func (o *outputs) finish(i int, wasKept bool) {
+	o.mu.Lock()
+	if wasKept {
+		o.kept++
+	}
+	o.mu.Unlock()
+	o.b.track.file(i, o.b.jobs[i], wasKept)
+}
+
+// commit records a freshly written file.
+func (o *outputs) commit(i int, r *fileRecord) error {
+	b := o.b
+	if err := b.opt.Faults.WriteJSON(recordPath(b.opt.Out, b.jobs[i].file), r); err != nil {
+		return err
+	}
+	o.results[i] = r
+	o.finish(i, false)
+	if b.opt.testHook != nil {
+		b.opt.testHook(b.jobs[i].file, "")
+	}
+	return nil
+}
+
+// keep reuses a file an earlier run finished, when its hash checks.
+func (o *outputs) keep(i int) bool {
+	if o.results[i] != nil {
+		return true // kept or written already
+	}
+	j := o.b.jobs[i]
+	if r := o.recs[j.file]; r != nil && o.b.recordHolds(o.ctx, j, r) {
+		o.results[i] = r
+		o.finish(i, true)
+		return true
+	}
+	return false
+}
+
+// writePlain writes (or keeps) the files produced one by one.
+func (o *outputs) writePlain(plain []int) error {
+	b := o.b
+	return par.For(o.ctx, len(plain), b.opt.Workers, func(k int) error {
+		i := plain[k]
+		if o.keep(i) {
+			return nil
+		}
+		r, err := b.writeJob(o.ctx, b.jobs[i])
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.jobs[i].file, err)
+		}
+		return o.commit(i, r)
+	})
 }
 
 // allHold reports whether every output file was finished by an earlier run
