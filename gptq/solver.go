@@ -753,63 +753,75 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 	s := &solver[T]{rows: rows, cols: cols, opt: opt, perm: f.perm, invperm: f.invperm, u: u}
 	res := &Result{}
 
-	// orig and w0 are only read: in float32 mode without dead columns to
-	// zero they are the caller's w itself.
-	if o, ok := any(w32).([]T); ok {
-		s.orig = o
-	} else {
-		s.orig = make([]T, rows*cols)
-		for i, v := range w32 {
-			s.orig[i] = T(v)
-		}
-	}
-	s.w0 = s.orig
-	if f.deadCols > 0 && !opt.KeepDead {
-		s.w0 = slices.Clone(s.orig)
-		for r := 0; r < rows; r++ {
-			for j, d := range f.dead {
-				if d {
-					s.w0[r*cols+j] = 0
-				}
-			}
-		}
-	}
-
-	// Working weights, column-major, transposed in tiles of 16 rows
-	// (16 sequential read streams), the tiles shared among the cores
-	// (plain copies, so the split cannot change the result).
 	procs := runtime.GOMAXPROCS(0)
 	// The working copies come from a pool and go back at the end: every
 	// element is written before it is read.
 	s.wt = getBuf[T](rows * cols)
 	defer putBuf(s.wt)
+	s.load(f, w32, procs)
 	const tb = 16
-	kernels.ParallelFor(procs, procs, func(p, _ int) {
-		// 16×16 blocks through a buffer, so that each cache line of Wt
-		// is written whole (see the output transposition below).
-		var buf [tb * tb]T
-		nrt := (rows + tb - 1) / tb
-		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
-			r0, r1 := rt*tb, min(rt*tb+tb, rows)
-			for k0 := 0; k0 < cols; k0 += tb {
-				k1 := min(k0+tb, cols)
-				perm := s.perm[k0:k1]
-				for r := r0; r < r1; r++ {
-					src := s.w0[r*cols : (r+1)*cols]
-					for kk, c := range perm {
-						buf[kk*tb+r-r0] = src[c]
-					}
-				}
-				for kk := range perm {
-					copy(s.wt[(k0+kk)*rows+r0:(k0+kk)*rows+r1], buf[kk*tb:kk*tb+r1-r0])
-				}
-			}
-		}
-	})
 	cq := bind(g, s)
 	qt := getBuf[T](rows * cols)
 	defer putBuf(qt)
 	rowLoss := make([]float64, rows)
+	s.solve(g, cq, qt, rowLoss, procs)
+
+	// Outputs in original column order.
+	res.Q = make([]float32, rows*cols)
+	nrt := (rows + tb - 1) / tb
+	// With the proxy loss, each row tile also sums Σ_c extra_c·Δ₀[r][c]²
+	// (Δ₀ = W₀ − Q in the solver's arithmetic), the part of the reported
+	// error that comes from the damping; per tile, then over the tiles in
+	// order, so the value does not depend on the number of cores.
+	incremental := !opt.NoProxyLoss && !f.noFeedback
+	var tileExtra []float64
+	if incremental {
+		tileExtra = make([]float64, nrt)
+	}
+	s.store(f, qt, res.Q, tileExtra, procs)
+	if !kernels.AllFinite32(res.Q) {
+		for i, v := range res.Q {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)
+			}
+		}
+	}
+	res.RowError = rowLoss
+	for _, l := range rowLoss {
+		res.Error += l
+	}
+	if math.IsNaN(res.Error) || math.IsInf(res.Error, 0) {
+		return nil, fmt.Errorf("%w: reported error%s is %v (overflow)", ErrNumeric, label(name), res.Error)
+	}
+	if is, ok := cq.(*intState[T]); ok {
+		res.Int = is.out
+	}
+	// Report: GPTQ's proxy loss on the undamped H (RTN's is computed by
+	// the caller, Factor.quantize). The reported error is ½·tr(Δ₀·H′·Δ₀ᵀ)
+	// in exact arithmetic, H′ = H + diag(extra), and the columns where Δ₀
+	// and W − Q differ (dead ones) have zero rows and columns in H, so
+	// ½·tr(Δ·H·Δᵀ) = Error − ½·Σ_c extra_c·‖Δ₀[:, c]‖²: no product needed.
+	// Without error feedback that identity does not hold and the trace
+	// is formed explicitly.
+	switch {
+	case opt.NoProxyLoss:
+	case incremental:
+		var ex float64
+		for _, v := range tileExtra {
+			ex += v
+		}
+		// Rounding can leave a tiny negative value where the loss is 0.
+		res.ProxyLoss = max(0, res.Error-ex/2)
+	default:
+		res.ProxyLoss = proxyLoss(w32, res.Q, rows, cols, h)
+	}
+	return res, nil
+}
+
+// solve runs GPTQ's column loop over the working weights block by block,
+// writing the quantized columns into qt and each row's loss into rowLoss.
+func (s *solver[T]) solve(g Grid, cq colQuantizer[T], qt []T, rowLoss []float64, procs int) {
+	rows, cols, opt := s.rows, s.cols, s.opt
 	bs := min(opt.BlockSize, cols)
 	sb := bs
 	if opt.SubBlock > 0 {
@@ -892,18 +904,71 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 		}
 	}
 
-	// Outputs in original column order.
-	res.Q = make([]float32, rows*cols)
-	nrt := (rows + tb - 1) / tb
-	// With the proxy loss, each row tile also sums Σ_c extra_c·Δ₀[r][c]²
-	// (Δ₀ = W₀ − Q in the solver's arithmetic), the part of the reported
-	// error that comes from the damping; per tile, then over the tiles in
-	// order, so the value does not depend on the number of cores.
-	incremental := !opt.NoProxyLoss && !f.noFeedback
-	var tileExtra []float64
-	if incremental {
-		tileExtra = make([]float64, nrt)
+}
+
+// load sets the solver's weights from w32: orig (w32 itself in float32
+// mode), w0 (orig with the dead columns zeroed unless KeepDead) and the
+// working copy wt, column-major in permuted column order.
+func (s *solver[T]) load(f *Factor, w32 []float32, procs int) {
+	rows, cols, opt := s.rows, s.cols, s.opt
+	// orig and w0 are only read: in float32 mode without dead columns to
+	// zero they are the caller's w itself.
+	if o, ok := any(w32).([]T); ok {
+		s.orig = o
+	} else {
+		s.orig = make([]T, rows*cols)
+		for i, v := range w32 {
+			s.orig[i] = T(v)
+		}
 	}
+	s.w0 = s.orig
+	if f.deadCols > 0 && !opt.KeepDead {
+		s.w0 = slices.Clone(s.orig)
+		for r := 0; r < rows; r++ {
+			for j, d := range f.dead {
+				if d {
+					s.w0[r*cols+j] = 0
+				}
+			}
+		}
+	}
+
+	// Working weights, column-major, transposed in tiles of 16 rows
+	// (16 sequential read streams), the tiles shared among the cores
+	// (plain copies, so the split cannot change the result).
+	const tb = 16
+	kernels.ParallelFor(procs, procs, func(p, _ int) {
+		// 16×16 blocks through a buffer, so that each cache line of Wt
+		// is written whole (see the output transposition below).
+		var buf [tb * tb]T
+		nrt := (rows + tb - 1) / tb
+		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
+			r0, r1 := rt*tb, min(rt*tb+tb, rows)
+			for k0 := 0; k0 < cols; k0 += tb {
+				k1 := min(k0+tb, cols)
+				perm := s.perm[k0:k1]
+				for r := r0; r < r1; r++ {
+					src := s.w0[r*cols : (r+1)*cols]
+					for kk, c := range perm {
+						buf[kk*tb+r-r0] = src[c]
+					}
+				}
+				for kk := range perm {
+					copy(s.wt[(k0+kk)*rows+r0:(k0+kk)*rows+r1], buf[kk*tb:kk*tb+r1-r0])
+				}
+			}
+		}
+	})
+}
+
+// store writes the quantized weights qt (column-major, permuted) into q in
+// the original row-major order; with tileExtra (the proxy loss) it also
+// sums, per row tile of 16, Σ_c extra_c·Δ₀[r][c]² into it.
+func (s *solver[T]) store(f *Factor, qt []T, q []float32, tileExtra []float64, procs int) {
+	rows, cols := s.rows, s.cols
+	const tb = 16
+	nrt := (rows + tb - 1) / tb
+	incremental := tileExtra != nil
 	kernels.ParallelFor(procs, procs, func(p, _ int) {
 		// The tile's rows go through 16×16 blocks in registers-sized
 		// buffers: every cache line of Q and W₀ is then touched once per
@@ -922,7 +987,7 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 					copy(qb[kk*tb:kk*tb+nr], qt[(k0+kk)*rows+r0:(k0+kk)*rows+r1])
 				}
 				for r := 0; r < nr; r++ {
-					qrow := res.Q[(r0+r)*cols : (r0+r+1)*cols]
+					qrow := q[(r0+r)*cols : (r0+r+1)*cols]
 					for kk, c := range perm {
 						qrow[c] = float32(qb[kk*tb+r])
 					}
@@ -952,43 +1017,6 @@ func run[T float](f *Factor, u []T, w32 []float32, rows int, g Grid, opt Options
 			}
 		}
 	})
-	if !kernels.AllFinite32(res.Q) {
-		for i, v := range res.Q {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("%w: quantized weight%s [%d,%d] of %d×%d is %v (overflow)", ErrNumeric, label(name), i/cols, i%cols, rows, cols, v)
-			}
-		}
-	}
-	res.RowError = rowLoss
-	for _, l := range rowLoss {
-		res.Error += l
-	}
-	if math.IsNaN(res.Error) || math.IsInf(res.Error, 0) {
-		return nil, fmt.Errorf("%w: reported error%s is %v (overflow)", ErrNumeric, label(name), res.Error)
-	}
-	if is, ok := cq.(*intState[T]); ok {
-		res.Int = is.out
-	}
-	// Report: GPTQ's proxy loss on the undamped H (RTN's is computed by
-	// the caller, Factor.quantize). The reported error is ½·tr(Δ₀·H′·Δ₀ᵀ)
-	// in exact arithmetic, H′ = H + diag(extra), and the columns where Δ₀
-	// and W − Q differ (dead ones) have zero rows and columns in H, so
-	// ½·tr(Δ·H·Δᵀ) = Error − ½·Σ_c extra_c·‖Δ₀[:, c]‖²: no product needed.
-	// Without error feedback that identity does not hold and the trace
-	// is formed explicitly.
-	switch {
-	case opt.NoProxyLoss:
-	case incremental:
-		var ex float64
-		for _, v := range tileExtra {
-			ex += v
-		}
-		// Rounding can leave a tiny negative value where the loss is 0.
-		res.ProxyLoss = max(0, res.Error-ex/2)
-	default:
-		res.ProxyLoss = proxyLoss(w32, res.Q, rows, cols, h)
-	}
-	return res, nil
 }
 
 // asyncLoss is a proxy loss computed in its own goroutine.
