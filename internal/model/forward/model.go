@@ -279,7 +279,9 @@ func (m *Model) FinalNorm(x []float32) ([]float32, error) {
 type LogitsFunc func(row0, rows int, logits []float32) error
 
 // Logits computes hf · lm_headᵀ for the rows of hf (already final-normed),
-// LogitChunk rows at a time, never holding more than one chunk of logits.
+// LogitChunk rows at a time, never holding more than one chunk of logits
+// (over more than one chunk, in float32, it holds a packed copy of the head
+// for the call).
 func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 	lm, err := m.head()
 	if err != nil {
@@ -294,11 +296,21 @@ func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 			return fmt.Errorf("forward: %s: %w", lw.Name(), err)
 		}
 	}
+	// Over more than one chunk the float32 head is packed into the
+	// kernel's panels once for the call (a transient copy of its size)
+	// rather than inside every chunk's product; SgemmPacked gives Sgemm's
+	// bits.
+	var packed *kernels.PackedB32
+	if p == nil && n > LogitChunk {
+		packed = kernels.PackB32(true, H, V, lm, H)
+	}
 	buf := make([]float32, min(n, LogitChunk)*V)
 	for r0 := 0; r0 < n; r0 += LogitChunk {
 		rows := min(LogitChunk, n-r0)
 		lg := buf[:rows*V]
-		if p == nil {
+		if packed != nil {
+			kernels.SgemmPacked(false, rows, 1, hf[r0*H:], H, packed, 0, lg, V)
+		} else if p == nil {
 			kernels.Sgemm(false, true, rows, V, H, 1, hf[r0*H:], H, lm, H, 0, lg, V)
 		} else if err := p.MatMulT(lg, V, hf[r0*H:(r0+rows)*H], rows); err != nil {
 			return err
