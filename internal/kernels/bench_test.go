@@ -318,3 +318,21 @@ func BenchmarkSgemmShortA(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPackB32 packs a routed expert's gate_proj (512 × 2048,
+// row-major [out, in], the transposed operand of its product) on one
+// goroutine, as every expert's products do at every layer step.
+func BenchmarkPackB32(b *testing.B) {
+	const n, k = 512, 2048
+	r := rand.New(rand.NewPCG(11, 12))
+	w := randMat32(r, n*k)
+	prev := SetWorkers(1)
+	defer SetWorkers(prev)
+	p := PackB32(true, k, n, w, k)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.Repack(true, k, n, w, k)
+	}
+	b.ReportMetric(float64(n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
+	b.ReportMetric(benchenv.LoadAvg(), "load1")
+}

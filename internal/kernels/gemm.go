@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Blocking constants. Only blockK influences results: every output element
@@ -220,10 +221,17 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		} else {
 			c := 0
+			d32, b32 := as32(dst), as32(b.data)
 			// Eight rows of B at a time, interleaved: contiguous writes
-			// of eight values instead of one value per cache line.
+			// of eight values instead of one value per cache line; in
+			// float32 the leading multiple of 8 of them by the 8×8
+			// register transpose where there is one.
 			for ; c+8 <= cols; c += 8 {
 				o := (j0+c)*b.ld + pc
+				p0 := 0
+				if d32 != nil {
+					p0 = transpose8(kc, b32[o:], b.ld, d32[s*nr*kc+c:], nr)
+				}
 				r0 := b.data[o : o+kc]
 				r1 := b.data[o+b.ld : o+b.ld+kc]
 				r2 := b.data[o+2*b.ld : o+2*b.ld+kc]
@@ -233,7 +241,7 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 				r6 := b.data[o+6*b.ld : o+6*b.ld+kc]
 				r7 := b.data[o+7*b.ld : o+7*b.ld+kc]
 				r1, r2, r3, r4, r5, r6, r7 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)], r6[:len(r0)], r7[:len(r0)]
-				for p := range r0 {
+				for p := p0; p < len(r0); p++ {
 					e := sl[p*nr+c : p*nr+c+8 : p*nr+c+8]
 					e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
 				}
@@ -265,6 +273,16 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		}
 	}
+}
+
+// as32 views s as a []float32 when T is float32, and returns nil when it
+// is float64.
+func as32[T float32 | float64](s []T) []float32 {
+	var z T
+	if unsafe.Sizeof(z) != 4 || len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
 }
 
 // panelOffset returns where the packed panel (jc, pc) of op(B) starts in
