@@ -469,18 +469,25 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 const (
 	colSlivers = 16      // B slivers per task at most (16×16 columns × 256 inner = 256 KiB)
 	colMaxA    = 1 << 22 // values of the whole packed op(A) at most
+	// colMinWork is the flop count below which a product keeps the row
+	// split: the chunked delta rule's 64-row products of a few MFLOP,
+	// run from inside parallel tasks, gain nothing from the column split
+	// (measured no better and possibly a few per cent slower on the 35B
+	// Gated DeltaNet mixer).
+	colMinWork = 1 << 23
 )
 
 // byColumns reports whether the product runs split over columns alone
 // (see runColumns): not a triangle, no masks, no shared packed A, too few
-// row blocks for the workers, enough column slivers and a small op(A).
+// row blocks for the workers, enough column slivers, a small op(A) and
+// enough work.
 func (pl *gemmPlan[T]) byColumns(workers int) bool {
 	if pl.lowerC || pl.a.mask != maskNone || pl.b.mask != maskNone || pl.preA != nil {
 		return false
 	}
 	tasks := minTask * workers
 	return ceilDiv(pl.m, pl.mcMax) < tasks && ceilDiv(pl.n, pl.nr) >= tasks &&
-		roundUp(pl.m, pl.mr)*pl.k <= colMaxA
+		roundUp(pl.m, pl.mr)*pl.k <= colMaxA && 2*float64(pl.m)*float64(pl.n)*float64(pl.k) >= colMinWork
 }
 
 // runColumns runs the product split over columns (see byColumns) on

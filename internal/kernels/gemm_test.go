@@ -393,10 +393,12 @@ func TestSgemmPackedMatchesSgemm(t *testing.T) {
 // machines dispatch.
 func TestShortAColumnSplit(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
-	for _, sz := range [][3]int{{1, 300, 257}, {5, 200, 300}, {13, 520, 513}, {64, 200, 256}, {150, 300, 40}, {29, blockN + 70, 260}} {
+	// Shapes just above colMinWork; the transpositions and the worker
+	// counts alternate from shape to shape to keep the test short.
+	for i, sz := range [][3]int{{1, 4200, 1030}, {5, 800, 1100}, {13, 520, 700}, {64, 260, 256}, {150, 700, 40}, {29, blockN + 70, 260}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		for _, tB := range []bool{false, true} {
-			tA := tB // both orders of A, paired with B's to keep the test short
+		for _, tB := range []bool{i%2 == 1} {
+			tA := i%4 >= 2
 			lda := k + 1
 			if tA {
 				lda = m + 1
@@ -412,9 +414,9 @@ func TestShortAColumnSplit(t *testing.T) {
 			want := append([]float32(nil), c0...)
 			specSgemm(tA, tB, m, n, k, -0.75, a, lda, b, ldb, 1, want, n)
 			pb := PackB32(tB, k, n, b, ldb)
-			for _, w := range []int{2, 3} {
+			for _, w := range []int{2 + i%2} {
 				for _, form := range []string{"sgemm", "packed", "tile2", "tile2-packed"} {
-					name := fmt.Sprintf("%v tB=%v w=%d %s", sz, tB, w, form)
+					name := fmt.Sprintf("%v tA=%v tB=%v w=%d %s", sz, tA, tB, w, form)
 					c := append([]float32(nil), c0...)
 					prev := SetWorkers(w)
 					pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: -0.75,
@@ -424,7 +426,7 @@ func TestShortAColumnSplit(t *testing.T) {
 					if form == "tile2" || form == "tile2-packed" {
 						pl.tile2 = func(kc int, ap, bp []float32, i, j int) { sgemmKern12Go(kc, ap, bp, c[i*n+j:], n) }
 					}
-					if 2*float64(m)*float64(n)*float64(k) >= smallWork && !pl.byColumns(w) {
+					if !pl.byColumns(w) {
 						t.Fatalf("%s: not split over columns", name)
 					}
 					if form == "packed" || form == "tile2-packed" {
