@@ -184,9 +184,9 @@ func (l *MoE) routed32(out, x []float32, r *Routing, scr []Scratch) error {
 	return nil
 }
 
-// load reads routed expert e (into buf when the source is an
-// ExpertReader) and gathers its rows of x into sc.X; nil when the expert
-// has no tokens.
+// load reads routed expert e (into buf when buf is not nil and the source
+// is an ExpertReader) and gathers its rows of x into sc.X; nil when the
+// expert has no tokens.
 func (l *MoE) load(e int, x []float32, r *Routing, sc *Scratch, buf *ExpertWeights) (*ExpertWeights, error) {
 	cfg := l.Config
 	toks, _ := r.ExpertTokens(e)
@@ -195,7 +195,7 @@ func (l *MoE) load(e int, x []float32, r *Routing, sc *Scratch, buf *ExpertWeigh
 	}
 	w := buf
 	var err error
-	if rd, ok := l.Experts.(ExpertReader); ok {
+	if rd, ok := l.Experts.(ExpertReader); ok && buf != nil {
 		err = rd.ReadExpert(e, buf)
 	} else {
 		w, err = l.Experts.Expert(e)
@@ -217,11 +217,10 @@ func (l *MoE) routedProducts(out, x []float32, r *Routing, scr []Scratch, opt Op
 	H, W := cfg.Hidden, len(scr)
 	ys := make([][]float32, W)
 	errs := make([]error, W)
-	ws := make([]ExpertWeights, W)
 	for e0 := 0; e0 < cfg.Experts; e0 += W {
 		e1 := min(cfg.Experts, e0+W)
 		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
-			ys[t], errs[t] = l.expert(e0+t, x, r, &scr[t], &ws[t], opt) // per task: a worker may run two tasks of a wave
+			ys[t], errs[t] = l.expert(e0+t, x, r, &scr[t], opt) // per task: a worker may run two tasks of a wave
 		})
 		for t := 0; t < e1-e0; t++ {
 			if errs[t] != nil {
@@ -237,9 +236,10 @@ func (l *MoE) routedProducts(out, x []float32, r *Routing, scr []Scratch, opt Op
 }
 
 // expert evaluates routed expert e on its tokens of x with opt.Products
-// (nil when it has none).
-func (l *MoE) expert(e int, x []float32, r *Routing, sc *Scratch, buf *ExpertWeights, opt Options) ([]float32, error) {
-	w, err := l.load(e, x, r, sc, buf)
+// (nil when it has none). Its weights are read fresh (ExpertSource.Expert):
+// products may keep what they are given.
+func (l *MoE) expert(e int, x []float32, r *Routing, sc *Scratch, opt Options) ([]float32, error) {
+	w, err := l.load(e, x, r, sc, nil)
 	if w == nil || err != nil {
 		return nil, err
 	}
