@@ -268,3 +268,71 @@ func BenchmarkHessianWorkers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSgemmShortA is the shape of the LM head and of a routed
+// expert's products with few tokens: C (m×n) = A (m×2048) · Bᵀ with B
+// n×2048 stored row-major (a weight matrix [out, in]), B far larger than
+// the last-level cache. "sgemm" packs B inside every call, "packed" uses
+// B packed once beforehand (PackB32, SgemmPacked). Besides GFLOP/s and
+// the fraction of the peak of as many goroutines, it reports the process
+// CPU seconds per call and the load average.
+func BenchmarkSgemmShortA(b *testing.B) {
+	const n, k = 32640, 2048 // eight column panels, 267 MB of B
+	r := rand.New(rand.NewPCG(9, 10))
+	bb := make([]float32, n*k)
+	for i := range bb {
+		bb[i] = float32(r.NormFloat64())
+	}
+	var pb *PackedB32
+	for _, m := range []int{64, 512} {
+		a, c := make([]float32, m*k), make([]float32, m*n)
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+		}
+		for _, form := range []string{"sgemm", "packed"} {
+			b.Run(fmt.Sprintf("m=%d/%s", m, form), func(b *testing.B) {
+				w := Workers()
+				peakFor(w)
+				if form == "packed" && pb == nil {
+					pb = PackB32(true, k, n, bb, k)
+				}
+				run := func() {
+					if form == "packed" {
+						SgemmPacked(false, m, 1, a, k, pb, 0, c, n)
+					} else {
+						Sgemm(false, true, m, n, k, 1, a, k, bb, k, 0, c, n)
+					}
+				}
+				run()
+				var cpu float64
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					c0 := benchenv.CPU().Seconds()
+					run()
+					cpu += benchenv.CPU().Seconds() - c0
+				}
+				reportRate(b, 2*float64(m)*float64(n)*float64(k), w)
+				b.ReportMetric(cpu/float64(b.N), "cpu-s")
+				b.ReportMetric(benchenv.LoadAvg(), "load1")
+			})
+		}
+	}
+}
+
+// BenchmarkPackB32 packs a routed expert's gate_proj (512 × 2048,
+// row-major [out, in], the transposed operand of its product) on one
+// goroutine, as every expert's products do at every layer step.
+func BenchmarkPackB32(b *testing.B) {
+	const n, k = 512, 2048
+	r := rand.New(rand.NewPCG(11, 12))
+	w := randMat32(r, n*k)
+	prev := SetWorkers(1)
+	defer SetWorkers(prev)
+	p := PackB32(true, k, n, w, k)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.Repack(true, k, n, w, k)
+	}
+	b.ReportMetric(float64(n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
+	b.ReportMetric(benchenv.LoadAvg(), "load1")
+}

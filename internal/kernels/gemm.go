@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Blocking constants. Only blockK influences results: every output element
@@ -220,10 +221,17 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		} else {
 			c := 0
+			d32, b32 := as32(dst), as32(b.data)
 			// Eight rows of B at a time, interleaved: contiguous writes
-			// of eight values instead of one value per cache line.
+			// of eight values instead of one value per cache line; in
+			// float32 the leading multiple of 8 of them by the 8×8
+			// register transpose where there is one.
 			for ; c+8 <= cols; c += 8 {
 				o := (j0+c)*b.ld + pc
+				p0 := 0
+				if d32 != nil {
+					p0 = transpose8(kc, b32[o:], b.ld, d32[s*nr*kc+c:], nr)
+				}
 				r0 := b.data[o : o+kc]
 				r1 := b.data[o+b.ld : o+b.ld+kc]
 				r2 := b.data[o+2*b.ld : o+2*b.ld+kc]
@@ -233,7 +241,7 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 				r6 := b.data[o+6*b.ld : o+6*b.ld+kc]
 				r7 := b.data[o+7*b.ld : o+7*b.ld+kc]
 				r1, r2, r3, r4, r5, r6, r7 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)], r6[:len(r0)], r7[:len(r0)]
-				for p := range r0 {
+				for p := p0; p < len(r0); p++ {
 					e := sl[p*nr+c : p*nr+c+8 : p*nr+c+8]
 					e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
 				}
@@ -265,6 +273,16 @@ func (pl *gemmPlan[T]) packB(dst []T, jc, nc, pc, kc, s0, s1 int) {
 			}
 		}
 	}
+}
+
+// as32 views s as a []float32 when T is float32, and returns nil when it
+// is float64.
+func as32[T float32 | float64](s []T) []float32 {
+	var z T
+	if unsafe.Sizeof(z) != 4 || len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
 }
 
 // panelOffset returns where the packed panel (jc, pc) of op(B) starts in
@@ -305,6 +323,10 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 	workers := Workers()
 	if 2*float64(m)*float64(n)*float64(k) < smallWork {
 		workers = 1 // not worth waking goroutines; results do not depend on it
+	}
+	if workers > 1 && pl.byColumns(workers) {
+		pl.runColumns(pre, workers)
+		return
 	}
 	mc := pl.mcMax
 	if workers > 1 {
@@ -428,6 +450,154 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				}
 			}, side)
 			side = nil
+		}
+	}
+}
+
+// Column split for a short A. A product with fewer row blocks than the
+// workers need tasks (a few tokens against a weight matrix: a routed
+// expert's products, the LM head) is split over its columns alone: op(A)
+// is packed whole once (it is small), and each task owns a run of at most
+// colSlivers B slivers of one column panel for the whole inner dimension,
+// packing those slivers itself (or reading them from a whole-matrix
+// packing). Each task reads its part of B once, from memory into the
+// caches, and keeps the sliver in use in L1 while the A slivers stream
+// from L2; there is one parallel region for the whole product instead of
+// one per depth panel, and no task waits for another's panel. An element
+// of C still receives its blocks' chains in increasing block order from
+// one goroutine, so the bits are those of the row split.
+const (
+	colSlivers = 16      // B slivers per task at most (16×16 columns × 256 inner = 256 KiB)
+	colMaxA    = 1 << 22 // values of the whole packed op(A) at most
+	// colMinWork is the flop count below which a product keeps the row
+	// split: the chunked delta rule's 64-row products of a few MFLOP,
+	// run from inside parallel tasks, gain nothing from the column split
+	// (measured no better and possibly a few per cent slower on the 35B
+	// Gated DeltaNet mixer).
+	colMinWork = 1 << 23
+)
+
+// byColumns reports whether the product runs split over columns alone
+// (see runColumns): not a triangle, no masks, no shared packed A, too few
+// row blocks for the workers, enough column slivers, a small op(A) and
+// enough work.
+func (pl *gemmPlan[T]) byColumns(workers int) bool {
+	if pl.lowerC || pl.a.mask != maskNone || pl.b.mask != maskNone || pl.preA != nil {
+		return false
+	}
+	tasks := minTask * workers
+	return ceilDiv(pl.m, pl.mcMax) < tasks && ceilDiv(pl.n, pl.nr) >= tasks &&
+		roundUp(pl.m, pl.mr)*pl.k <= colMaxA && 2*float64(pl.m)*float64(pl.n)*float64(pl.k) >= colMinWork
+}
+
+// runColumns runs the product split over columns (see byColumns) on
+// workers goroutines; pre, when not nil, is op(B) packed whole.
+func (pl *gemmPlan[T]) runColumns(pre []T, workers int) {
+	m, n, k, mr, nr := pl.m, pl.n, pl.k, pl.mr, pl.nr
+	mp := roundUp(m, mr)
+	// Row blocks of at most mcMax rows, balanced, whole tile pairs where
+	// there are 2mr-row tiles.
+	step := mr
+	if pl.tile2 != nil {
+		step = 2 * mr
+	}
+	mc := min(roundUp(ceilDiv(m, ceilDiv(m, pl.mcMax)), step), roundUp(pl.mcMax, step))
+	// Slivers per task: at most colSlivers, and few enough that there
+	// are minTask tasks per worker.
+	cw := max(1, min(colSlivers, ceilDiv(ceilDiv(n, nr), minTask*workers)))
+	perPanel := ceilDiv(blockN/nr, cw) // tasks of a whole column panel
+	last := (n - 1) / blockN * blockN  // the last panel's first column
+	nTasks := (last/blockN)*perPanel + ceilDiv(ceilDiv(n-last, nr), cw)
+	nK := ceilDiv(k, blockK)
+	apBuf := getBuf[T](mp * k)
+	defer putBuf(apBuf)
+	ap := *apBuf
+	var bBufs []*[]T
+	if pre == nil {
+		bBufs = make([]*[]T, workers)
+		defer func() {
+			for _, b := range bBufs {
+				if b != nil {
+					putBuf(b)
+				}
+			}
+		}()
+	}
+	// The first nK tasks pack op(A), one depth block each, into ap (the
+	// block at pc holds mr-row slivers of kc values from ap[pc·mp:]); the
+	// compute tasks after them wait until all are packed (tasks are
+	// handed out in order, so every pack task is running by then).
+	var packed atomic.Int64
+	parallelForSide(nK+nTasks, workers, func(t, w int) {
+		if t < nK {
+			pc := t * blockK
+			pl.packA(ap[pc*mp:], 0, m, pc, min(blockK, k-pc))
+			packed.Add(1)
+			return
+		}
+		t -= nK
+		jc := (t / perPanel) * blockN
+		nc := min(blockN, n-jc)
+		s0 := (t % perPanel) * cw
+		s1 := min(ceilDiv(nc, nr), s0+cw)
+		j0 := jc + s0*nr
+		var own []T
+		if pre == nil {
+			if bBufs[w] == nil {
+				bBufs[w] = getBuf[T](cw * nr * min(k, blockK))
+			}
+			own = *bBufs[w]
+		}
+		for spins := 0; packed.Load() < int64(nK); spins++ {
+			if spins&15 == 15 {
+				runtime.Gosched()
+			}
+		}
+		for pc := 0; pc < k; pc += blockK {
+			kc := min(blockK, k-pc)
+			var bs []T // slivers s0..s1-1 of the panel, nr×kc each
+			if pre != nil {
+				off := panelOffset(n, k, nr, jc, pc) + s0*nr*kc
+				bs = pre[off : off+(s1-s0)*nr*kc]
+			} else {
+				pl.packB(own, j0, min(nc-s0*nr, (s1-s0)*nr), pc, kc, 0, s1-s0)
+				bs = own[:(s1-s0)*nr*kc]
+			}
+			as := ap[pc*mp : pc*mp+mp*kc]
+			for ic := 0; ic < m; ic += mc {
+				pl.colBlock(kc, as[ic*kc:], bs, ic, min(mc, m-ic), j0)
+			}
+		}
+	}, pl.side)
+}
+
+// colBlock runs the tiles of rows [i0, i0+mv) (A slivers from as, packed
+// from row i0) against the B slivers bs (columns from j0), B sliver by B
+// sliver (pairs of them with the 2mr×2nr tile), all row slivers for each.
+func (pl *gemmPlan[T]) colBlock(kc int, as, bs []T, i0, mv, j0 int) {
+	mr, nr := pl.mr, pl.nr
+	ns := len(bs) / (nr * kc)
+	for sl := 0; sl < ns; {
+		j := j0 + sl*nr
+		pair := pl.tile2 != nil && sl+1 < ns && j+2*nr <= pl.n
+		for ir := 0; ir < mv; {
+			a := as[ir*kc:]
+			if pair && ir+2*mr <= mv {
+				pl.tile2(kc, a[:2*mr*kc], bs[sl*nr*kc:(sl+2)*nr*kc], i0+ir, j)
+				ir += 2 * mr
+				continue
+			}
+			rows := min(mr, mv-ir)
+			for h := 0; h < 1 || (pair && h < 2); h++ {
+				jh := j + h*nr
+				pl.tile(kc, a[:mr*kc], bs[(sl+h)*nr*kc:(sl+h+1)*nr*kc], i0+ir, jh, rows, min(nr, pl.n-jh))
+			}
+			ir += mr
+		}
+		if pair {
+			sl += 2
+		} else {
+			sl++
 		}
 	}
 }

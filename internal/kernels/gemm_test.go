@@ -384,3 +384,64 @@ func TestSgemmPackedMatchesSgemm(t *testing.T) {
 		}
 	}
 }
+
+// TestShortAColumnSplit checks the products that run split over columns
+// alone (few rows of A, see byColumns) against the element-by-element
+// spec: unpacked and pre-packed B, both transpositions, partial slivers,
+// more than one column panel and depth block, 2 and 3 workers, and the
+// 2mr×2nr tile step forced on (its portable twin), which only AVX-512
+// machines dispatch.
+func TestShortAColumnSplit(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	// Shapes just above colMinWork; the transpositions and the worker
+	// counts alternate from shape to shape to keep the test short.
+	for i, sz := range [][3]int{{1, 4200, 1030}, {5, 800, 1100}, {13, 520, 700}, {64, 260, 256}, {150, 700, 40}, {29, blockN + 70, 260}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		for _, tB := range []bool{i%2 == 1} {
+			tA := i%4 >= 2
+			lda := k + 1
+			if tA {
+				lda = m + 1
+			}
+			ldb := n + 3
+			rb := k
+			if tB {
+				ldb, rb = k+3, n
+			}
+			a := randMat32(r, max(m, k)*lda)
+			b := randMat32(r, rb*ldb)
+			c0 := randMat32(r, m*n)
+			want := append([]float32(nil), c0...)
+			specSgemm(tA, tB, m, n, k, -0.75, a, lda, b, ldb, 1, want, n)
+			pb := PackB32(tB, k, n, b, ldb)
+			for _, w := range []int{2 + i%2} {
+				for _, form := range []string{"sgemm", "packed", "tile2", "tile2-packed"} {
+					name := fmt.Sprintf("%v tA=%v tB=%v w=%d %s", sz, tA, tB, w, form)
+					c := append([]float32(nil), c0...)
+					prev := SetWorkers(w)
+					pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: -0.75,
+						a:  operand[float32]{data: a, ld: lda, trans: tA},
+						b:  operand[float32]{data: b, ld: ldb, trans: tB},
+						mr: sMR, nr: sNR, mcMax: sMCMax, tile: tile32(c, n, false)}
+					if form == "tile2" || form == "tile2-packed" {
+						pl.tile2 = func(kc int, ap, bp []float32, i, j int) { sgemmKern12Go(kc, ap, bp, c[i*n+j:], n) }
+					}
+					if !pl.byColumns(w) {
+						t.Fatalf("%s: not split over columns", name)
+					}
+					if form == "packed" || form == "tile2-packed" {
+						pl.runPacked(pb.data)
+					} else {
+						pl.run()
+					}
+					SetWorkers(prev)
+					for i := range c {
+						if !bitsEqual32(c[i], want[i]) {
+							t.Fatalf("%s: element %d = %g, spec %g", name, i, c[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}

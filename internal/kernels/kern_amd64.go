@@ -36,6 +36,23 @@ func sgemmKern12AVX512(kc int, a, b, c *float32, ldc int)
 //go:noescape
 func sgemmKern12to64AVX512(kc int, a, b *float32, c *float64, ldc int)
 
+//go:noescape
+func transpose8AVX2(n int, src *float32, lds int, dst *float32, ldd int)
+
+// transpose8 sets dst[p*ldd+r] = src[r*lds+p] for r < 8 and p below the
+// largest multiple of 8 not above n, which it returns (0 without AVX2):
+// the caller's loop interleaves the rest, as it does in the portable build.
+func transpose8(n int, src []float32, lds int, dst []float32, ldd int) int {
+	n8 := n &^ 7
+	if !useAsm || n8 == 0 {
+		return 0
+	}
+	_ = src[7*lds+n8-1]
+	_ = dst[(n8-1)*ldd+7]
+	transpose8AVX2(n8, unsafe.SliceData(src), lds, unsafe.SliceData(dst), ldd)
+	return n8
+}
+
 // useAsm selects the AVX2/FMA micro-kernels. It is fixed at start-up by
 // CPU feature detection.
 var useAsm = cpu.AVX2 && cpu.FMA

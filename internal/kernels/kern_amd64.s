@@ -790,3 +790,73 @@ afloop:
 	SETEQ ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func transpose8AVX2(n int, src *float32, lds int, dst *float32, ldd int)
+// For p in [0, n) (n a multiple of 8) and r in 0..7:
+// dst[p*ldd+r] = src[r*lds+p]: eight rows of src interleaved, 8×8 blocks
+// transposed in registers (unpack, shuffle, 128-bit permute).
+TEXT ·transpose8AVX2(SB), NOSPLIT, $0-40
+	MOVQ n+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ lds+16(FP), DX
+	MOVQ dst+24(FP), DI
+	MOVQ ldd+32(FP), R8
+	SHLQ $2, DX
+	SHLQ $2, R8
+	LEAQ (DX)(DX*2), R10 // 3·lds bytes
+	LEAQ (R8)(R8*2), R13 // 3·ldd bytes
+	LEAQ (SI)(DX*4), R11 // row 4
+	SHRQ $3, CX
+	JZ   tdone
+
+tloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(DX*1), Y1
+	VMOVUPS (SI)(DX*2), Y2
+	VMOVUPS (SI)(R10*1), Y3
+	VMOVUPS (R11), Y4
+	VMOVUPS (R11)(DX*1), Y5
+	VMOVUPS (R11)(DX*2), Y6
+	VMOVUPS (R11)(R10*1), Y7
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	LEAQ (DI)(R8*4), R12
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, (DI)(R8*1)
+	VMOVUPS Y10, (DI)(R8*2)
+	VMOVUPS Y11, (DI)(R13*1)
+	VMOVUPS Y12, (R12)
+	VMOVUPS Y13, (R12)(R8*1)
+	VMOVUPS Y14, (R12)(R8*2)
+	VMOVUPS Y15, (R12)(R13*1)
+	ADDQ $32, SI
+	ADDQ $32, R11
+	LEAQ (R12)(R8*4), DI
+	DECQ CX
+	JNZ  tloop
+
+tdone:
+	VZEROUPPER
+	RET

@@ -15,6 +15,9 @@ func sgemmKern12to64(kc int, a, b []float32, c []float64, ldc int) {
 	sgemmKern12to64Go(kc, a, b, c, ldc)
 }
 
+// transpose8 leaves the interleave of packB to its Go loop.
+func transpose8(n int, src []float32, lds int, dst []float32, ldd int) int { return 0 }
+
 func sgemmKern(kc int, a, b, c []float32, ldc int)             { sgemmKernGo(kc, a, b, c, ldc) }
 func sgemmKern64(kc int, a, b []float32, c []float64, ldc int) { sgemmKern64Go(kc, a, b, c, ldc) }
 func dgemmKern(kc int, a, b, c []float64, ldc int)             { dgemmKernGo(kc, a, b, c, ldc) }

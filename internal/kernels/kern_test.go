@@ -491,3 +491,32 @@ func TestAVX512Tile12Twins(t *testing.T) {
 		}
 	}
 }
+
+// TestTranspose8: the register transpose packB's interleave uses sets
+// exactly dst[p*ldd+r] = src[r*lds+p] for the leading multiple of 8 of n
+// it reports (all of it with AVX2, none in the portable build), and
+// writes nothing else.
+func TestTranspose8(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, n := range []int{0, 7, 8, 44, 256} {
+		lds, ldd := n+5, 16
+		src := randMat32(r, 8*lds)
+		dst := randMat32(r, max(n, 1)*ldd)
+		orig := append([]float32(nil), dst...)
+		done := transpose8(n, src, lds, dst, ldd)
+		if done%8 != 0 || done > n || (useAsm && done != n&^7) {
+			t.Fatalf("n=%d: transposed %d", n, done)
+		}
+		for p := 0; p < max(n, 1); p++ {
+			for c := 0; c < ldd; c++ {
+				want := orig[p*ldd+c]
+				if p < done && c < 8 {
+					want = src[c*lds+p]
+				}
+				if !bitsEqual32(dst[p*ldd+c], want) {
+					t.Fatalf("n=%d: dst[%d][%d] = %g, want %g", n, p, c, dst[p*ldd+c], want)
+				}
+			}
+		}
+	}
+}

@@ -44,6 +44,14 @@ func MeasurePeak(d time.Duration, workers int) Peak {
 	}
 }
 
+// FMAWork32 runs n iterations of MeasurePeak's float32 loop on the calling
+// goroutine and returns the floating-point operations it performed. Timed
+// against the CPU time it used, it gives the float32 peak per CPU second,
+// which a machine shared with other jobs still shows (MeasurePeak's
+// per-wall-second rates then fall with the share of the cores the
+// process gets).
+func FMAWork32(n int) float64 { return fmaLoop32(n) }
+
 // fmaRate runs loop on workers goroutines for about d and returns GFLOP/s.
 func fmaRate(d time.Duration, workers int, loop func(int) float64) float64 {
 	// Calibrate a chunk of about 100 µs so that the clock is read rarely.

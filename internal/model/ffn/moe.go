@@ -15,6 +15,16 @@ type ExpertSource interface {
 	Expert(e int) (*ExpertWeights, error)
 }
 
+// ExpertReader is an ExpertSource that can also read expert e into the
+// caller's matrices, growing them as needed, so that a block evaluation
+// reuses the same memory for expert after expert instead of allocating
+// three matrices for each. ReadExpert may be called concurrently with
+// different destinations.
+type ExpertReader interface {
+	ExpertSource
+	ReadExpert(e int, dst *ExpertWeights) error
+}
+
 // ExpertList is an ExpertSource over experts already in memory.
 type ExpertList []*ExpertWeights
 
@@ -97,8 +107,16 @@ func (l *MoE) Forward(x []float32, tokens int) ([]float32, error) {
 // Arithmetic is float32 throughout (unless opt.Products says otherwise)
 // except the dot products of the router and shared gate, which follow Route.
 // The expert sum runs over experts in index order, as the reference
-// implementation's per-expert loop does; up to opt.Workers experts are
-// evaluated at once, the additions staying in expert order.
+// implementation's per-expert loop does, the additions staying in expert
+// order whatever the schedule.
+//
+// In float32 (opt.Products nil) the experts are taken opt.Workers at a
+// time: their weights are read and their rows gathered at once, one
+// expert per goroutine, then each expert's products run in turn on all of
+// the kernels' workers (each product one call over all of the expert's
+// rows, its weights packed once). With other products, whose cost and
+// parallelism the caller decides, up to opt.Workers experts are evaluated
+// at once, each on one goroutine.
 func (l *MoE) Run(x []float32, tokens int, r *Routing, opt Options) ([]float32, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
@@ -110,30 +128,21 @@ func (l *MoE) Run(x []float32, tokens int, r *Routing, opt Options) ([]float32, 
 	if W <= 0 {
 		W = max(1, kernels.Workers())
 	}
-	ys := make([][]float32, W)
-	errs := make([]error, W)
 	scr := make([]Scratch, W) // one per task of a wave
-	for e0 := 0; e0 < cfg.Experts; e0 += W {
-		e1 := min(cfg.Experts, e0+W)
-		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
-			ys[t], errs[t] = l.expert(e0+t, x, r, &scr[t], opt) // per task: a worker may run two tasks of a wave
-		})
-		for t := 0; t < e1-e0; t++ {
-			if errs[t] != nil {
-				return nil, errs[t]
-			}
-			if ys[t] != nil {
-				toks, wts := r.ExpertTokens(e0 + t)
-				ScatterAdd(out, ys[t], H, toks, wts)
-			}
-		}
+	var err error
+	if opt.Products == nil {
+		err = l.routed32(out, x, r, scr)
+	} else {
+		err = l.routedProducts(out, x, r, scr, opt)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if cfg.SharedInter == 0 {
 		return out, nil
 	}
 	var p *SwiGLUProducts
 	if opt.Products != nil {
-		var err error
 		if p, err = opt.Products(-1, l.Shared); err != nil {
 			return nil, err
 		}
@@ -146,28 +155,100 @@ func (l *MoE) Run(x []float32, tokens int, r *Routing, opt Options) ([]float32, 
 	return out, nil
 }
 
-// expert evaluates routed expert e on its tokens of x (nil when it has none).
-func (l *MoE) expert(e int, x []float32, r *Routing, sc *Scratch, opt Options) ([]float32, error) {
+// routed32 adds the routed experts' float32 outputs to out: waves of
+// len(scr) experts read and gathered at once, then evaluated one by one
+// with the kernels' workers.
+func (l *MoE) routed32(out, x []float32, r *Routing, scr []Scratch) error {
+	cfg := l.Config
+	H, W := cfg.Hidden, len(scr)
+	ws := make([]ExpertWeights, W) // reused wave after wave by an ExpertReader
+	use := make([]*ExpertWeights, W)
+	errs := make([]error, W)
+	for e0 := 0; e0 < cfg.Experts; e0 += W {
+		e1 := min(cfg.Experts, e0+W)
+		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
+			use[t], errs[t] = l.load(e0+t, x, r, &scr[t], &ws[t])
+		})
+		for t := 0; t < e1-e0; t++ {
+			if errs[t] != nil {
+				return errs[t]
+			}
+			if use[t] == nil {
+				continue
+			}
+			toks, wts := r.ExpertTokens(e0 + t)
+			y, _ := scr[t].Run(use[t], scr[t].X, len(toks), H, cfg.ExpertInter, nil, nil, nil) // float32 products cannot fail
+			ScatterAdd(out, y, H, toks, wts)
+		}
+	}
+	return nil
+}
+
+// load reads routed expert e (into buf when buf is not nil and the source
+// is an ExpertReader) and gathers its rows of x into sc.X; nil when the
+// expert has no tokens.
+func (l *MoE) load(e int, x []float32, r *Routing, sc *Scratch, buf *ExpertWeights) (*ExpertWeights, error) {
 	cfg := l.Config
 	toks, _ := r.ExpertTokens(e)
 	if len(toks) == 0 {
 		return nil, nil
 	}
-	w, err := l.Experts.Expert(e)
+	w := buf
+	var err error
+	if rd, ok := l.Experts.(ExpertReader); ok && buf != nil {
+		err = rd.ReadExpert(e, buf)
+	} else {
+		w, err = l.Experts.Expert(e)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if !w.fits(cfg.Hidden, cfg.ExpertInter) {
 		return nil, w.Check(fmt.Sprintf("expert %d", e), cfg.Hidden, cfg.ExpertInter)
 	}
-	var p *SwiGLUProducts
-	if opt.Products != nil {
-		if p, err = opt.Products(e, w); err != nil {
-			return nil, err
+	sc.X = GatherRows(sc.X, x, cfg.Hidden, toks)
+	return w, nil
+}
+
+// routedProducts adds the routed experts' outputs with opt.Products to
+// out, len(scr) experts evaluated at once.
+func (l *MoE) routedProducts(out, x []float32, r *Routing, scr []Scratch, opt Options) error {
+	cfg := l.Config
+	H, W := cfg.Hidden, len(scr)
+	ys := make([][]float32, W)
+	errs := make([]error, W)
+	for e0 := 0; e0 < cfg.Experts; e0 += W {
+		e1 := min(cfg.Experts, e0+W)
+		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
+			ys[t], errs[t] = l.expert(e0+t, x, r, &scr[t], opt) // per task: a worker may run two tasks of a wave
+		})
+		for t := 0; t < e1-e0; t++ {
+			if errs[t] != nil {
+				return errs[t]
+			}
+			if ys[t] != nil {
+				toks, wts := r.ExpertTokens(e0 + t)
+				ScatterAdd(out, ys[t], H, toks, wts)
+			}
 		}
 	}
-	sc.X = GatherRows(sc.X, x, cfg.Hidden, toks)
-	return sc.Run(w, sc.X, len(toks), cfg.Hidden, cfg.ExpertInter, nil, p, nil)
+	return nil
+}
+
+// expert evaluates routed expert e on its tokens of x with opt.Products
+// (nil when it has none). Its weights are read fresh (ExpertSource.Expert):
+// products may keep what they are given.
+func (l *MoE) expert(e int, x []float32, r *Routing, sc *Scratch, opt Options) ([]float32, error) {
+	w, err := l.load(e, x, r, sc, nil)
+	if w == nil || err != nil {
+		return nil, err
+	}
+	p, err := opt.Products(e, w)
+	if err != nil {
+		return nil, err
+	}
+	cfg := l.Config
+	return sc.Run(w, sc.X, len(sc.X)/cfg.Hidden, cfg.Hidden, cfg.ExpertInter, nil, p, nil)
 }
 
 // AddShared adds the gated shared expert's output y (tokens×hidden, the

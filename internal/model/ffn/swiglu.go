@@ -119,8 +119,25 @@ func (s *Scratch) gateUp(p *SwiGLUProducts, w *ExpertWeights, x []float32, rows,
 	if err := Mul(p.Up, s.u, inter, x, rows, hidden, w.Up, inter); err != nil {
 		return err
 	}
-	SwiGLU(s.g, s.g, s.u)
+	swiGLUShared(s.g, s.g, s.u)
 	return nil
+}
+
+// swiGLUShared is SwiGLU on the kernels' workers when there is enough of
+// it (each element is computed alone, so the split changes no bit): the
+// exponentials of an expert's intermediate cost a tenth of its products.
+func swiGLUShared(dst, g, u []float32) {
+	const chunk = 1 << 14
+	n := len(g)
+	w := kernels.Workers()
+	if w <= 1 || n < 2*chunk {
+		SwiGLU(dst, g, u)
+		return
+	}
+	kernels.ParallelFor((n+chunk-1)/chunk, w, func(t, _ int) {
+		lo, hi := t*chunk, min(n, (t+1)*chunk)
+		SwiGLU(dst[lo:hi], g[lo:hi], u[lo:hi])
+	})
 }
 
 // IntermediatePacked is Intermediate with gate and up already packed by

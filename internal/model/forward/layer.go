@@ -262,11 +262,20 @@ func (s *expertSource) checkPerExpert(e int) error {
 
 // Expert implements ffn.ExpertSource.
 func (s *expertSource) Expert(e int) (*ffn.ExpertWeights, error) {
+	w := &ffn.ExpertWeights{}
+	if err := s.ReadExpert(e, w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// ReadExpert implements ffn.ExpertReader.
+func (s *expertSource) ReadExpert(e int, w *ffn.ExpertWeights) error {
 	if e < 0 || e >= s.n {
-		return nil, fmt.Errorf("forward: expert %d outside 0..%d", e, s.n-1)
+		return fmt.Errorf("forward: expert %d outside 0..%d", e, s.n-1)
 	}
 	h, in := s.h, s.in
-	w := &ffn.ExpertWeights{Gate: make([]float32, in*h), Up: make([]float32, in*h), Down: make([]float32, h*in)}
+	w.Gate, w.Up, w.Down = ffn.Grow(w.Gate, in*h), ffn.Grow(w.Up, in*h), ffn.Grow(w.Down, h*in)
 	read := func(name string, dst []float32, start int64) error {
 		if err := s.src.Read(name, dst, start); err != nil {
 			return err
@@ -279,21 +288,21 @@ func (s *expertSource) Expert(e int) (*ffn.ExpertWeights, error) {
 			dst []float32
 		}{{"gate_proj", w.Gate}, {"up_proj", w.Up}, {"down_proj", w.Down}} {
 			if err := read(s.name(e, x.m), x.dst, 0); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		return w, nil
+		return nil
 	}
 	gu, dn := s.prefix+"experts.gate_up_proj", s.prefix+"experts.down_proj"
 	base := int64(e) * int64(2*in*h)
 	if err := read(gu, w.Gate, base); err != nil {
-		return nil, err
+		return err
 	}
 	if err := read(gu, w.Up, base+int64(in*h)); err != nil {
-		return nil, err
+		return err
 	}
 	if err := read(dn, w.Down, int64(e)*int64(h*in)); err != nil {
-		return nil, err
+		return err
 	}
-	return w, nil
+	return nil
 }

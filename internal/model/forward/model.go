@@ -39,7 +39,11 @@ type Model struct {
 	layers    map[int]*Layer
 	finalNorm []float32
 	lmHead    []float32
-	mtp       *mtpWeights
+	// lmPacked is the float32 LM head packed for the kernels, made by the
+	// first float32 Logits call; without Linears lmHead is dropped then
+	// (read again only if CheckFinite or other numerics ask for it).
+	lmPacked *kernels.PackedB32
+	mtp      *mtpWeights
 }
 
 type mtpWeights struct {
@@ -220,24 +224,66 @@ func (m *Model) Embed(ids []int32) ([]float32, error) {
 	return x, nil
 }
 
-// head returns the final norm and LM head, read on first use.
+// head returns the LM head, read on first use (and again if the float32
+// Logits dropped it for its packed copy), with the final norm.
 func (m *Model) head() ([]float32, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.headLocked()
+}
+
+func (m *Model) headLocked() ([]float32, error) {
 	if m.lmHead != nil {
 		return m.lmHead, nil
 	}
-	c := m.Config
-	fn, err := readTensor(m.Src, c.Prefix+"norm.weight", int64(c.Hidden))
-	if err != nil {
+	if err := m.normLocked(); err != nil {
 		return nil, err
 	}
+	c := m.Config
 	lm, err := readTensor(m.Src, m.lmHeadName(), int64(c.Vocab), int64(c.Hidden))
 	if err != nil {
 		return nil, err
 	}
-	m.finalNorm, m.lmHead = fn, lm
+	m.lmHead = lm
 	return lm, nil
+}
+
+// normLocked reads the final norm on first use; m.mu is held.
+func (m *Model) normLocked() error {
+	if m.finalNorm != nil {
+		return nil
+	}
+	fn, err := readTensor(m.Src, m.Config.Prefix+"norm.weight", int64(m.Config.Hidden))
+	if err != nil {
+		return err
+	}
+	m.finalNorm = fn
+	return nil
+}
+
+// packedHead returns the float32 LM head packed for kernels.SgemmPacked,
+// packed on first use from the head, which is then dropped (without
+// Linears): the packing replaces it in memory (both are held while it is
+// made). Every float32
+// Logits call reads the packing instead of repacking the head inside its
+// products, which for the few rows of a decoding step or an evaluation
+// chunk cost several times the arithmetic.
+func (m *Model) packedHead() (*kernels.PackedB32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lmPacked != nil {
+		return m.lmPacked, nil
+	}
+	lm, err := m.headLocked()
+	if err != nil {
+		return nil, err
+	}
+	H, V := m.Config.Hidden, m.Config.Vocab
+	m.lmPacked = kernels.PackB32(true, H, V, lm, H)
+	if m.Linears == nil {
+		m.lmHead = nil // kept when other numerics may ask for it at every call
+	}
+	return m.lmPacked, nil
 }
 
 // Trunk runs the decoder layers 0..Layers-1 over the batch, one layer's
@@ -266,7 +312,10 @@ func (m *Model) Trunk(b *Batch, hook Hook, after func(layer int, x []float32) er
 // FinalNorm returns the final RMSNorm of rows of x: the vectors the LM head
 // and the MTP head read.
 func (m *Model) FinalNorm(x []float32) ([]float32, error) {
-	if _, err := m.head(); err != nil {
+	m.mu.Lock()
+	err := m.normLocked()
+	m.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	out := make([]float32, len(x))
@@ -280,26 +329,34 @@ type LogitsFunc func(row0, rows int, logits []float32) error
 
 // Logits computes hf · lm_headᵀ for the rows of hf (already final-normed),
 // LogitChunk rows at a time, never holding more than one chunk of logits.
+// In float32 it uses the head packed once for the Model (packedHead).
 func (m *Model) Logits(hf []float32, f LogitsFunc) error {
-	lm, err := m.head()
-	if err != nil {
-		return err
-	}
 	H, V := m.Config.Hidden, m.Config.Vocab
 	n := len(hf) / H
 	var p Linear
+	var packed *kernels.PackedB32
 	if m.Linears != nil {
+		lm, err := m.head()
+		if err != nil {
+			return err
+		}
 		lw := &LinearWeight{Layer: -1, Role: RoleLMHead, Expert: -1, Out: V, In: H, Rows: linearRows(m.lmHeadName(), V), W: lm}
 		if p, err = m.Linears.Linear(lw); err != nil {
 			return fmt.Errorf("forward: %s: %w", lw.Name(), err)
+		}
+	}
+	if p == nil {
+		var err error
+		if packed, err = m.packedHead(); err != nil {
+			return err
 		}
 	}
 	buf := make([]float32, min(n, LogitChunk)*V)
 	for r0 := 0; r0 < n; r0 += LogitChunk {
 		rows := min(LogitChunk, n-r0)
 		lg := buf[:rows*V]
-		if p == nil {
-			kernels.Sgemm(false, true, rows, V, H, 1, hf[r0*H:], H, lm, H, 0, lg, V)
+		if packed != nil {
+			kernels.SgemmPacked(false, rows, 1, hf[r0*H:], H, packed, 0, lg, V)
 		} else if err := p.MatMulT(lg, V, hf[r0*H:(r0+rows)*H], rows); err != nil {
 			return err
 		}

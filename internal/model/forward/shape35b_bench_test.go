@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ttquant/ttquant/internal/benchenv"
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/testmodel"
 )
 
@@ -181,6 +182,31 @@ func shape35BFlops(c *model.Config, kind model.LayerKind, window int) (mixer, mo
 	return mixer, moe
 }
 
+// refRates35B measures, once per test binary, the rates the 35B figures
+// are read against: kernels.Sgemm per CPU second on a 2048³ product
+// (sgemmRates) and the float32 FMA peak per CPU second (a CPU second holds
+// at most that much work), best of three runs of 10 GFLOP.
+var refRates35B = sync.OnceValues(func() (sgemmCPU, peak1 float64) {
+	_, sgemmCPU = sgemmRates()
+	for i := 0; i < 3; i++ {
+		c0 := benchenv.CPU().Seconds()
+		var fl float64
+		for fl < 10e9 {
+			fl += kernels.FMAWork32(1 << 20)
+		}
+		peak1 = max(peak1, fl/(benchenv.CPU().Seconds()-c0)/1e9)
+	}
+	return sgemmCPU, peak1
+})
+
+// reportRefs reports GFLOP per CPU second g (named prefix+"GFLOP/cpu-s"
+// elsewhere) as fractions of the SGEMM rate and of the one-core peak.
+func reportRefs(b *testing.B, prefix string, g float64) {
+	sg, pk := refRates35B()
+	b.ReportMetric(g/sg, prefix+"sgemm-frac")
+	b.ReportMetric(g/pk, prefix+"peak-frac")
+}
+
 // BenchmarkShape35BLayer runs Layer.Forward of a 35B Gated DeltaNet layer
 // and of a 35B full-attention layer (each with its MoE block) over
 // TTQUANT_BENCH_SEQS (default 1) sequences of TTQUANT_BENCH_SEQLEN (default
@@ -194,6 +220,7 @@ func BenchmarkShape35BLayer(b *testing.B) {
 	src := newShape35BSource(b, tc)
 	seqs := benchenv.PositiveEnv(b, "TTQUANT_BENCH_SEQS", 1)
 	seqLen := benchenv.PositiveEnv(b, "TTQUANT_BENCH_SEQLEN", 2048)
+	refRates35B()
 	for _, li := range []int{0, 3} { // layer 0: Gated DeltaNet, layer 3: full attention
 		kind := cfg.Kind(li)
 		name := "linear"
@@ -253,6 +280,12 @@ func BenchmarkShape35BLayer(b *testing.B) {
 			b.ReportMetric(tok/(wMoE.Seconds()/N), "moe-tokens/s")
 			b.ReportMetric(cMoE/N/tok*1e3, "moe-cpu-ms/token")
 			b.ReportMetric(fMoE*tok/(cMoE/N)/1e9, "moe-GFLOP/cpu-s")
+			reportRefs(b, "", (fMix+fMoE)*tok/((cMix+cMoE)/N)/1e9)
+			reportRefs(b, "mixer-", fMix*tok/(cMix/N)/1e9)
+			reportRefs(b, "moe-", fMoE*tok/(cMoE/N)/1e9)
+			sg, pk := refRates35B()
+			b.ReportMetric(sg, "sgemm-GFLOP/cpu-s")
+			b.ReportMetric(pk, "peak-GFLOP/cpu-s")
 			b.ReportMetric(benchenv.LoadAvg(), "load1")
 		})
 	}
@@ -269,6 +302,7 @@ func BenchmarkShape35BLMHead(b *testing.B) {
 		b.Fatal(err)
 	}
 	rows := benchenv.PositiveEnv(b, "TTQUANT_BENCH_ROWS", 512)
+	sg, pk := refRates35B()
 	hf := make([]float32, rows*cfg.Hidden)
 	bf16Fill(hf, 7, 1)
 	if err := m.Logits(hf[:cfg.Hidden], func(int, int, []float32) error { return nil }); err != nil {
@@ -292,6 +326,9 @@ func BenchmarkShape35BLMHead(b *testing.B) {
 	b.ReportMetric(cpu/N, "cpu-s")
 	b.ReportMetric(cpu/N/float64(rows)*1e3, "cpu-ms/token")
 	b.ReportMetric(fl/(cpu/N)/1e9, "GFLOP/cpu-s")
+	reportRefs(b, "", fl/(cpu/N)/1e9)
+	b.ReportMetric(sg, "sgemm-GFLOP/cpu-s")
+	b.ReportMetric(pk, "peak-GFLOP/cpu-s")
 	b.ReportMetric(benchenv.LoadAvg(), "load1")
 }
 
