@@ -436,12 +436,7 @@ type StoreAssembly struct {
 // directory that holds a store and no records is left as it is.
 func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembly, error) {
 	dir := opt.Dir
-	if fi, err := os.Stat(dir); err != nil {
-		return nil, err
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	lk, err := fslock.Acquire(dir)
+	lk, err := fslock.AcquireExisting(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,18 @@ type Lock struct {
 // created included when they are still empty.
 func Acquire(dir string) (*Lock, error) { return AcquireNamed(dir, Name) }
 
+// AcquireExisting is Acquire for a directory that must already exist (an
+// output to finish, not one to create): a missing path or one that is not
+// a directory is an error, and nothing is created.
+func AcquireExisting(dir string) (*Lock, error) {
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, err
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	return Acquire(dir)
+}
+
 // AcquireNamed is Acquire with a lock file of another name in dir: the
 // workers of a split build each lock their own share of a directory.
 func AcquireNamed(dir, name string) (*Lock, error) {

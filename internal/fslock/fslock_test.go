@@ -309,3 +309,26 @@ func TestReleaseLeavesDirectoryAsFound(t *testing.T) {
 		t.Errorf("existing directory after release: %v entries, err %v", len(ents), err)
 	}
 }
+
+// TestAcquireExisting: a directory to finish is locked; a missing path or
+// a file is refused and nothing is created.
+func TestAcquireExisting(t *testing.T) {
+	d := t.TempDir()
+	l, err := AcquireExisting(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	missing := filepath.Join(d, "missing")
+	if _, err := AcquireExisting(missing); err == nil {
+		t.Error("a missing directory was locked")
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("AcquireExisting created the missing directory")
+	}
+	f := filepath.Join(d, "file")
+	os.WriteFile(f, nil, 0o644)
+	if _, err := AcquireExisting(f); err == nil {
+		t.Error("a file was locked as a directory")
+	}
+}

@@ -695,12 +695,7 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 		opt.Workers = 1
 	}
 	dir := opt.Dir
-	if fi, err := os.Stat(dir); err != nil {
-		return nil, err
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	lk, err := fslock.Acquire(dir)
+	lk, err := fslock.AcquireExisting(dir)
 	if err != nil {
 		return nil, err
 	}
