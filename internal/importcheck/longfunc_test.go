@@ -25,7 +25,6 @@ var toSplit = map[string]bool{
 	"emulator/eval/harness/harness.go:Run": true,
 	"manifest/ttnn/export.go:planGroup":    true,
 	"manifest/ttnn/export.go:Export":       true,
-	"manifest/ttnn/fb.go:buildFlatBuffer":  true,
 }
 
 // TestLongFunctionsSayWhy: every non-test function over maxFuncLines lines

@@ -65,37 +65,70 @@ const maxFlatBuffer = math.MaxInt32
 // buildFlatBuffer encodes h as the flatbuffer of a tensor file. Fields at
 // their default value are omitted, as flatbuffers builders do.
 func buildFlatBuffer(h *Header) []byte {
-	b := flatbuffers.NewBuilder(512)
-	u32s := func(v []uint32) flatbuffers.UOffsetT {
-		b.StartVector(4, len(v), 4)
-		for i := len(v) - 1; i >= 0; i-- {
-			b.PrependUint32(v[i])
-		}
-		return b.EndVector(len(v))
+	w := fbWriter{flatbuffers.NewBuilder(512)}
+	b := w.b
+	// The tables are built bottom-up, in this order, as the bytes of the
+	// format's reference writer are.
+	spec := w.spec(&h.Spec)
+	mesh := w.meshShape(h.MeshShape)
+	shardVec := w.shards(h.Shards)
+	var topo flatbuffers.UOffsetT
+	if t := h.Topology; t != nil {
+		topo = w.topology(t)
 	}
-	coord := func(v []uint32) flatbuffers.UOffsetT {
-		vals := u32s(v)
-		b.StartObject(1)
-		b.PrependUOffsetTSlot(slotCoordVal, vals, 0)
-		return b.EndObject()
+	b.StartObject(4)
+	b.PrependUOffsetTSlot(slotTensorSpec, spec, 0)
+	b.PrependUOffsetTSlot(slotTensorMesh, mesh, 0)
+	b.PrependUOffsetTSlot(slotTensorShards, shardVec, 0)
+	if topo != 0 {
+		b.PrependUOffsetTSlot(slotTensorTopology, topo, 0)
 	}
-	meshShape := func(v []uint32) flatbuffers.UOffsetT {
-		dims := u32s(v)
-		b.StartObject(1)
-		b.PrependUOffsetTSlot(slotMeshDims, dims, 0)
-		return b.EndObject()
-	}
-	offsets := func(v []flatbuffers.UOffsetT) flatbuffers.UOffsetT {
-		b.StartVector(4, len(v), 4)
-		for i := len(v) - 1; i >= 0; i-- {
-			b.PrependUOffsetT(v[i])
-		}
-		return b.EndVector(len(v))
-	}
+	root := b.EndObject()
+	b.Finish(root)
+	return b.FinishedBytes()
+}
 
-	s := &h.Spec
-	shape := u32s(s.Shape)
-	align := u32s(s.Alignment)
+// fbWriter builds the tables of a tensor header into one flatbuffer.
+type fbWriter struct{ b *flatbuffers.Builder }
+
+func (w fbWriter) u32s(v []uint32) flatbuffers.UOffsetT {
+	b := w.b
+	b.StartVector(4, len(v), 4)
+	for i := len(v) - 1; i >= 0; i-- {
+		b.PrependUint32(v[i])
+	}
+	return b.EndVector(len(v))
+}
+
+func (w fbWriter) coord(v []uint32) flatbuffers.UOffsetT {
+	vals := w.u32s(v)
+	w.b.StartObject(1)
+	w.b.PrependUOffsetTSlot(slotCoordVal, vals, 0)
+	return w.b.EndObject()
+}
+
+func (w fbWriter) meshShape(v []uint32) flatbuffers.UOffsetT {
+	dims := w.u32s(v)
+	w.b.StartObject(1)
+	w.b.PrependUOffsetTSlot(slotMeshDims, dims, 0)
+	return w.b.EndObject()
+}
+
+func (w fbWriter) offsets(v []flatbuffers.UOffsetT) flatbuffers.UOffsetT {
+	b := w.b
+	b.StartVector(4, len(v), 4)
+	for i := len(v) - 1; i >= 0; i-- {
+		b.PrependUOffsetT(v[i])
+	}
+	return b.EndVector(len(v))
+}
+
+// spec is the tensor spec: shape and layout (dtype, page, memory,
+// alignment).
+func (w fbWriter) spec(s *Spec) flatbuffers.UOffsetT {
+	b := w.b
+	shape := w.u32s(s.Shape)
+	align := w.u32s(s.Alignment)
 	b.StartObject(2)
 	b.PrependUint16Slot(slotMemLayout, s.Memory.Layout.Wire(), 0)
 	b.PrependUint16Slot(slotMemBuffer, s.Memory.Buffer.Wire(), 0)
@@ -124,13 +157,16 @@ func buildFlatBuffer(h *Header) []byte {
 	b.StartObject(2)
 	b.PrependUOffsetTSlot(slotSpecShape, shape, 0)
 	b.PrependUOffsetTSlot(slotSpecLayout, layout, 0)
-	spec := b.EndObject()
+	return b.EndObject()
+}
 
-	mesh := meshShape(h.MeshShape)
-
-	shards := make([]flatbuffers.UOffsetT, len(h.Shards))
-	for i, sh := range h.Shards {
-		c := coord(sh.Coord)
+// shards is the vector of shards, each with its coordinate and its inline
+// file storage.
+func (w fbWriter) shards(shs []Shard) flatbuffers.UOffsetT {
+	b := w.b
+	out := make([]flatbuffers.UOffsetT, len(shs))
+	for i, sh := range shs {
+		c := w.coord(sh.Coord)
 		// InlineFileStorage is a struct referenced by the union offset:
 		// 16 bytes, 8-aligned, fields prepended last first.
 		b.Prep(8, inlineStorageSize)
@@ -141,45 +177,36 @@ func buildFlatBuffer(h *Header) []byte {
 		b.PrependByteSlot(slotShardBufType, bufferInlineFile, 0)
 		b.PrependUOffsetTSlot(slotShardBuf, st, 0)
 		b.PrependUOffsetTSlot(slotShardCoord, c, 0)
-		shards[i] = b.EndObject()
+		out[i] = b.EndObject()
 	}
-	shardVec := offsets(shards)
+	return w.offsets(out)
+}
 
-	var topo flatbuffers.UOffsetT
-	if t := h.Topology; t != nil {
-		dist := meshShape(t.DistributionShape)
-		places := make([]flatbuffers.UOffsetT, len(t.Placements))
-		for i, p := range t.Placements {
-			b.StartObject(2)
-			if p.Kind == ShardDim {
-				b.PrependByteSlot(slotPlaceType, 1, 0)
-				b.PrependInt32Slot(slotPlaceDim, p.Dim, 0)
-			}
-			places[i] = b.EndObject()
+// topology is the distribution: its shape, placements and mesh
+// coordinates.
+func (w fbWriter) topology(t *Topology) flatbuffers.UOffsetT {
+	b := w.b
+	dist := w.meshShape(t.DistributionShape)
+	places := make([]flatbuffers.UOffsetT, len(t.Placements))
+	for i, p := range t.Placements {
+		b.StartObject(2)
+		if p.Kind == ShardDim {
+			b.PrependByteSlot(slotPlaceType, 1, 0)
+			b.PrependInt32Slot(slotPlaceDim, p.Dim, 0)
 		}
-		placeVec := offsets(places)
-		coords := make([]flatbuffers.UOffsetT, len(t.MeshCoords))
-		for i, c := range t.MeshCoords {
-			coords[i] = coord(c)
-		}
-		coordVec := offsets(coords)
-		b.StartObject(3)
-		b.PrependUOffsetTSlot(slotTopoShape, dist, 0)
-		b.PrependUOffsetTSlot(slotTopoPlace, placeVec, 0)
-		b.PrependUOffsetTSlot(slotTopoCoords, coordVec, 0)
-		topo = b.EndObject()
+		places[i] = b.EndObject()
 	}
-
-	b.StartObject(4)
-	b.PrependUOffsetTSlot(slotTensorSpec, spec, 0)
-	b.PrependUOffsetTSlot(slotTensorMesh, mesh, 0)
-	b.PrependUOffsetTSlot(slotTensorShards, shardVec, 0)
-	if topo != 0 {
-		b.PrependUOffsetTSlot(slotTensorTopology, topo, 0)
+	placeVec := w.offsets(places)
+	coords := make([]flatbuffers.UOffsetT, len(t.MeshCoords))
+	for i, c := range t.MeshCoords {
+		coords[i] = w.coord(c)
 	}
-	root := b.EndObject()
-	b.Finish(root)
-	return b.FinishedBytes()
+	coordVec := w.offsets(coords)
+	b.StartObject(3)
+	b.PrependUOffsetTSlot(slotTopoShape, dist, 0)
+	b.PrependUOffsetTSlot(slotTopoPlace, placeVec, 0)
+	b.PrependUOffsetTSlot(slotTopoCoords, coordVec, 0)
+	return b.EndObject()
 }
 
 // The verifier. It applies the rules of the flatbuffers verifier to a
