@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/benchenv"
@@ -172,30 +173,58 @@ func BenchmarkGPTQVariants(b *testing.B) {
 
 // BenchmarkGPTQExponent times the 768×2048 and 2048×768 BFP4 solves of
 // BenchmarkGPTQ (no proxy-loss report) on both axes with the default
-// exponent rule and with ExpSearch: the cost of the search is the ratio of
-// the two s/solve figures.
+// exponent rule (max) and with ExpSearch, interleaved: each iteration runs
+// both solves, in alternating order, and times each, so both see the same
+// machine load and search/max is the cost of the search. Reported beside
+// the solve rates: the FMA peak measured in the same process just before
+// (peak-GFLOP/s, and each rate's share of it), the load average, and the
+// ratio of the process CPU time the two solves took.
 func BenchmarkGPTQExponent(b *testing.B) {
 	for _, shape := range [][2]int{{768, 2048}, {2048, 768}} {
 		rows, cols := shape[0], shape[1]
 		for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
-			for _, r := range []ExponentRule{ExpMax, ExpSearch} {
-				b.Run(fmt.Sprintf("%dx%d/%v/%v", rows, cols, axis, r), func(b *testing.B) {
-					w, h := benchProblem(b, rows, cols)
-					g := NewBFPGrid(bfp.BFP4, axis)
-					opt := DefaultOptions()
-					opt.NoProxyLoss = true
-					opt.Exponent = r
-					b.ResetTimer()
-					for i := 0; i < b.N; i++ {
-						if _, err := Quantize(w, rows, cols, h, g, opt); err != nil {
+			b.Run(fmt.Sprintf("%dx%d/%v", rows, cols, axis), func(b *testing.B) {
+				w, h := benchProblem(b, rows, cols)
+				g := NewBFPGrid(bfp.BFP4, axis)
+				opts := [2]Options{DefaultOptions(), DefaultOptions()}
+				opts[1].Exponent = ExpSearch
+				for i := range opts {
+					opts[i].NoProxyLoss = true
+				}
+				pk := kernels.MeasurePeak(500*time.Millisecond, 0)
+				var spent, cpu [2]time.Duration
+				cpuOK := true
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					for k := range 2 {
+						r := (i + k) % 2
+						c0, ok0 := benchenv.CPUTime()
+						t0 := time.Now()
+						if _, err := Quantize(w, rows, cols, h, g, opts[r]); err != nil {
 							b.Fatal(err)
 						}
+						spent[r] += time.Since(t0)
+						c1, ok1 := benchenv.CPUTime()
+						cpu[r] += c1 - c0
+						cpuOK = cpuOK && ok0 && ok1
 					}
-					sec := b.Elapsed().Seconds() / float64(b.N)
-					b.ReportMetric(sec, "s/solve")
-					b.ReportMetric(solveFLOPs(rows, cols, opt.BlockSize, false)/sec/1e9, "GFLOP/s")
-				})
-			}
+				}
+				fl := solveFLOPs(rows, cols, DefaultOptions().BlockSize, false)
+				for r, name := range []string{"max", "search"} {
+					sec := spent[r].Seconds() / float64(b.N)
+					b.ReportMetric(sec, name+"-s/solve")
+					b.ReportMetric(fl/sec/1e9/pk.F32, name+"-peak-frac")
+				}
+				b.ReportMetric(fl/(spent[0].Seconds()/float64(b.N))/1e9, "max-GFLOP/s")
+				b.ReportMetric(pk.F32, "peak-GFLOP/s")
+				b.ReportMetric(spent[1].Seconds()/spent[0].Seconds(), "search/max")
+				if cpuOK {
+					// Process CPU time (all goroutines): on a shared machine
+					// the cost when wall time is inflated by waiting.
+					b.ReportMetric(cpu[1].Seconds()/cpu[0].Seconds(), "cpu-search/max")
+				}
+				b.ReportMetric(benchenv.LoadAvg(), "load1")
+			})
 		}
 	}
 }

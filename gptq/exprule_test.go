@@ -242,3 +242,29 @@ func TestExponentRuleLosses(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyLossExported: ProxyLoss of RTN's output is the RTN proxy loss
+// the solver reports (the same computation, bit for bit), and lengths that
+// do not fit the shape are an error.
+func TestProxyLossExported(t *testing.T) {
+	rp := loadProblems(t)[0]
+	g := NewBFPGrid(bfp.BFP4, bfp.AxisInput)
+	res, err := Quantize(rp.W, rp.Rows, rp.Cols, rp.H, g, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := RTN(rp.W, rp.Rows, rp.Cols, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ProxyLoss(rp.W, q, rp.Rows, rp.Cols, rp.H)
+	if err != nil || got != res.RTNProxyLoss || !(got > 0) {
+		t.Fatalf("ProxyLoss of RTN = %v (%v), the solver reports %v", got, err, res.RTNProxyLoss)
+	}
+	if _, err := ProxyLoss(rp.W, q[1:], rp.Rows, rp.Cols, rp.H); !errors.Is(err, ErrShape) {
+		t.Errorf("a short q: %v", err)
+	}
+	if _, err := ProxyLoss(rp.W, q, rp.Rows, rp.Cols, rp.H[1:]); !errors.Is(err, ErrShape) {
+		t.Errorf("a short Hessian: %v", err)
+	}
+}

@@ -159,6 +159,17 @@ func rtnTo[T float](q []T, g Grid, w []T, rows, cols int) []T {
 	return q
 }
 
+// ProxyLoss returns ½·tr(Δ·H·Δᵀ) for Δ = w − q, the loss Result.ProxyLoss
+// reports, for any quantized q of the rows×cols (out×in) matrix w, with h
+// the cols×cols Hessian (row-major). Lengths that do not fit the shape
+// are an error.
+func ProxyLoss(w, q []float32, rows, cols int, h []float64) (float64, error) {
+	if rows <= 0 || cols <= 0 || len(w) != rows*cols || len(q) != rows*cols || len(h) != cols*cols {
+		return 0, fmt.Errorf("%w: proxy loss of %d and %d values with a Hessian of %d for %d×%d", ErrShape, len(w), len(q), len(h), rows, cols)
+	}
+	return proxyLoss(w, q, rows, cols, h), nil
+}
+
 // proxyLoss returns ½·tr(Δ·H·Δᵀ) for Δ = w − q.
 func proxyLoss[T float](w []float32, q []T, rows, cols int, h []float64) float64 {
 	d := getBuf[float32](rows * cols)

@@ -11,6 +11,7 @@ import (
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/quant"
+	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -255,7 +256,7 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	store := fs.String("store", "", "calibration store")
 	layers := fs.String("layers", "all", "layers whose MoE blocks are quantized: all, or a comma-separated list of indices (MTP layers follow the trunk layers)")
 	format := fs.String("format", "BFP4_b", "expert format: BFP4_b, BFP8_b or BFP2_b")
-	axis := fs.String("axis", "input", "shared-exponent axis: input or output")
+	axis := fs.String("axis", string(plan.PresetAxis), "BFP block axis: output (packed [in, out], the layout tt-metal's linear reads; the presets' axis) or input (packed [out, in])")
 	method := fs.String("method", "gptq", "gptq or rtn")
 	starved := fs.String("starved", "rtn", "starved-expert policy: rtn, identity or all-tokens")
 	minTokens := fs.Int("min-tokens", 0, "starvation threshold in routed tokens (0: 0.5% of the calibration tokens; -1: only experts without tokens)")

@@ -95,7 +95,7 @@ func TestCalibCommands(t *testing.T) {
 		}
 	}
 	code, out, _ = runCLI(t, "calib", "quantize", "--model", model, "--store", store, "--layers", "0,4", "--method", "rtn")
-	if code != exitOK || !strings.Contains(out, "layer 0: BFP4_b input-axis, method rtn") || !strings.Contains(out, "layer 4: BFP4_b input-axis, method rtn") || !strings.Contains(out, "ratio 1.000") {
+	if code != exitOK || !strings.Contains(out, "layer 0: BFP4_b output-axis, method rtn") || !strings.Contains(out, "layer 4: BFP4_b output-axis, method rtn") || !strings.Contains(out, "ratio 1.000") {
 		t.Errorf("calib quantize text: status %d\n%s", code, out)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
-	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 func init() {
@@ -25,21 +24,21 @@ func init() {
 
 // buildFlags are the flags convert and gptq share.
 type buildFlags struct {
-	model, out, preset, planFile, parent string
-	workers, expertsPerFile              int
-	denseShard                           int64
-	quiet, asJSON, allowNonFinite        bool
-	workersFlag                          *int
-	shard                                *shardFlags
-	exponent                             *string
+	model, out, parent            string
+	plan                          *planFlags
+	workers, expertsPerFile       int
+	denseShard                    int64
+	quiet, asJSON, allowNonFinite bool
+	workersFlag                   *int
+	shard                         *shardFlags
+	exponent                      *string
 }
 
 func addBuildFlags(fs *flag.FlagSet) *buildFlags {
 	b := &buildFlags{}
 	fs.StringVar(&b.model, "model", "", "source checkpoint: a .safetensors file, a directory or a *.index.json (required)")
 	fs.StringVar(&b.out, "out", "", "output directory (required; an unfinished build there of the same inputs is resumed)")
-	fs.StringVar(&b.preset, "preset", "", "precision plan preset (default qwen36-35b-a3b unless --plan is given)")
-	fs.StringVar(&b.planFile, "plan", "", "precision plan JSON file")
+	b.plan = addPlanFlags(fs)
 	fs.StringVar(&b.parent, "parent", "", "sha256 of the manifest this checkpoint derives from")
 	b.workersFlag = addWorkersFlag(fs, "files produced")
 	fs.IntVar(&b.expertsPerFile, "experts-per-file", manifest.DefaultExpertsPerFile, "routed experts per grouped expert file")
@@ -60,9 +59,6 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	}
 	if needOut && b.out == "" {
 		return opt, usageErrorf("--out is required")
-	}
-	if b.preset != "" && b.planFile != "" {
-		return opt, usageErrorf("give --preset or --plan, not both")
 	}
 	b.workers = *b.workersFlag
 	if err := checkWorkers(b.workers); err != nil {
@@ -85,19 +81,7 @@ func (b *buildFlags) options(e *env, needOut bool) (build.BuildOptions, error) {
 	if err != nil {
 		return opt, err
 	}
-	var pl *plan.Plan
-	if b.planFile != "" {
-		pl, err = plan.LoadPlan(b.planFile)
-	} else {
-		name := b.preset
-		if name == "" {
-			name = "qwen36-35b-a3b"
-		}
-		pl, err = plan.Preset(name)
-		if errors.Is(err, plan.ErrUnknownPreset) {
-			return opt, &statusError{status: exitUsage, err: err}
-		}
-	}
+	pl, err := b.plan.load()
 	if err != nil {
 		return opt, err
 	}

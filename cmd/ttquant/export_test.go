@@ -148,3 +148,105 @@ func TestExportBuiltinNameMap(t *testing.T) {
 		t.Errorf("export ttnn -h does not name the built-in maps:\n%s", out)
 	}
 }
+
+// TestDefaultBuildExportsForTTMetal: a default build of the built-in model
+// (convert, preset qwen36-35b-a3b) exports to ttnn with the built-in map
+// with no refusal: every tensor is written, every BFP file transposed, the
+// [in, out] layout tt-metal's linear reads, copied from the stored bytes.
+// The same build on the input axis (--axis input) is refused before
+// anything is written, naming the axis to build with. An --axis that is
+// not an axis is a usage error of every command that takes a plan, before
+// any work.
+func TestDefaultBuildExportsForTTMetal(t *testing.T) {
+	root, model := builtinModel(t)
+	ckpt := filepath.Join(root, "native")
+	if code, _, errs := runCLI(t, "convert", "--model", model, "--out", ckpt, "--quiet"); code != exitOK {
+		t.Fatalf("convert: status %d\n%s", code, errs)
+	}
+	out := filepath.Join(root, "ttnn")
+	code, stdout, errs := runCLI(t, "export", "ttnn", ckpt, "--out", out, "--names", "qwen36-moe.example", "--quiet", "--json")
+	var r exportResult
+	if code != exitOK || json.Unmarshal([]byte(stdout), &r) != nil {
+		t.Fatalf("export of the default build: status %d\n%s\n%s", code, stdout, errs)
+	}
+	man, err := os.ReadFile(filepath.Join(ckpt, "native_manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Tensors []struct {
+			Name, Format, Orientation string
+		} `json:"tensors"`
+	}
+	if err := json.Unmarshal(man, &m); err != nil {
+		t.Fatal(err)
+	}
+	nBFP := 0
+	for _, tn := range m.Tensors {
+		if strings.HasPrefix(tn.Format, "BFP") {
+			nBFP++
+			if tn.Orientation != "transposed" {
+				t.Errorf("%s: %s stored %q by the default build", tn.Name, tn.Format, tn.Orientation)
+			}
+		}
+	}
+	if r.Tensors != len(m.Tensors) || nBFP == 0 {
+		t.Fatalf("exported %d of %d tensors (%d BFP)", r.Tensors, len(m.Tensors), nBFP)
+	}
+	rec, err := os.ReadFile(filepath.Join(out, "ttnn_export.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Files []struct {
+			Name, DType string
+			Transpose   bool
+			Sources     []json.RawMessage
+		} `json:"files"`
+	}
+	if err := json.Unmarshal(rec, &doc); err != nil {
+		t.Fatal(err)
+	}
+	bfpSources := 0
+	for _, f := range doc.Files {
+		if strings.HasPrefix(f.DType, "BFLOAT8_B") || strings.HasPrefix(f.DType, "BFLOAT4_B") {
+			bfpSources += len(f.Sources)
+			if !f.Transpose {
+				t.Errorf("%s: not written transposed", f.Name)
+			}
+		}
+	}
+	if bfpSources != nBFP {
+		t.Errorf("%d BFP tensors exported, the checkpoint has %d", bfpSources, nBFP)
+	}
+	if code, stdout, _ := runCLI(t, "verify", "--ttnn", out, ckpt); code != exitOK {
+		t.Fatalf("verify --ttnn: status %d\n%s", code, stdout)
+	}
+
+	in := filepath.Join(root, "native-input")
+	if code, _, errs := runCLI(t, "convert", "--model", model, "--out", in, "--axis", "input", "--quiet"); code != exitOK {
+		t.Fatalf("convert --axis input: status %d\n%s", code, errs)
+	}
+	outIn := filepath.Join(root, "ttnn-input")
+	if code, _, errs := runCLI(t, "export", "ttnn", in, "--out", outIn, "--names", "qwen36-moe.example", "--quiet"); code != exitError || !strings.Contains(errs, `orientation "row"`) || !strings.Contains(errs, "--axis output") {
+		t.Errorf("export of the input-axis build: status %d\n%s", code, errs)
+	}
+	if _, err := os.Stat(outIn); !os.IsNotExist(err) {
+		t.Errorf("the refused export wrote %s", outIn)
+	}
+
+	bad := filepath.Join(root, "bad")
+	for _, args := range [][]string{
+		{"convert", "--model", model, "--out", bad, "--axis", "rows"},
+		{"gptq", "--model", model, "--out", bad, "--data", "calib=" + filepath.Join(model, "calib.jsonl"), "--axis", "columns"},
+		{"plan", "--model", model, "--axis", "sideways"},
+		{"calib", "quantize", "--model", model, "--store", filepath.Join(root, "no-store"), "--axis", "rows"},
+	} {
+		if code, _, errs := runCLI(t, args...); code != exitUsage || !strings.Contains(errs, "--axis") {
+			t.Errorf("%s: status %d, stderr %q; want %d naming --axis", strings.Join(args, " "), code, errs, exitUsage)
+		}
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("a bad --axis wrote %s", bad)
+	}
+}

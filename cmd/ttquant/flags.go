@@ -1,13 +1,17 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"math"
 	"os"
 	"runtime"
+	"strings"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/shard"
+	"github.com/ttquant/ttquant/manifest/plan"
 )
 
 // inRange is a usage error naming the flag and the accepted range unless
@@ -95,6 +99,56 @@ func exponentRule(s string) (gptq.ExponentRule, error) {
 		return 0, usageErrorf("--bfp-exponent: %v", err)
 	}
 	return r, nil
+}
+
+// planFlags are --preset, --plan and --axis, the same in every command that
+// takes a precision plan (convert, gptq, plan).
+type planFlags struct{ preset, file, axis string }
+
+func addPlanFlags(fs *flag.FlagSet) *planFlags {
+	p := &planFlags{}
+	fs.StringVar(&p.preset, "preset", "", "built-in plan: "+strings.Join(plan.PresetNames(), ", ")+" (default "+plan.PresetQwen36MoE+" unless --plan is given)")
+	fs.StringVar(&p.file, "plan", "", "precision plan JSON file")
+	fs.StringVar(&p.axis, "axis", "", "BFP block axis of every BFP rule of the plan: output (packed [in, out], the layout tt-metal's linear reads; the presets' axis) or input (packed [out, in]); default: as the plan says")
+	return p
+}
+
+// load returns the plan the flags name, with --axis applied. A bad
+// --axis, both --preset and --plan, an unknown preset and --axis with a
+// plan without BFP rules are usage errors; a plan file that does not load
+// is an error.
+func (p *planFlags) load() (*plan.Plan, error) {
+	if p.preset != "" && p.file != "" {
+		return nil, usageErrorf("give --preset or --plan, not both")
+	}
+	var axis bfp.Axis
+	if p.axis != "" {
+		a, err := bfp.ParseAxis(p.axis)
+		if err != nil {
+			return nil, usageErrorf("--axis: %v", err)
+		}
+		axis = a
+	}
+	var pl *plan.Plan
+	var err error
+	if p.file != "" {
+		pl, err = plan.LoadPlan(p.file)
+	} else {
+		name := p.preset
+		if name == "" {
+			name = plan.PresetQwen36MoE
+		}
+		if pl, err = plan.Preset(name); errors.Is(err, plan.ErrUnknownPreset) {
+			return nil, usageErrorf("--preset: %v", err)
+		}
+	}
+	if err != nil || axis == "" {
+		return pl, err
+	}
+	if pl, err = pl.WithAxis(axis); err != nil {
+		return nil, usageErrorf("--axis: %v", err)
+	}
+	return pl, nil
 }
 
 // isSHA256 reports whether s is a sha256 in lowercase hex.

@@ -144,7 +144,8 @@ func TestInspectCheckpoint(t *testing.T) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
-	expert := regexp.MustCompile(`(?m)^mtp\.layers\.0\.mlp\.experts\.15\.down_proj +BFP4_b +\[128 128\] +6 \S+ +gptq/input `)
+	// The preset's axis is output (the layout tt-metal's linear reads).
+	expert := regexp.MustCompile(`(?m)^mtp\.layers\.0\.mlp\.experts\.15\.down_proj +BFP4_b +\[128 128\] +6 \S+ +gptq/output `)
 	if !expert.MatchString(out) {
 		t.Errorf("no line with the expert's format, logical shape, rule and method:\n%s", out)
 	}

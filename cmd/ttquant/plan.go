@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -90,10 +89,9 @@ func tensorDocs(ts []plan.PlannedTensor) []planTensorDoc {
 }
 
 func runPlan(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "plan", "--model PATH [--preset NAME | --plan FILE] [--json] [--all]\n       ttquant plan --list-presets\n       ttquant plan [--preset NAME | --plan FILE] --print-plan")
+	fs := newFlagSet(e, "plan", "--model PATH [--preset NAME | --plan FILE] [--axis input|output] [--json] [--all]\n       ttquant plan --list-presets\n       ttquant plan [--preset NAME | --plan FILE] [--axis input|output] --print-plan")
 	model := fs.String("model", "", "source checkpoint: a .safetensors file, a directory or a *.index.json")
-	preset := fs.String("preset", "", "built-in plan: "+strings.Join(plan.PresetNames(), ", ")+" (default "+plan.PresetQwen36MoE+" unless --plan is given)")
-	planFile := fs.String("plan", "", "precision plan JSON file")
+	pf := addPlanFlags(fs)
 	asJSON := fs.Bool("json", false, "print the resolved plan as JSON (every stored tensor)")
 	all := fs.Bool("all", false, "list every routed expert tensor instead of one line per expert block")
 	list := fs.Bool("list-presets", false, "list the built-in presets and exit")
@@ -113,29 +111,13 @@ func runPlan(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	if *preset != "" && *planFile != "" {
-		return usageErrorf("give --preset or --plan, not both")
-	}
 	if err := inRange("experts-per-file", int64(*perFile), 1, build.MaxExpertsPerFile); err != nil {
 		return err
 	}
 	if err := inRange("dense-shard-bytes", *denseShard, 1, math.MaxInt64); err != nil {
 		return err
 	}
-	var pl *plan.Plan
-	var err error
-	if *planFile != "" {
-		pl, err = plan.LoadPlan(*planFile)
-	} else {
-		name := *preset
-		if name == "" {
-			name = plan.PresetQwen36MoE
-		}
-		if pl, err = plan.Preset(name); errors.Is(err, plan.ErrUnknownPreset) {
-			// A misspelt flag value is a usage error.
-			return usageErrorf("--preset: %v", err)
-		}
-	}
+	pl, err := pf.load()
 	if err != nil {
 		return err
 	}

@@ -207,13 +207,14 @@ func TestConvertVerifyAndRead(t *testing.T) {
 		t.Errorf("identity %s / cache key %s, verify says %s", c.Identity(), c.CacheKey(), rep.Identity)
 	}
 	// The stored bytes of an RTN tensor are bfp.Pack of the source values,
-	// and Float32s decodes them.
+	// transposed to [in, out] (the preset's output axis), and Float32s
+	// decodes them back to the logical [out, in] orientation.
 	name := "model.language_model.layers.1.mlp.experts.5.down_proj"
 	ti, err := c.TensorInfo(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ti.Format != "BFP4_b" || ti.Method != manifest.MethodRTN || ti.DType != "U8" || ti.Orientation != manifest.OrientRow || ti.Tile != "32x32" {
+	if ti.Format != "BFP4_b" || ti.Method != manifest.MethodRTN || ti.DType != "U8" || ti.Orientation != manifest.OrientTransposed || ti.Tile != "32x32" {
 		t.Fatalf("entry %+v", ti)
 	}
 	if ti.File != "experts-l001-down-g000.safetensors" || *ti.Expert != 5 || *ti.Layer != 1 {
@@ -225,8 +226,14 @@ func TestConvertVerifyAndRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	per := cfg.Hidden * cfg.MoEIntermediate
-	w := srcVals[5*per : 6*per]
-	want, err := bfp.Pack(bfp.BFP4, bfp.Tile32x32, w, cfg.Hidden, cfg.MoEIntermediate)
+	w := srcVals[5*per : 6*per] // [Hidden, MoEIntermediate]
+	wt := make([]float32, per)  // its transpose, [MoEIntermediate, Hidden]
+	for r := 0; r < cfg.Hidden; r++ {
+		for c := 0; c < cfg.MoEIntermediate; c++ {
+			wt[c*cfg.Hidden+r] = w[r*cfg.MoEIntermediate+c]
+		}
+	}
+	want, err := bfp.Pack(bfp.BFP4, bfp.Tile32x32, wt, cfg.MoEIntermediate, cfg.Hidden)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,10 +248,11 @@ func TestConvertVerifyAndRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, _ := bfp.Unpack(bfp.BFP4, bfp.Tile32x32, want, cfg.Hidden, cfg.MoEIntermediate)
+	dec, _ := bfp.Unpack(bfp.BFP4, bfp.Tile32x32, want, cfg.MoEIntermediate, cfg.Hidden)
 	for i := range vals {
-		if vals[i] != dec[i] {
-			t.Fatalf("Float32s[%d] = %g, bfp.Unpack gives %g", i, vals[i], dec[i])
+		r, c := i/cfg.MoEIntermediate, i%cfg.MoEIntermediate
+		if vals[i] != dec[c*cfg.Hidden+r] {
+			t.Fatalf("Float32s[%d] = %g, bfp.Unpack gives %g", i, vals[i], dec[c*cfg.Hidden+r])
 		}
 	}
 	if _, err := c.TensorInfo("no.such.tensor"); !errors.Is(err, manifest.ErrNoTensor) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -145,23 +146,36 @@ func TestExponentRulesBuildAndVerify(t *testing.T) {
 // rounding of the tensors outside GPTQ by their input Hessian's diagonal,
 // in a GPTQ store build and in convert with the store: some tensor with a
 // calibration site differs from the unweighted build, tensors without a
-// site (the LM head) do not, and both verify.
+// site (the LM head) do not, and both verify. The builds are on the input
+// axis: on the output axis a group lies in one input column, whose values
+// share one weight, so weighting changes nothing there
+// (TestWeightedRoundingOutputAxis).
 func TestWeightedRounding(t *testing.T) {
 	src, store := tinyFixture(t)
+	inputAxis := func(o *BuildOptions) {
+		p, err := o.Plan.WithAxis(bfp.AxisInput)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Plan = p
+	}
 	unweighted := filepath.Join(t.TempDir(), "u")
 	o := convertOpts(t, unweighted, 2)
+	inputAxis(&o)
 	o.Exponent = gptq.ExpSearch
 	if _, err := Convert(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	conv := filepath.Join(t.TempDir(), "c")
 	o = convertOpts(t, conv, 2)
+	inputAxis(&o)
 	o.Exponent, o.Calib, o.AllowSyntheticCalibration = gptq.ExpSearch, store, true
 	if _, err := Convert(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	gq := filepath.Join(t.TempDir(), "g")
 	og := gptq1Opts(t, gq, 2)
+	inputAxis(&og)
 	og.Exponent = gptq.ExpSearch
 	if _, err := GPTQ(context.Background(), og); err != nil {
 		t.Fatal(err)
@@ -184,6 +198,39 @@ func TestWeightedRounding(t *testing.T) {
 		if !bytes.Equal(got["lm_head.weight"], u["lm_head.weight"]) {
 			t.Errorf("%s: the LM head (no calibration site) is weighted", filepath.Base(dir))
 		}
+	}
+}
+
+// TestWeightedRoundingOutputAxis: on the output axis (the presets') a BFP
+// group is 16 outputs of one input column, all with that column's weight,
+// so convert with the store and the weighted search stores exactly the
+// bytes of the unweighted search.
+func TestWeightedRoundingOutputAxis(t *testing.T) {
+	_, store := tinyFixture(t)
+	unweighted := filepath.Join(t.TempDir(), "u")
+	o := convertOpts(t, unweighted, 2)
+	o.Exponent = gptq.ExpSearch
+	if _, err := Convert(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	conv := filepath.Join(t.TempDir(), "c")
+	o = convertOpts(t, conv, 2)
+	o.Exponent, o.Calib, o.AllowSyntheticCalibration = gptq.ExpSearch, store, true
+	if _, err := Convert(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	u, got := tensorBytes(t, unweighted), tensorBytes(t, conv)
+	n := 0
+	for name, b := range got {
+		if strings.Contains(name, "self_attn.") {
+			n++
+			if !bytes.Equal(b, u[name]) {
+				t.Errorf("%s: weighting changed an output-axis tensor", name)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no attention projection")
 	}
 }
 

@@ -30,8 +30,8 @@ const PlanVersion = 1
 //
 // Format is one of BFP8_b, BFP4_b, BFP2_b, BF16, F32, AS_IS (case does not
 // matter; Validate gives the canonical spelling). Method is gptq or rtn for BFP formats (default rtn) and none
-// otherwise (the default). Axis (input or output, default input) and Tile
-// ("HxW", default 32x32) apply to BFP formats only.
+// otherwise (the default). Axis (input or output, default DefaultAxis) and
+// Tile ("HxW", default 32x32) apply to BFP formats only.
 type Rule struct {
 	Pattern string                `json:"pattern"`
 	Format  manifest.StoredFormat `json:"format"`
@@ -41,6 +41,12 @@ type Rule struct {
 	// Note says why the rule exists; it is carried into reports only.
 	Note string `json:"note,omitempty"`
 }
+
+// DefaultAxis is the BFP block axis of a rule that names none: the output
+// axis, whose packed matrix is the transposed [in, out] weight that
+// tt-metal's linear (ttnn.linear, ttnn.matmul's second operand) reads, so
+// that such a checkpoint exports to ttnn without moving exponent groups.
+const DefaultAxis = bfp.AxisOutput
 
 // Plan is an ordered list of rules: the first rule whose pattern matches a
 // stored tensor's name decides how it is stored. A tensor no rule matches
@@ -83,7 +89,7 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 		}
 		switch a {
 		case "":
-			a = bfp.AxisInput
+			a = DefaultAxis
 		case bfp.AxisInput, bfp.AxisOutput:
 		default:
 			return bad("unknown axis %q (want input or output)", r.Axis)
@@ -179,6 +185,30 @@ func ParsePlan(data []byte) (*Plan, error) {
 		return nil, fmt.Errorf("plan: plan_version %d, this build reads %d", pf.PlanVersion, PlanVersion)
 	}
 	return (&Plan{Name: pf.Name, Description: pf.Description, Rules: pf.Rules}).Validate()
+}
+
+// WithAxis returns a validated copy of p with every BFP rule's axis set to
+// a (the plan's other rules, and p itself, unchanged). An axis other than
+// input or output, and a plan without a BFP rule, are errors.
+func (p *Plan) WithAxis(a bfp.Axis) (*Plan, error) {
+	if err := a.Valid(); err != nil {
+		return nil, err
+	}
+	v, err := p.Validate()
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	for i := range v.Rules {
+		if v.Rules[i].Format.IsBFP() {
+			v.Rules[i].Axis = a
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("plan %q has no BFP rule: a block axis applies to BFP formats only", p.Name)
+	}
+	return v, nil
 }
 
 // LoadPlan reads and validates a plan file (JSON, see ParsePlan).

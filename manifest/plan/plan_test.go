@@ -99,10 +99,64 @@ func TestRuleOrder(t *testing.T) {
 	}
 }
 
+// TestPresetAxisAndWithAxis: every BFP rule of every preset is on the
+// output axis (the layout tt-metal's linear reads) and its description
+// says so; WithAxis moves every BFP rule, and only those, to the axis
+// asked for without touching the plan it is called on; a bad axis, and an
+// axis for a plan without BFP rules, are errors.
+func TestPresetAxisAndWithAxis(t *testing.T) {
+	for _, n := range PresetNames() {
+		p, err := Preset(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(p.Description, PresetRuntime) {
+			t.Errorf("%s: the description does not say the runtime layout: %q", n, p.Description)
+		}
+		nBFP := 0
+		for _, r := range p.Rules {
+			if r.Format.IsBFP() {
+				nBFP++
+				if r.Axis != bfp.AxisOutput {
+					t.Errorf("%s: rule %q on the %s axis", n, r.Pattern, r.Axis)
+				}
+			}
+		}
+		if nBFP == 0 {
+			t.Errorf("%s: no BFP rule", n)
+		}
+		in, err := p.WithAxis(bfp.AxisInput)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range in.Rules {
+			want := p.Rules[i]
+			if want.Format.IsBFP() {
+				want.Axis = bfp.AxisInput
+			}
+			if r != want {
+				t.Errorf("%s --axis input: rule %d is %+v, want %+v", n, i+1, r, want)
+			}
+		}
+		for _, r := range p.Rules {
+			if r.Format.IsBFP() && r.Axis != bfp.AxisOutput {
+				t.Errorf("%s: WithAxis changed the plan it was called on (rule %q)", n, r.Pattern)
+			}
+		}
+		if _, err := p.WithAxis("rows"); err == nil {
+			t.Errorf("%s: WithAxis(rows) accepted", n)
+		}
+	}
+	lossless := &Plan{Name: "kept", Rules: []Rule{{Pattern: "*", Format: "AS_IS"}}}
+	if _, err := lossless.WithAxis(bfp.AxisInput); err == nil || !strings.Contains(err.Error(), "no BFP rule") {
+		t.Errorf("WithAxis of a plan without BFP rules: %v", err)
+	}
+}
+
 func TestRuleValidation(t *testing.T) {
 	good, err := (&Plan{Name: "p", Rules: []Rule{
 		{Pattern: "a", Format: "bfp4_b"},
-		{Pattern: "b", Format: "BFP8_b", Method: "GPTQ", Axis: "Output", Tile: "16x32"},
+		{Pattern: "b", Format: "BFP8_b", Method: "GPTQ", Axis: "Input", Tile: "16x32"},
 		{Pattern: "c", Format: "as_is"},
 		{Pattern: "d", Format: "f32", Method: "none"},
 	}}).Validate()
@@ -110,8 +164,9 @@ func TestRuleValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Rule{
-		{Pattern: "a", Format: manifest.StoreBFP4, Method: manifest.MethodRTN, Axis: bfp.AxisInput, Tile: "32x32"},
-		{Pattern: "b", Format: manifest.StoreBFP8, Method: manifest.MethodGPTQ, Axis: bfp.AxisOutput, Tile: "16x32"},
+		// No axis: DefaultAxis, the output axis tt-metal's linear reads.
+		{Pattern: "a", Format: manifest.StoreBFP4, Method: manifest.MethodRTN, Axis: bfp.AxisOutput, Tile: "32x32"},
+		{Pattern: "b", Format: manifest.StoreBFP8, Method: manifest.MethodGPTQ, Axis: bfp.AxisInput, Tile: "16x32"},
 		{Pattern: "c", Format: manifest.StoreAsIs, Method: manifest.MethodNone},
 		{Pattern: "d", Format: manifest.StoreF32, Method: manifest.MethodNone},
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -49,6 +50,29 @@ var tailRules = []Rule{
 	{Pattern: "{model.visual,visual}.*", Format: manifest.StoreAsIs, Note: "vision tower: passed through unchanged"},
 }
 
+// PresetAxis is the BFP block axis of every preset's BFP rules: the output
+// axis, so every BFP matrix is packed as the transposed [in, out] weight
+// that tt-metal's linear reads (tt-metal's model code transposes each
+// weight to [in, out] before ttnn.as_tensor, and a BFP tensor cannot be
+// transposed without quantizing it again). PresetRuntime says so in the
+// presets' descriptions. Plan.WithAxis (the commands' --axis) selects the
+// input axis instead.
+const PresetAxis = bfp.AxisOutput
+
+// PresetRuntime is the runtime layout the presets build for, as their
+// descriptions state it.
+const PresetRuntime = "built for tt-metal's linear: every BFP matrix packed [in, out], exponent groups along the output axis"
+
+// onPresetAxis sets PresetAxis on every BFP rule of rules.
+func onPresetAxis(rules []Rule) []Rule {
+	for i := range rules {
+		if rules[i].Format.IsBFP() {
+			rules[i].Axis = PresetAxis
+		}
+	}
+	return rules
+}
+
 func concatRules(parts ...[]Rule) []Rule {
 	var out []Rule
 	for _, p := range parts {
@@ -62,28 +86,28 @@ var presets = map[string]Plan{
 		Name: PresetQwen36MoE,
 		Description: "Qwen3.6-35B-A3B: routed experts (every layer and the MTP layer) and the shared expert BFP4_b with GPTQ; " +
 			"Gated DeltaNet (qkv, z, a, b, out) and attention projections, MTP fc and LM head BFP8_b (RTN); norms, conv1d, A_log, dt_bias, " +
-			"router, shared-expert gate and embedding kept as stored",
-		Rules: concatRules(losslessRules, gdnABBFP8, []Rule{
+			"router, shared-expert gate and embedding kept as stored; " + PresetRuntime,
+		Rules: onPresetAxis(concatRules(losslessRules, gdnABBFP8, []Rule{
 			{Pattern: "*.mlp.experts.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "routed experts"},
 			{Pattern: "*.mlp.shared_expert.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "shared expert"},
-		}, tailRules),
+		}, tailRules)),
 	},
 	PresetDense27B: {
 		Name: PresetDense27B,
 		Description: "Qwen3.x 27B-style dense: MLP gate/up/down (and any routed or shared expert) BFP4_b with GPTQ; " +
-			"other projections and the LM head BFP8_b (RTN); lossless tensors kept as stored",
-		Rules: concatRules(losslessRules, gdnABLossless, []Rule{
+			"other projections and the LM head BFP8_b (RTN); lossless tensors kept as stored; " + PresetRuntime,
+		Rules: onPresetAxis(concatRules(losslessRules, gdnABLossless, []Rule{
 			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "dense MLP"},
 			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "MLP experts, should the model have them"},
-		}, tailRules),
+		}, tailRules)),
 	},
 	PresetDense9B: {
 		Name:        PresetDense9B,
-		Description: "Qwen3.x 9B-style dense: every matrix BFP8_b (RTN) except the lossless tensors, kept as stored",
-		Rules: concatRules(losslessRules, gdnABLossless, []Rule{
+		Description: "Qwen3.x 9B-style dense: every matrix BFP8_b (RTN) except the lossless tensors, kept as stored; " + PresetRuntime,
+		Rules: onPresetAxis(concatRules(losslessRules, gdnABLossless, []Rule{
 			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "dense MLP"},
 			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "MLP experts, should the model have them"},
-		}, tailRules),
+		}, tailRules)),
 	},
 }
 

@@ -322,7 +322,11 @@ func planGroup(g *group, r Rule, mem MemoryConfig) (planFile, error) {
 		_, tile, _ = first.BFP()
 		stored := first.Orientation == manifest.OrientTransposed
 		if r.Transpose != stored {
-			return planFile{}, fmt.Errorf("%w: %s is stored with orientation %q but the map asks for transpose=%v; a BFP tensor's exponent groups cannot be moved without quantizing again (build the checkpoint with the other axis)", ErrShape, where, first.Orientation, r.Transpose)
+			axis := bfp.AxisInput
+			if r.Transpose {
+				axis = bfp.AxisOutput
+			}
+			return planFile{}, fmt.Errorf("%w: %s is stored with orientation %q but the map asks for transpose=%v; a BFP tensor's exponent groups cannot be moved without quantizing again (build the checkpoint with the %s axis, --axis %s)", ErrShape, where, first.Orientation, r.Transpose, axis, axis)
 		}
 		if stored {
 			if len(shape) < 2 {

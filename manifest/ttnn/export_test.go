@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/testmodel"
 	"github.com/ttquant/ttquant/manifest"
@@ -131,6 +132,16 @@ func TestExportRoundTrip(t *testing.T) {
 			t.Errorf("%s: payload differs from the checkpoint's bytes", f.Name)
 		}
 		if _, ok := tf.Spec.DType.BFP(); ok {
+			// The preset's BFP matrices are packed [in, out] and the map
+			// writes them so: the layout tt-metal's linear reads.
+			if !f.Transpose {
+				t.Errorf("%s: a BFP file of the default build not written transposed", f.Name)
+			}
+			for _, s := range f.Sources {
+				if s.Orientation != manifest.OrientTransposed {
+					t.Errorf("%s: source %s stored %q", f.Name, s.Tensor, s.Orientation)
+				}
+			}
 			bfpFiles++
 		} else {
 			lossless++
@@ -172,6 +183,40 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 }
 
+// TestExportInputAxisRefused: the same preset built on the input axis
+// ([out, in] packing) cannot be written as the [in, out] files the example
+// map asks for; the export is refused before anything is written, naming
+// the axis to build with.
+func TestExportInputAxisRefused(t *testing.T) {
+	root := t.TempDir()
+	src, dir := filepath.Join(root, "model"), filepath.Join(root, "ckpt")
+	if err := testmodel.Write(src, testmodel.Tiny(), testmodel.Default); err != nil {
+		t.Fatal(err)
+	}
+	p, err := mplan.Preset(mplan.PresetQwen36MoE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = p.WithAxis(bfp.AxisInput); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := build.Convert(context.Background(), build.BuildOptions{Source: src, Out: dir, Plan: p}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := manifest.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "out")
+	_, err = Export(context.Background(), c, exampleMap(t), Options{Out: out})
+	if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), `orientation "row"`) || !strings.Contains(err.Error(), "--axis output") {
+		t.Fatalf("export of an input-axis build: %v", err)
+	}
+	if _, serr := os.Stat(out); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatal("output written despite the refusal")
+	}
+}
+
 // TestExportLayouts covers what the example map does not: lossless
 // tensors tiled and transposed, a rank lift, L1 memory and a replicated
 // 2×4 mesh; each payload decodes back to the checkpoint's values.
@@ -181,7 +226,7 @@ func TestExportLayouts(t *testing.T) {
 		{"match": "model\\.language_model\\.layers\\.(\\d+)\\.mlp\\.gate\\.weight", "name": "router.$1", "layout": "TILE", "transpose": true},
 		{"match": "model\\.language_model\\.layers\\.(\\d+)\\.linear_attn\\.norm\\.weight", "name": "la_norm.$1", "layout": "TILE", "rank": 2},
 		{"match": "model\\.language_model\\.layers\\.(\\d+)\\.input_layernorm\\.weight", "name": "norms", "layout": "TILE", "stack": {"index": "$1"}},
-		{"match": "model\\.language_model\\.layers\\.(\\d+)\\.mlp\\.experts\\.(\\d+)\\.down_proj", "name": "l$1.w2", "stack": {"index": "$2"}},
+		{"match": "model\\.language_model\\.layers\\.(\\d+)\\.mlp\\.experts\\.(\\d+)\\.down_proj", "name": "l$1.w2", "stack": {"index": "$2"}, "transpose": true},
 		{"match": ".*", "skip": true}]}`)
 	out := t.TempDir()
 	res, err := Export(context.Background(), c, m, Options{Out: out, Memory: L1Interleaved, Mesh: []uint32{2, 4}})
@@ -267,9 +312,9 @@ func TestExportRefusals(t *testing.T) {
 		{"tensor no rule matches", `{"match": "lm_head\\.weight", "name": "output"}`, ErrNameMap, "matches no rule"},
 		{"shape ttnn cannot tile", `{"match": "model\\.language_model\\.norm\\.weight", "name": "norm", "layout": "TILE"}, {"match": ".*", "skip": true}`, ErrShape, "TILE layout needs rank 2"},
 		{"BFP in row major", `{"match": "lm_head\\.weight", "name": "output", "layout": "ROW_MAJOR"}, {"match": ".*", "skip": true}`, ErrShape, "only in TILE"},
-		{"BFP transpose", `{"match": "lm_head\\.weight", "name": "output", "transpose": true}, {"match": ".*", "skip": true}`, ErrShape, "quantizing again"},
+		{"BFP untransposed", `{"match": "lm_head\\.weight", "name": "output"}, {"match": ".*", "skip": true}`, ErrShape, "quantizing again"},
 		{"two tensors one file", `{"match": "model\\.language_model\\.layers\\.\\d+\\.input_layernorm\\.weight", "name": "norm"}, {"match": ".*", "skip": true}`, ErrNameMap, "both map to"},
-		{"stack of one layer's experts", `{"match": "model\\.language_model\\.layers\\.0\\.mlp\\.experts\\.(\\d+)\\.down_proj", "name": "w2", "stack": {"index": "$1"}}, {"match": "model\\.language_model\\.layers\\.0\\.mlp\\.experts\\.(\\d+)\\.gate_up_proj", "skip": true}, {"match": ".*", "skip": true}`, nil, ""},
+		{"stack of one layer's experts", `{"match": "model\\.language_model\\.layers\\.0\\.mlp\\.experts\\.(\\d+)\\.down_proj", "name": "w2", "stack": {"index": "$1"}, "transpose": true}, {"match": "model\\.language_model\\.layers\\.0\\.mlp\\.experts\\.(\\d+)\\.gate_up_proj", "skip": true}, {"match": ".*", "skip": true}`, nil, ""},
 		{"wrong dtype", `{"match": "lm_head\\.weight", "name": "output", "dtype": "BFLOAT4_B"}, {"match": ".*", "skip": true}`, ErrNameMap, "the map asks for BFLOAT4_B"},
 		{"escaping name", `{"match": "lm_head\\.weight", "name": "../output"}, {"match": ".*", "skip": true}`, ErrNameMap, "clean relative path"},
 	} {
@@ -296,7 +341,7 @@ func TestExportRefusals(t *testing.T) {
 func TestExportStackGap(t *testing.T) {
 	c := demoCheckpoint(t)
 	m := parseMap(t, `{"format": "ttquant-ttnn-names", "version": 1, "rules": [
-		{"match": "model\\.language_model\\.layers\\.0\\.mlp\\.experts\\.(\\d*[02468])\\.down_proj", "name": "w2", "stack": {"index": "$1"}},
+		{"match": "model\\.language_model\\.layers\\.0\\.mlp\\.experts\\.(\\d*[02468])\\.down_proj", "name": "w2", "stack": {"index": "$1"}, "transpose": true},
 		{"match": ".*", "skip": true}]}`)
 	out := filepath.Join(t.TempDir(), "out")
 	if _, err := Export(context.Background(), c, m, Options{Out: out}); !errors.Is(err, ErrNameMap) || !strings.Contains(err.Error(), "not consecutive") {
@@ -359,7 +404,7 @@ func TestExportRefusesDamagedCheckpoint(t *testing.T) {
 func TestExportOutputAndVerify(t *testing.T) {
 	c := demoCheckpoint(t)
 	m := parseMap(t, `{"format": "ttquant-ttnn-names", "version": 1, "rules": [
-		{"match": "lm_head\\.weight", "name": "output"},
+		{"match": "lm_head\\.weight", "name": "output", "transpose": true},
 		{"match": "model\\.language_model\\.norm\\.weight", "name": "norm"},
 		{"match": "model\\.language_model\\.layers\\.0\\.mlp\\.gate\\.weight", "name": "router", "layout": "TILE"},
 		{"match": ".*", "skip": true}]}`)
@@ -508,11 +553,11 @@ func TestExportRefusesLockedDirectory(t *testing.T) {
 func TestExportOverwriteRemovesStale(t *testing.T) {
 	c := demoCheckpoint(t)
 	two := parseMap(t, `{"format": "ttquant-ttnn-names", "version": 1, "rules": [
-		{"match": "lm_head\\.weight", "name": "output"},
+		{"match": "lm_head\\.weight", "name": "output", "transpose": true},
 		{"match": "model\\.language_model\\.norm\\.weight", "name": "norm"},
 		{"match": ".*", "skip": true}]}`)
 	one := parseMap(t, `{"format": "ttquant-ttnn-names", "version": 1, "rules": [
-		{"match": "lm_head\\.weight", "name": "output"},
+		{"match": "lm_head\\.weight", "name": "output", "transpose": true},
 		{"match": ".*", "skip": true}]}`)
 	out := t.TempDir()
 	if _, err := Export(context.Background(), c, two, Options{Out: out}); err != nil {
