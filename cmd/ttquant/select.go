@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -39,7 +40,9 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
 	bpw := fs.Float64("bpw", 0, "bits per weight over every stored tensor")
 	tokenBytes := fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
-	weights := fs.String("weights", "", "multipliers of each role class's proxy loss, CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1): the KL per unit of proxy loss measured by single-class changes makes the predicted error a predicted KL")
+	weights := fs.String("weights", "", "multipliers of each role class's proxy loss: CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1), or measure (the KL per unit of proxy loss of every class in every layer, from single-change evaluations on held-out calibration text, kept in the sensitivity file) or measure:class (one factor per class)")
+	evalSeqs := fs.Int("eval-sequences", selection.DefaultWeightSequences, "with --weights measure: held-out calibration sequences the single changes are scored on")
+	evalSeqLen := fs.Int("eval-seq-len", selection.DefaultWeightSeqLen, "with --weights measure: their length in tokens")
 	override := fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
 	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
 	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
@@ -88,9 +91,29 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if n != 1 {
 		return usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
 	}
-	w, err := selection.ParseWeights(*weights)
-	if err != nil {
-		return usageErrorf("--weights: %v", err)
+	var w selection.Weights
+	var wm *selection.WeightMeasure
+	switch *weights {
+	case "measure", "measure:class":
+		wm = &selection.WeightMeasure{Mode: selection.WeightsPerClassLayer, Sequences: *evalSeqs, SeqLen: *evalSeqLen}
+		if *weights == "measure:class" {
+			wm.Mode = selection.WeightsPerClass
+		}
+		if err := wm.Validate(); err != nil {
+			return usageErrorf("--eval-sequences/--eval-seq-len: %v", err)
+		}
+		if !bf.quiet {
+			wm.Progress = func(msg string) { fmt.Fprintf(e.stderr, "select: %s\n", msg) }
+		}
+	default:
+		if w, err = selection.ParseWeights(*weights); err != nil {
+			return usageErrorf("--weights: %v", err)
+		}
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "eval-sequences" || f.Name == "eval-seq-len" })
+		if given {
+			return usageErrorf("--eval-sequences and --eval-seq-len apply to --weights measure only")
+		}
 	}
 	var over *plan.Plan
 	if *override != "" {
@@ -133,14 +156,22 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		if err := s.Check(modelID, storeID, opt.Plan, opt.ExpertsPerFile); err != nil {
 			return err
 		}
-	} else {
+		if wm != nil && !s.KL.Matches(wm) {
+			if !bf.quiet {
+				fmt.Fprintf(e.stderr, "select: %s holds no weights measured as asked (mode %s, %d × %d tokens): measuring again\n", *sens, wm.Mode, wm.Sequences, wm.SeqLen)
+			}
+			s = nil
+		}
+	}
+	if s == nil {
+		mopt.Weights = wm
 		skel, err := selection.Prepare(mopt)
 		if err != nil {
 			return err
 		}
 		if b.Kind != selection.BudgetTokenBytes {
 			sopt.Sensitivity = skel
-			if _, err := selection.Select(sopt); err != nil {
+			if err := selection.CheckBudget(sopt); err != nil {
 				return err
 			}
 		}
@@ -153,13 +184,16 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		if !bf.quiet {
 			fmt.Fprintf(e.stderr, "select: measuring %d matrices (one store build per format: %v)\n", len(skel.Tensors), skel.Measured)
 		}
-		if s, err = selection.Measure(ctx, mopt); err != nil {
+		if s, err = selection.MeasurePrepared(ctx, mopt, skel); err != nil {
 			if errors.Is(err, build.ErrSyntheticCalibration) {
 				return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
 			}
 			return err
 		}
 		measured = true
+	}
+	if wm != nil {
+		sopt.Weights = s.KL.Weights()
 	}
 	sopt.Sensitivity = s
 	res, err := selection.Select(sopt)
@@ -212,7 +246,7 @@ func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPat
 	}
 	fmt.Fprintf(w, "\n| format | tensors | bytes |\n|---|---:|---:|\n")
 	for _, f := range r.Formats {
-		fmt.Fprintf(w, "| %s | %d | %s |\n", f.Format, f.Tensors, humanBytes(f.Bytes))
+		fmt.Fprintf(w, "| %s | %d | %s |\n", f.Format, f.Tensors, humanBytes(f.StoredBytes))
 	}
 	fmt.Fprintf(w, "\n| role | format | tensors | bytes |\n|---|---|---:|---:|\n")
 	for _, f := range r.Roles {

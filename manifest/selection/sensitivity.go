@@ -20,7 +20,7 @@ import (
 
 // SchemaVersion is the version of the sensitivity file and of the
 // selection report; it changes when a field is removed or changes meaning.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // sensitivityKind marks a sensitivity file.
 const sensitivityKind = "ttquant-sensitivity"
@@ -43,7 +43,7 @@ type Sensitivity struct {
 	// (build.StoreIdentity), its tokens and sequences.
 	Calibration manifest.CalibInfo `json:"calibration"`
 	// BasePlan is the plan whose quantized matrices are measured; its
-	// sha256 is over its canonical JSON.
+	// sha256 is the one a build of it records (build.PlanSHA256).
 	BasePlan       PlanRef `json:"base_plan"`
 	ExpertsPerFile int     `json:"experts_per_file"`
 	// Options are the solver options of the measurement builds.
@@ -51,6 +51,9 @@ type Sensitivity struct {
 	// Measured lists the BFP formats measured (one store build each).
 	Measured []manifest.StoredFormat `json:"measured"`
 	Tensors  []TensorSensitivity     `json:"tensors"`
+	// KL, when measured, are the weights of the role classes (per layer)
+	// from single-change evaluations on held-out calibration text.
+	KL *KLWeights `json:"kl_weights,omitempty"`
 
 	// sizesOnly marks Prepare's result: sizes without losses.
 	sizesOnly bool
@@ -123,6 +126,9 @@ type MeasureOptions struct {
 	AllowSyntheticCalibration bool
 	Progress                  func(build.ProgressEvent)
 	Family                    model.Family
+	// Weights, when set, also measures the weights (KL per unit of proxy
+	// loss) by single-change evaluations after the builds.
+	Weights *WeightMeasure
 }
 
 // Validate checks the options before any I/O.
@@ -142,19 +148,15 @@ func (o *MeasureOptions) Validate() error {
 	if _, err := o.Base.Validate(); err != nil {
 		return err
 	}
+	if o.Weights != nil {
+		if err := o.Weights.Validate(); err != nil {
+			return err
+		}
+	}
 	if o.GPTQOptions != nil {
 		return o.GPTQOptions.Validate()
 	}
 	return nil
-}
-
-// PlanSHA256 is the sha256 of a plan's canonical JSON.
-func PlanSHA256(p *plan.Plan) (string, error) {
-	b, err := p.MarshalPlan()
-	if err != nil {
-		return "", err
-	}
-	return manifest.SHA256Hex(b), nil
 }
 
 // ModelIdentity is the identity a sensitivity file records for a source
@@ -189,10 +191,11 @@ func measurementPlan(base *plan.Plan, f manifest.StoredFormat) *plan.Plan {
 // command checks a byte budget against it before measuring.
 func Prepare(opt MeasureOptions) (*Sensitivity, error) {
 	s, _, err := prepare(opt)
-	if s != nil {
-		s.sizesOnly = true
+	if err != nil {
+		return nil, err
 	}
-	return s, err
+	s.sizesOnly = true
+	return s, nil
 }
 
 func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
@@ -207,10 +210,7 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
 	}
-	planSHA, err := PlanSHA256(base)
-	if err != nil {
-		return nil, nil, err
-	}
+	planSHA := build.PlanSHA256(opt.Base)
 	m, err := safetensors.OpenModel(opt.Source)
 	if err != nil {
 		return nil, nil, err
@@ -264,8 +264,20 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 }
 
 // Measure runs one store build per BFP format among the candidates and
-// returns every quantized matrix's proxy losses and sizes.
+// returns every quantized matrix's proxy losses and sizes (and, with
+// opt.Weights, the measured weights).
 func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
+	s, err := Prepare(opt)
+	if err != nil {
+		return nil, err
+	}
+	return MeasurePrepared(ctx, opt, s)
+}
+
+// MeasurePrepared is Measure of what Prepare returned for the same
+// options (which it completes and returns): the model is not hashed nor
+// the plans resolved again.
+func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*Sensitivity, error) {
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
@@ -275,9 +287,16 @@ func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
 	if opt.Scratch == "" {
 		return nil, errors.New("selection: no scratch directory for the measurement builds")
 	}
-	s, byName, err := prepare(opt)
-	if err != nil {
+	if err := opt.Validate(); err != nil {
 		return nil, err
+	}
+	if s == nil || !s.sizesOnly {
+		return nil, errors.New("selection: MeasurePrepared needs the result of Prepare")
+	}
+	s.sizesOnly = false
+	byName := make(map[string]int, len(s.Tensors))
+	for i := range s.Tensors {
+		byName[s.Tensors[i].Name] = i
 	}
 	s.Measured = nil
 	for i := range s.Tensors {
@@ -286,7 +305,7 @@ func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
 	for _, f := range bfpFormats(opt.Candidates) {
 		base, _ := opt.Base.Validate()
 		mp := measurementPlan(base, f)
-		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: filepath.Join(opt.Scratch, "measure-"+string(f)), Plan: mp,
+		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: measureDir(opt.Scratch, f), Plan: mp,
 			Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, Calib: opt.Calib, Layers: "all", GPTQOptions: opt.GPTQOptions,
 			AllowSyntheticCalibration: opt.AllowSyntheticCalibration, Progress: opt.Progress, Family: opt.Family})
 		if err != nil {
@@ -329,7 +348,21 @@ func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
 			t.Loss = nil
 		}
 	}
+	if opt.Weights != nil {
+		f, err := changeFormat(s.Measured)
+		if err != nil {
+			return nil, err
+		}
+		if s.KL, err = measureWeights(ctx, s, opt, measureDir(opt.Scratch, f)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// measureDir is the measurement build of format f in scratch.
+func measureDir(scratch string, f manifest.StoredFormat) string {
+	return filepath.Join(scratch, "measure-"+string(f))
 }
 
 // Save writes s as indented JSON (write-then-rename).
@@ -370,10 +403,7 @@ func LoadSensitivity(path string) (*Sensitivity, error) {
 // Check refuses s when it was measured on another model, store, base plan
 // or expert layout than the ones given.
 func (s *Sensitivity) Check(modelID, storeID string, base *plan.Plan, expertsPerFile int) error {
-	planSHA, err := PlanSHA256(base)
-	if err != nil {
-		return err
-	}
+	planSHA := build.PlanSHA256(base)
 	switch {
 	case s.Model != modelID:
 		return fmt.Errorf("selection: %w: measured on model %s, not %s", ErrMismatch, s.Model, modelID)

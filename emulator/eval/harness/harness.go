@@ -421,35 +421,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	opt.log("scoring %s", selection)
 	info := DataInfo{Provenance: data.Provenance, Selection: selection, Window: window}
-	var windows []eval.Window
-	var labels []string
-	for i, s := range data.Evaluation.Sequences {
-		if s.Label == eval.AllCorpus {
-			return nil, fmt.Errorf("harness: corpus label %q is reserved for the row covering every corpus", s.Label)
-		}
-		if !seen["corpus:"+s.Label] {
-			seen["corpus:"+s.Label] = true
-			labels = append(labels, s.Label)
-		}
-		ws, st, err := eval.MaskedWindows(s.Label, []eval.Record{{Tokens: s.IDs, Mask: s.Mask}}, window)
-		if err != nil {
-			return nil, err
-		}
-		for k := range ws {
-			ws[k].Record = i
-		}
-		info.Split += st.Split
-		info.Unscorable += st.Unscorable
-		windows = append(windows, ws...)
+	windows, labels, st, err := Windows(data.Evaluation, window, cfg.Vocab)
+	if err != nil {
+		return nil, err
 	}
-	info.Windows = len(windows)
-	for i := range windows {
-		for _, id := range windows[i].Tokens {
-			if int(id) >= cfg.Vocab {
-				return nil, fmt.Errorf("harness: %s sequence %d: token id %d outside the model's vocabulary of %d", windows[i].Corpus, windows[i].Record, id, cfg.Vocab)
-			}
-		}
-	}
+	info.Split, info.Unscorable, info.Windows = st.Split, st.Unscorable, len(windows)
 
 	// Overlap with the calibration text, before anything runs.
 	var warnings []string
