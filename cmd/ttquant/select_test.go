@@ -182,3 +182,72 @@ func TestSelect(t *testing.T) {
 	}
 	emptyDir(t, dir2)
 }
+
+// TestSelectWeightsMeasure: --weights measure measures one weight per
+// class and layer (the KL of the single change over its predicted loss),
+// keeps them in the sensitivity file and uses them; another budget reads
+// them without measuring; another mode measures again; the held-out flags
+// without measure are a usage error.
+func TestSelectWeightsMeasure(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	store := selectStore(t, model, "3")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "p.json")
+	base := []string{"select", "--model", model, "--calib", store, "--out", out, "--quiet", "--weights", "measure", "--eval-sequences", "2", "--eval-seq-len", "48"}
+	if code, _, errs := runCLI(t, "select", "--model", model, "--calib", store, "--out", out, "--budget", "5MB", "--eval-sequences", "2"); code != exitUsage || !strings.Contains(errs, "--weights measure only") {
+		t.Errorf("--eval-sequences without measure: status %d, %s", code, errs)
+	}
+	emptyDir(t, dir)
+	code, stdout, errs := runCLI(t, append(base, "--budget", "5MB", "--json")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
+		t.Fatalf("select --weights measure: status %d\n%s", code, errs)
+	}
+	var sens struct {
+		KL struct {
+			Mode      string `json:"mode"`
+			Candidate string `json:"candidate"`
+			Scored    int64  `json:"scored_tokens"`
+			Changes   []struct {
+				Key          string
+				Tensors      int
+				Loss, Weight float64
+				KL           float64 `json:"mean_kl"`
+			} `json:"changes"`
+		} `json:"kl_weights"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "p.sensitivity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &sens); err != nil {
+		t.Fatal(err)
+	}
+	k := sens.KL
+	// Four layers × four classes; every window's positions but the last
+	// (which has no next token) are scored.
+	if k.Mode != "class_layer" || k.Candidate != "BFP4_b:gptq" || k.Scored != 2*47 || len(k.Changes) != 16 {
+		t.Fatalf("kl_weights %+v", k)
+	}
+	var rep struct {
+		Result struct {
+			Weights map[string]float64 `json:"weights"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range k.Changes {
+		if !(c.KL > 0) || !(c.Loss > 0) || c.Tensors == 0 || c.Weight != c.KL/c.Loss || rep.Result.Weights[c.Key] != c.Weight {
+			t.Errorf("change %+v (used weight %v)", c, rep.Result.Weights[c.Key])
+		}
+	}
+	code, stdout, errs = runCLI(t, append(base, "--budget", "4.8MB", "--json")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": false`) {
+		t.Fatalf("another budget: status %d\n%s", code, errs)
+	}
+	base[len(base)-5] = "measure:class"
+	code, stdout, errs = runCLI(t, append(base, "--budget", "4.8MB", "--json")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
+		t.Fatalf("measure:class: status %d\n%s", code, errs)
+	}
+}
