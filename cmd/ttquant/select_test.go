@@ -250,4 +250,24 @@ func TestSelectWeightsMeasure(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
 		t.Fatalf("measure:class: status %d\n%s", code, errs)
 	}
+
+	// A store whose calibration text has changed since: refused before the
+	// measurement builds, nothing written.
+	text := filepath.Join(t.TempDir(), "calib.jsonl")
+	orig, err := os.ReadFile(filepath.Join(model, "calib.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(text, orig, 0o644)
+	moved := filepath.Join(t.TempDir(), "store")
+	if code, _, errs := runCLI(t, "calib", "build", "--model", model, "--data", text, "--out", moved, "--sequences", "3", "--seq-len", "32", "--quiet"); code != exitOK {
+		t.Fatalf("calib build: status %d\n%s", code, errs)
+	}
+	os.WriteFile(text, append(orig, orig[:strings.Index(string(orig), "\n")+1]...), 0o644)
+	dir3 := t.TempDir()
+	code, _, errs = runCLI(t, "select", "--model", model, "--calib", moved, "--out", filepath.Join(dir3, "p.json"), "--quiet", "--weights", "measure", "--budget", "5MB")
+	if code != exitError || !strings.Contains(errs, "has changed") {
+		t.Errorf("changed calibration text: status %d, %s", code, errs)
+	}
+	emptyDir(t, dir3)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/emulator/eval"
 	"github.com/ttquant/ttquant/emulator/eval/harness"
+	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -168,9 +169,40 @@ func heldOutText(storeDir string, tok *tokenizer.Tokenizer, sequences, seqLen in
 	return res.Evaluation, nil
 }
 
-// measureWeights runs the single-change evaluations of w against the
-// measurement build of the change format in ckptDir.
-func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ckptDir string) (*KLWeights, error) {
+// heldOut is the text the weights are measured on, made before the
+// measurement builds so that missing or changed text refuses the run
+// before any long work.
+type heldOut struct {
+	set     *dataset.Set
+	windows []eval.Window
+	labels  []string
+}
+
+func prepareHeldOut(opt MeasureOptions) (*heldOut, error) {
+	w := opt.Weights
+	cfg, err := model.ReadConfig(opt.Source)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Load(opt.Source)
+	if err != nil {
+		return nil, err
+	}
+	set, err := heldOutText(opt.Calib, tok, w.Sequences, w.SeqLen)
+	if err != nil {
+		return nil, err
+	}
+	windows, labels, _, err := harness.Windows(set, w.SeqLen, cfg.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	return &heldOut{set: set, windows: windows, labels: labels}, nil
+}
+
+// measureWeights runs the single-change evaluations of opt.Weights on
+// the held-out windows against the measurement build of the change format
+// in ckptDir.
+func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho *heldOut, ckptDir string) (*KLWeights, error) {
 	w := opt.Weights
 	f, err := changeFormat(s.Measured)
 	if err != nil {
@@ -222,18 +254,7 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ckp
 	}
 	defer ref.Close()
 	ref.Resident = true
-	tok, err := tokenizer.Load(opt.Source)
-	if err != nil {
-		return nil, err
-	}
-	set, err := heldOutText(opt.Calib, tok, w.Sequences, w.SeqLen)
-	if err != nil {
-		return nil, err
-	}
-	windows, labels, _, err := harness.Windows(set, w.SeqLen, ref.Config.Vocab)
-	if err != nil {
-		return nil, err
-	}
+	windows, labels, set := ho.windows, ho.labels, ho.set
 	changes := make([]harness.Change, len(groups))
 	for i, g := range groups {
 		ns, err := harness.OpenNativeOnly(ckptDir, func(name string) bool { return g.tensors[name] })

@@ -293,6 +293,13 @@ func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*
 	if s == nil || !s.sizesOnly {
 		return nil, errors.New("selection: MeasurePrepared needs the result of Prepare")
 	}
+	var ho *heldOut
+	if opt.Weights != nil {
+		var err error
+		if ho, err = prepareHeldOut(opt); err != nil {
+			return nil, err
+		}
+	}
 	s.sizesOnly = false
 	byName := make(map[string]int, len(s.Tensors))
 	for i := range s.Tensors {
@@ -353,7 +360,7 @@ func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*
 		if err != nil {
 			return nil, err
 		}
-		if s.KL, err = measureWeights(ctx, s, opt, measureDir(opt.Scratch, f)); err != nil {
+		if s.KL, err = measureWeights(ctx, s, opt, ho, measureDir(opt.Scratch, f)); err != nil {
 			return nil, err
 		}
 	}
