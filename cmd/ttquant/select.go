@@ -32,9 +32,11 @@ type selectReport struct {
 }
 
 func runSelect(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "select", "--model SRC --calib STORE (--budget SIZE | --bpw X | --token-bytes SIZE) --out PLAN.json [flags]")
+	fs := newFlagSet(e, "select", "--model SRC (--calib STORE | --data SPEC) (--budget SIZE | --bpw X | --token-bytes SIZE) --out PLAN.json [flags]")
 	bf := addBuildFlags(fs)
-	calibPath := fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on (required)")
+	calibPath := fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on by store builds (or --data)")
+	d := addDataFlags(fs, calibrationSet, 128)
+	allowShort := addAllowShortFlag(fs)
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth)")
 	cands := fs.String("candidates", selection.DefaultCandidates, "precisions each matrix may get: FORMAT:METHOD (BFP4_b:gptq, BFP4_b:rtn, BFP8_b:rtn, BFP8_b:gptq, BFP2_b:gptq, BFP2_b:rtn) or AS_IS, comma-separated")
 	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
@@ -58,8 +60,13 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *calibPath == "" {
-		return usageErrorf("--calib is required (a calibration store from calib build)")
+	switch {
+	case *calibPath != "" && d.data != "":
+		return usageErrorf("give --calib (a calibration store) or --data (calibration text, measured by sequential builds), not both")
+	case *calibPath == "" && d.data == "":
+		return usageErrorf("--calib or --data is required")
+	case *allowShort && d.data == "":
+		return usageErrorf("--allow-short applies to --data (calibration text) only")
 	}
 	candidates, err := selection.ParseCandidates(*cands)
 	if err != nil {
@@ -134,6 +141,15 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	}
 	mopt := selection.MeasureOptions{Source: opt.Source, Calib: *calibPath, Base: opt.Plan, Candidates: candidates,
 		Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, GPTQOptions: &g, AllowSyntheticCalibration: *allowSynth}
+	if d.data != "" {
+		if mopt.Data, mopt.DataOptions, err = d.resolve(bf.workers); err != nil {
+			return err
+		}
+		if err := inRange("sequences", int64(mopt.DataOptions.Calibration.Sequences), 1, math.MaxInt32); err != nil {
+			return err
+		}
+		mopt.AllowShortData = *allowShort
+	}
 	sopt := selection.Options{Source: opt.Source, Base: opt.Plan, Overrides: over, Candidates: candidates, Budget: b, Weights: w}
 
 	// Refusals before the measurement: a sensitivity file of other inputs,
@@ -149,7 +165,7 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		storeID, err := build.StoreIdentity(ctx, *calibPath, opt.Workers)
+		storeID, err := selection.CalibrationIdentity(ctx, mopt)
 		if err != nil {
 			return err
 		}

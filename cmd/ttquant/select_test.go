@@ -271,3 +271,41 @@ func TestSelectWeightsMeasure(t *testing.T) {
 	}
 	emptyDir(t, dir3)
 }
+
+// TestSelectFromText: --data measures by sequential builds of the
+// calibration text (recorded as such), a re-run tokenizes the text to
+// check the saved sensitivities instead of measuring, another calibration
+// set is refused, and --calib with --data is a usage error.
+func TestSelectFromText(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	text := filepath.Join(model, "calib.jsonl")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "p.json")
+	base := []string{"select", "--model", model, "--data", text, "--seq-len", "32", "--out", out, "--quiet", "--json"}
+	if code, _, errs := runCLI(t, append(base, "--sequences", "2", "--budget", "5MB", "--calib", dir)...); code != exitUsage || !strings.Contains(errs, "not both") {
+		t.Errorf("--calib and --data: status %d, %s", code, errs)
+	}
+	emptyDir(t, dir)
+	code, stdout, errs := runCLI(t, append(base, "--sequences", "2", "--budget", "5MB")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
+		t.Fatalf("select --data: status %d\n%s", code, errs)
+	}
+	var sens struct {
+		Calibration manifest.CalibInfo `json:"calibration"`
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "p.sensitivity.json"))
+	if err := json.Unmarshal(b, &sens); err != nil {
+		t.Fatal(err)
+	}
+	if sens.Calibration.Mode != manifest.CalibModeSequential || sens.Calibration.Tokens != 64 {
+		t.Errorf("calibration %+v", sens.Calibration)
+	}
+	code, stdout, errs = runCLI(t, append(base, "--sequences", "2", "--budget", "4.8MB")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": false`) {
+		t.Fatalf("re-run: status %d\n%s", code, errs)
+	}
+	code, _, errs = runCLI(t, append(base, "--sequences", "3", "--budget", "4.8MB")...)
+	if code != exitError || !strings.Contains(errs, "does not belong") {
+		t.Errorf("other calibration set: status %d, %s", code, errs)
+	}
+}

@@ -116,35 +116,43 @@ func changeFormat(measured []manifest.StoredFormat) (manifest.StoredFormat, erro
 	return measured[0], nil
 }
 
-// heldOutText rebuilds the evaluation split of the text the calibration
-// store was made from (its recorded spec, split options and file sha256s)
-// as sequences × seqLen tokens in pack mode.
-func heldOutText(storeDir string, tok *tokenizer.Tokenizer, sequences, seqLen int) (*dataset.Set, error) {
-	st, err := calib.OpenStore(storeDir)
-	if err != nil {
-		return nil, err
-	}
-	raw := st.Provenance().Data
-	if len(raw) == 0 {
-		return nil, fmt.Errorf("selection: calibration store %s records no calibration text (synthetic or made without a data spec): the weights need held-out text of it", storeDir)
-	}
+// heldOutText builds the evaluation split of the calibration text as
+// sequences × seqLen tokens in pack mode: of opt.Data with its split
+// options, or of the text the calibration store was made from (its
+// recorded spec, split options and file sha256s).
+func heldOutText(opt MeasureOptions, tok *tokenizer.Tokenizer, sequences, seqLen int) (*dataset.Set, error) {
+	spec, dopt, where := opt.Data, opt.DataOptions, "the calibration text"
 	var prov dataset.Provenance
-	if err := json.Unmarshal(raw, &prov); err != nil {
-		return nil, fmt.Errorf("selection: calibration store %s: its recorded data provenance: %w", storeDir, err)
+	if spec == nil {
+		storeDir := opt.Calib
+		st, err := calib.OpenStore(storeDir)
+		if err != nil {
+			return nil, err
+		}
+		raw := st.Provenance().Data
+		if len(raw) == 0 {
+			return nil, fmt.Errorf("selection: calibration store %s records no calibration text (synthetic or made without a data spec): the weights need held-out text of it", storeDir)
+		}
+		if err := json.Unmarshal(raw, &prov); err != nil {
+			return nil, fmt.Errorf("selection: calibration store %s: its recorded data provenance: %w", storeDir, err)
+		}
+		if prov.Spec == "" {
+			return nil, fmt.Errorf("selection: calibration store %s does not record the spec of its calibration text", storeDir)
+		}
+		if spec, err = dataset.ParseSpec(prov.Spec); err != nil {
+			return nil, fmt.Errorf("selection: calibration store %s: its recorded data spec: %w", storeDir, err)
+		}
+		dopt, where = prov.Options, fmt.Sprintf("the calibration text %s of store %s", prov.Spec, storeDir)
 	}
-	if prov.Spec == "" {
-		return nil, fmt.Errorf("selection: calibration store %s does not record the spec of its calibration text", storeDir)
-	}
-	spec, err := dataset.ParseSpec(prov.Spec)
+	dopt.Calibration = dataset.SetOptions{}
+	dopt.Evaluation = dataset.SetOptions{Sequences: sequences, SeqLen: seqLen, Mode: dataset.ModePack}
+	dopt.Progress = nil
+	res, err := dataset.Build(spec, tok, dopt)
 	if err != nil {
-		return nil, fmt.Errorf("selection: calibration store %s: its recorded data spec: %w", storeDir, err)
+		return nil, fmt.Errorf("selection: the held-out part of %s: %w", where, err)
 	}
-	opt := prov.Options
-	opt.Calibration = dataset.SetOptions{}
-	opt.Evaluation = dataset.SetOptions{Sequences: sequences, SeqLen: seqLen, Mode: dataset.ModePack}
-	res, err := dataset.Build(spec, tok, opt)
-	if err != nil {
-		return nil, fmt.Errorf("selection: the held-out text of calibration store %s (%s): %w", storeDir, prov.Spec, err)
+	if opt.Data != nil {
+		return res.Evaluation, nil
 	}
 	// The text must be the one the store was made from.
 	want, got := map[string]bool{}, map[string]bool{}
@@ -160,11 +168,11 @@ func heldOutText(storeDir string, tok *tokenizer.Tokenizer, sequences, seqLen in
 	}
 	for h := range want {
 		if !got[h] {
-			return nil, fmt.Errorf("selection: %w: the calibration text %s has changed since store %s was made from it (a file of sha256 %.16s… is gone)", ErrMismatch, prov.Spec, storeDir, h)
+			return nil, fmt.Errorf("selection: %w: %s has changed since the store was made from it (a file of sha256 %.16s… is gone)", ErrMismatch, where, h)
 		}
 	}
 	if len(got) != len(want) || res.Provenance.Tokenizer.SHA256 != prov.Tokenizer.SHA256 {
-		return nil, fmt.Errorf("selection: %w: the calibration text %s or the tokenizer differs from what store %s was made from", ErrMismatch, prov.Spec, storeDir)
+		return nil, fmt.Errorf("selection: %w: %s or the tokenizer differs from what the store was made from", ErrMismatch, where)
 	}
 	return res.Evaluation, nil
 }
@@ -188,7 +196,7 @@ func prepareHeldOut(opt MeasureOptions) (*heldOut, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := heldOutText(opt.Calib, tok, w.Sequences, w.SeqLen)
+	set, err := heldOutText(opt, tok, w.Sequences, w.SeqLen)
 	if err != nil {
 		return nil, err
 	}

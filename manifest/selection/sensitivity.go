@@ -12,6 +12,8 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -111,8 +113,13 @@ func (t *TensorSensitivity) WeightedLoss(c Candidate, calibTokens int64) (float6
 
 // MeasureOptions say what Measure measures.
 type MeasureOptions struct {
-	// Source is the model directory, Calib the calibration store.
-	Source, Calib string
+	// Source is the model directory, Calib the calibration store; or,
+	// instead of Calib, Data and DataOptions give calibration text (its
+	// calibration set), measured by sequential builds.
+	Source, Calib  string
+	Data           *dataset.Spec
+	DataOptions    dataset.Options
+	AllowShortData bool
 	// Base is the plan whose quantized matrices are measured; the
 	// selected plan keeps its rules for everything else.
 	Base       *plan.Plan
@@ -136,8 +143,10 @@ func (o *MeasureOptions) Validate() error {
 	switch {
 	case o.Source == "":
 		return errors.New("selection: no source model")
-	case o.Calib == "":
-		return errors.New("selection: no calibration store")
+	case o.Calib == "" && o.Data == nil:
+		return errors.New("selection: no calibration store or text")
+	case o.Calib != "" && o.Data != nil:
+		return errors.New("selection: a calibration store and calibration text are exclusive")
 	case o.Base == nil:
 		return errors.New("selection: no base plan")
 	case len(bfpFormats(o.Candidates)) == 0:
@@ -314,6 +323,7 @@ func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*
 		mp := measurementPlan(base, f)
 		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: measureDir(opt.Scratch, f), Plan: mp,
 			Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, Calib: opt.Calib, Layers: "all", GPTQOptions: opt.GPTQOptions,
+			Data: opt.Data, DataOptions: opt.DataOptions, AllowShortData: opt.AllowShortData,
 			AllowSyntheticCalibration: opt.AllowSyntheticCalibration, Progress: opt.Progress, Family: opt.Family})
 		if err != nil {
 			return nil, fmt.Errorf("selection: measuring %s: %w", f, err)
@@ -372,6 +382,27 @@ func measureDir(scratch string, f manifest.StoredFormat) string {
 	return filepath.Join(scratch, "measure-"+string(f))
 }
 
+// CalibrationIdentity is the identity a build records for the calibration
+// data of opt (manifest.CalibInfo.SHA256), which Check compares: the hash
+// of a store's files, or the sha256 of the token ids of the text's
+// calibration set (tokenized here, nothing else run).
+func CalibrationIdentity(ctx context.Context, opt MeasureOptions) (string, error) {
+	if opt.Data == nil {
+		return build.StoreIdentity(ctx, opt.Calib, opt.Workers)
+	}
+	tok, err := tokenizer.Load(opt.Source)
+	if err != nil {
+		return "", err
+	}
+	dopt := opt.DataOptions
+	dopt.Evaluation = dataset.SetOptions{}
+	res, _, err := dataset.BuildCalibration(opt.Data, tok, dopt, opt.AllowShortData, nil)
+	if err != nil {
+		return "", err
+	}
+	return res.Provenance.Calibration.TokenIDsSHA256, nil
+}
+
 // Save writes s as indented JSON (write-then-rename).
 func (s *Sensitivity) Save(path string) error {
 	b, err := json.MarshalIndent(s, "", "  ")
@@ -415,7 +446,7 @@ func (s *Sensitivity) Check(modelID, storeID string, base *plan.Plan, expertsPer
 	case s.Model != modelID:
 		return fmt.Errorf("selection: %w: measured on model %s, not %s", ErrMismatch, s.Model, modelID)
 	case s.Calibration.SHA256 != storeID:
-		return fmt.Errorf("selection: %w: measured on calibration store %s, not %s", ErrMismatch, s.Calibration.SHA256, storeID)
+		return fmt.Errorf("selection: %w: measured on calibration data %s (%s), not %s", ErrMismatch, s.Calibration.SHA256, s.Calibration.Mode, storeID)
 	case s.BasePlan.SHA256 != planSHA:
 		return fmt.Errorf("selection: %w: measured for base plan %q (sha256 %s), not %q (%s)", ErrMismatch, s.BasePlan.Name, s.BasePlan.SHA256, base.Name, planSHA)
 	case s.ExpertsPerFile != expertsPerFile:
