@@ -23,12 +23,14 @@ func init() {
 
 // selectReport is the --json document of select.
 type selectReport struct {
-	SchemaVersion int               `json:"schema_version"`
-	Plan          string            `json:"plan_file"`
-	Sensitivity   string            `json:"sensitivity_file"`
-	Measured      bool              `json:"measured"`
-	SVG           string            `json:"svg_file"`
-	Result        *selection.Result `json:"result"`
+	SchemaVersion int    `json:"schema_version"`
+	Plan          string `json:"plan_file"`
+	Sensitivity   string `json:"sensitivity_file"`
+	Measured      bool   `json:"measured"`
+	SVG           string `json:"svg_file"`
+	// KLWeights are the measured weights used (--weights measure).
+	KLWeights *selection.KLWeights `json:"kl_weights,omitempty"`
+	Result    *selection.Result    `json:"result"`
 }
 
 func runSelect(ctx context.Context, e *env, args []string) error {
@@ -231,14 +233,18 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if _, err := atomicfile.WriteFile(*svgPath, []byte(svg.String())); err != nil {
 		return err
 	}
-	if bf.asJSON {
-		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *sens, Measured: measured, SVG: *svgPath, Result: res})
+	var kw *selection.KLWeights
+	if wm != nil {
+		kw = s.KL
 	}
-	printSelection(e.stdout, res, bf.out, *sens, *svgPath, measured)
+	if bf.asJSON {
+		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *sens, Measured: measured, SVG: *svgPath, KLWeights: kw, Result: res})
+	}
+	printSelection(e.stdout, res, kw, bf.out, *sens, *svgPath, measured)
 	return nil
 }
 
-func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPath string, measured bool) {
+func printSelection(w io.Writer, r *selection.Result, kw *selection.KLWeights, planPath, sensPath, svgPath string, measured bool) {
 	fmt.Fprintf(w, "## Precision selection: %s\n\n", r.Budget)
 	verb := "read"
 	if measured {
@@ -267,6 +273,13 @@ func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPat
 	fmt.Fprintf(w, "\n| role | format | tensors | bytes |\n|---|---|---:|---:|\n")
 	for _, f := range r.Roles {
 		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", f.Role, f.Format, f.Tensors, humanBytes(f.Bytes))
+	}
+	if kw != nil {
+		fmt.Fprintf(w, "\nweights: each key's matrices moved alone to %s, mean KL on %d held-out tokens over the predicted error at weight 1\n\n", kw.Candidate, kw.Scored)
+		fmt.Fprintf(w, "| key | matrices | mean KL | loss | weight |\n|---|---:|---:|---:|---:|\n")
+		for _, c := range kw.Changes {
+			fmt.Fprintf(w, "| %s | %d | %.4g ± %.2g | %.4g | %.4g |\n", c.Key, c.Tensors, c.KL, c.KLSE, c.Loss, c.Weight)
+		}
 	}
 	fmt.Fprintf(w, "\n| layer | unit | choice | bytes | routed share | predicted error |\n|---:|---|---|---:|---:|---:|\n")
 	for _, u := range r.Units {
