@@ -112,17 +112,9 @@ type prefixRunner struct {
 }
 
 func (r *prefixRunner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
-	if r.done != nil {
-		<-r.done
-	}
-	r.n, r.hf, r.err = len(tokens), nil, nil
 	at := map[int][]float32{}
+	r.start(len(tokens), func() ([]float32, error) { return r.run(ctx, tokens, at) })
 	r.at = at
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		r.hf, r.err = r.run(ctx, tokens, at)
-	}()
 	return r, nil
 }
 
@@ -156,22 +148,15 @@ type changeRunner struct {
 }
 
 func (c *changeRunner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
-	if c.done != nil {
-		<-c.done
-	}
-	c.n, c.hf, c.err = len(tokens), nil, nil
-	ref, at := c.ref, c.ref.at
-	refDone := ref.done
-	c.done = make(chan struct{})
-	go func() {
-		defer close(c.done)
+	ref := c.ref
+	at, refDone := ref.at, ref.done
+	c.start(len(tokens), func() ([]float32, error) {
 		<-refDone
 		if ref.err != nil {
-			c.err = ref.err
-			return
+			return nil, ref.err
 		}
-		c.hf, c.err = c.run(ctx, at[c.first])
-	}()
+		return c.run(ctx, at[c.first])
+	})
 	return c, nil
 }
 

@@ -557,16 +557,22 @@ func newRunner(m *forward.Model) *runner { return &runner{m: m} }
 
 // Forward implements eval.Model.
 func (r *runner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
+	r.start(len(tokens), func() ([]float32, error) { return r.forward(ctx, tokens) })
+	return r, nil
+}
+
+// start runs pass, which returns the final-normed hidden states of a
+// window of n tokens, in the background.
+func (r *runner) start(n int, pass func() ([]float32, error)) {
 	if r.done != nil {
 		<-r.done // the previous window's pass (abandoned after an error)
 	}
-	r.n, r.hf, r.err = len(tokens), nil, nil
+	r.n, r.hf, r.err = n, nil, nil
 	r.done = make(chan struct{})
 	go func() {
 		defer close(r.done)
-		r.hf, r.err = r.forward(ctx, tokens)
+		r.hf, r.err = pass()
 	}()
-	return r, nil
 }
 
 func (r *runner) forward(ctx context.Context, tokens []int32) ([]float32, error) {
