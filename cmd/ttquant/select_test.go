@@ -245,6 +245,20 @@ func TestSelectWeightsMeasure(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, `"measured": false`) {
 		t.Fatalf("another budget: status %d\n%s", code, errs)
 	}
+	// One worker: the same weights and plan.
+	dir1 := t.TempDir()
+	one := append([]string(nil), base...)
+	one[6] = filepath.Join(dir1, "p.json")
+	if code, _, errs := runCLI(t, append(one, "--budget", "4.8MB", "--workers", "1")...); code != exitOK {
+		t.Fatalf("--workers 1: status %d\n%s", code, errs)
+	}
+	for _, f := range []string{"p.json", "p.sensitivity.json"} {
+		a, _ := os.ReadFile(filepath.Join(dir, f))
+		b, _ := os.ReadFile(filepath.Join(dir1, f))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s depends on the worker count", f)
+		}
+	}
 	base[len(base)-5] = "measure:class"
 	code, stdout, errs = runCLI(t, append(base, "--budget", "4.8MB", "--json")...)
 	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
