@@ -199,17 +199,8 @@ func measurementPlan(base *plan.Plan, f manifest.StoredFormat) *plan.Plan {
 // unmeasured as the build will find it. It reads no tensor data, so a
 // command checks a byte budget against it before measuring.
 func Prepare(opt MeasureOptions) (*Sensitivity, error) {
-	s, _, err := prepare(opt)
-	if err != nil {
-		return nil, err
-	}
-	s.sizesOnly = true
-	return s, nil
-}
-
-func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	if err := opt.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	base, _ := opt.Base.Validate()
 	if opt.ExpertsPerFile == 0 {
@@ -217,12 +208,12 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	}
 	modelID, err := ModelIdentity(opt.Source)
 	if err != nil {
-		return nil, nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
+		return nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
 	}
 	planSHA := build.PlanSHA256(opt.Base)
 	m, err := safetensors.OpenModel(opt.Source)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer m.Close()
 	fam := opt.Family
@@ -231,12 +222,12 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	}
 	cfg, err := plan.ConfigBeside(m, fam) // once, for every plan resolved below
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ropt := plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, Family: fam, Config: cfg}
 	res, err := base.ResolveWith(m, ropt)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	s := &Sensitivity{SchemaVersion: SchemaVersion, Kind: sensitivityKind, Model: modelID,
 		BasePlan: PlanRef{base.Name, planSHA}, ExpertsPerFile: opt.ExpertsPerFile, Measured: bfpFormats(opt.Candidates)}
@@ -256,12 +247,12 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 		s.Tensors = append(s.Tensors, ts)
 	}
 	if len(s.Tensors) == 0 {
-		return nil, nil, fmt.Errorf("selection: plan %q quantizes no matrix of %s", base.Name, opt.Source)
+		return nil, fmt.Errorf("selection: plan %q quantizes no matrix of %s", base.Name, opt.Source)
 	}
 	for _, f := range s.Measured {
 		mres, err := measurementPlan(base, f).ResolveWith(m, ropt)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		for _, t := range mres.Tensors {
 			if i, ok := byName[t.Name]; ok {
@@ -269,7 +260,8 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 			}
 		}
 	}
-	return s, byName, nil
+	s.sizesOnly = true
+	return s, nil
 }
 
 // Measure runs one store build per BFP format among the candidates and
@@ -446,7 +438,11 @@ func (s *Sensitivity) Check(modelID, storeID string, base *plan.Plan, expertsPer
 	case s.Model != modelID:
 		return fmt.Errorf("selection: %w: measured on model %s, not %s", ErrMismatch, s.Model, modelID)
 	case s.Calibration.SHA256 != storeID:
-		return fmt.Errorf("selection: %w: measured on calibration data %s (%s), not %s", ErrMismatch, s.Calibration.SHA256, s.Calibration.Mode, storeID)
+		what := "calibration store"
+		if s.Calibration.Mode == manifest.CalibModeSequential {
+			what = "calibration text (the sha256 of its token ids)"
+		}
+		return fmt.Errorf("selection: %w: measured on %s %s, not %s", ErrMismatch, what, s.Calibration.SHA256, storeID)
 	case s.BasePlan.SHA256 != planSHA:
 		return fmt.Errorf("selection: %w: measured for base plan %q (sha256 %s), not %q (%s)", ErrMismatch, s.BasePlan.Name, s.BasePlan.SHA256, base.Name, planSHA)
 	case s.ExpertsPerFile != expertsPerFile:
