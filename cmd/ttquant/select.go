@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -22,24 +23,30 @@ func init() {
 
 // selectReport is the --json document of select.
 type selectReport struct {
-	SchemaVersion int               `json:"schema_version"`
-	Plan          string            `json:"plan_file"`
-	Sensitivity   string            `json:"sensitivity_file"`
-	Measured      bool              `json:"measured"`
-	SVG           string            `json:"svg_file"`
-	Result        *selection.Result `json:"result"`
+	SchemaVersion int    `json:"schema_version"`
+	Plan          string `json:"plan_file"`
+	Sensitivity   string `json:"sensitivity_file"`
+	Measured      bool   `json:"measured"`
+	SVG           string `json:"svg_file"`
+	// KLWeights are the measured weights used (--weights measure).
+	KLWeights *selection.KLWeights `json:"kl_weights,omitempty"`
+	Result    *selection.Result    `json:"result"`
 }
 
 func runSelect(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "select", "--model SRC --calib STORE (--budget SIZE | --bpw X | --token-bytes SIZE) --out PLAN.json [flags]")
+	fs := newFlagSet(e, "select", "--model SRC (--calib STORE | --data SPEC) (--budget SIZE | --bpw X | --token-bytes SIZE) --out PLAN.json [flags]")
 	bf := addBuildFlags(fs)
-	calibPath := fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on (required)")
+	calibPath := fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on by store builds (or --data)")
+	d := addDataFlags(fs, calibrationSet, 128)
+	allowShort := addAllowShortFlag(fs)
 	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth)")
 	cands := fs.String("candidates", selection.DefaultCandidates, "precisions each matrix may get: FORMAT:METHOD (BFP4_b:gptq, BFP4_b:rtn, BFP8_b:rtn, BFP8_b:gptq, BFP2_b:gptq, BFP2_b:rtn) or AS_IS, comma-separated")
 	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
 	bpw := fs.Float64("bpw", 0, "bits per weight over every stored tensor")
 	tokenBytes := fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
-	weights := fs.String("weights", "", "multipliers of each role class's proxy loss, CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1): the KL per unit of proxy loss measured by single-class changes makes the predicted error a predicted KL")
+	weights := fs.String("weights", "", "multipliers of each role class's proxy loss: CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1), or measure (the KL per unit of proxy loss of every class in every layer, from single-change evaluations on held-out calibration text, kept in the sensitivity file) or measure:class (one factor per class)")
+	evalSeqs := fs.Int("eval-sequences", selection.DefaultWeightSequences, "with --weights measure: held-out calibration sequences the single changes are scored on")
+	evalSeqLen := fs.Int("eval-seq-len", selection.DefaultWeightSeqLen, "with --weights measure: their length in tokens")
 	override := fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
 	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
 	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
@@ -55,8 +62,13 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *calibPath == "" {
-		return usageErrorf("--calib is required (a calibration store from calib build)")
+	switch {
+	case *calibPath != "" && d.data != "":
+		return usageErrorf("give --calib (a calibration store) or --data (calibration text, measured by sequential builds), not both")
+	case *calibPath == "" && d.data == "":
+		return usageErrorf("--calib or --data is required")
+	case *allowShort && d.data == "":
+		return usageErrorf("--allow-short applies to --data (calibration text) only")
 	}
 	candidates, err := selection.ParseCandidates(*cands)
 	if err != nil {
@@ -88,9 +100,29 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if n != 1 {
 		return usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
 	}
-	w, err := selection.ParseWeights(*weights)
-	if err != nil {
-		return usageErrorf("--weights: %v", err)
+	var w selection.Weights
+	var wm *selection.WeightMeasure
+	switch *weights {
+	case "measure", "measure:class":
+		wm = &selection.WeightMeasure{Mode: selection.WeightsPerClassLayer, Sequences: *evalSeqs, SeqLen: *evalSeqLen}
+		if *weights == "measure:class" {
+			wm.Mode = selection.WeightsPerClass
+		}
+		if err := wm.Validate(); err != nil {
+			return usageErrorf("--eval-sequences/--eval-seq-len: %v", err)
+		}
+		if !bf.quiet {
+			wm.Progress = func(msg string) { fmt.Fprintf(e.stderr, "select: %s\n", msg) }
+		}
+	default:
+		if w, err = selection.ParseWeights(*weights); err != nil {
+			return usageErrorf("--weights: %v", err)
+		}
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "eval-sequences" || f.Name == "eval-seq-len" })
+		if given {
+			return usageErrorf("--eval-sequences and --eval-seq-len apply to --weights measure only")
+		}
 	}
 	var over *plan.Plan
 	if *override != "" {
@@ -111,6 +143,15 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	}
 	mopt := selection.MeasureOptions{Source: opt.Source, Calib: *calibPath, Base: opt.Plan, Candidates: candidates,
 		Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, GPTQOptions: &g, AllowSyntheticCalibration: *allowSynth}
+	if d.data != "" {
+		if mopt.Data, mopt.DataOptions, err = d.resolve(bf.workers); err != nil {
+			return err
+		}
+		if err := inRange("sequences", int64(mopt.DataOptions.Calibration.Sequences), 1, math.MaxInt32); err != nil {
+			return err
+		}
+		mopt.AllowShortData = *allowShort
+	}
 	sopt := selection.Options{Source: opt.Source, Base: opt.Plan, Overrides: over, Candidates: candidates, Budget: b, Weights: w}
 
 	// Refusals before the measurement: a sensitivity file of other inputs,
@@ -126,21 +167,29 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		storeID, err := build.StoreIdentity(ctx, *calibPath, opt.Workers)
+		storeID, err := selection.CalibrationIdentity(ctx, mopt)
 		if err != nil {
 			return err
 		}
 		if err := s.Check(modelID, storeID, opt.Plan, opt.ExpertsPerFile); err != nil {
 			return err
 		}
-	} else {
+		if wm != nil && !s.KL.Matches(wm) {
+			if !bf.quiet {
+				fmt.Fprintf(e.stderr, "select: %s holds no weights measured as asked (mode %s, %d × %d tokens): measuring again\n", *sens, wm.Mode, wm.Sequences, wm.SeqLen)
+			}
+			s = nil
+		}
+	}
+	if s == nil {
+		mopt.Weights = wm
 		skel, err := selection.Prepare(mopt)
 		if err != nil {
 			return err
 		}
 		if b.Kind != selection.BudgetTokenBytes {
 			sopt.Sensitivity = skel
-			if _, err := selection.Select(sopt); err != nil {
+			if err := selection.CheckBudget(sopt); err != nil {
 				return err
 			}
 		}
@@ -153,13 +202,16 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		if !bf.quiet {
 			fmt.Fprintf(e.stderr, "select: measuring %d matrices (one store build per format: %v)\n", len(skel.Tensors), skel.Measured)
 		}
-		if s, err = selection.Measure(ctx, mopt); err != nil {
+		if s, err = selection.MeasurePrepared(ctx, mopt, skel); err != nil {
 			if errors.Is(err, build.ErrSyntheticCalibration) {
 				return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
 			}
 			return err
 		}
 		measured = true
+	}
+	if wm != nil {
+		sopt.Weights = s.KL.Weights()
 	}
 	sopt.Sensitivity = s
 	res, err := selection.Select(sopt)
@@ -181,14 +233,18 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if _, err := atomicfile.WriteFile(*svgPath, []byte(svg.String())); err != nil {
 		return err
 	}
-	if bf.asJSON {
-		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *sens, Measured: measured, SVG: *svgPath, Result: res})
+	var kw *selection.KLWeights
+	if wm != nil {
+		kw = s.KL
 	}
-	printSelection(e.stdout, res, bf.out, *sens, *svgPath, measured)
+	if bf.asJSON {
+		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *sens, Measured: measured, SVG: *svgPath, KLWeights: kw, Result: res})
+	}
+	printSelection(e.stdout, res, kw, bf.out, *sens, *svgPath, measured)
 	return nil
 }
 
-func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPath string, measured bool) {
+func printSelection(w io.Writer, r *selection.Result, kw *selection.KLWeights, planPath, sensPath, svgPath string, measured bool) {
 	fmt.Fprintf(w, "## Precision selection: %s\n\n", r.Budget)
 	verb := "read"
 	if measured {
@@ -212,11 +268,18 @@ func printSelection(w io.Writer, r *selection.Result, planPath, sensPath, svgPat
 	}
 	fmt.Fprintf(w, "\n| format | tensors | bytes |\n|---|---:|---:|\n")
 	for _, f := range r.Formats {
-		fmt.Fprintf(w, "| %s | %d | %s |\n", f.Format, f.Tensors, humanBytes(f.Bytes))
+		fmt.Fprintf(w, "| %s | %d | %s |\n", f.Format, f.Tensors, humanBytes(f.StoredBytes))
 	}
 	fmt.Fprintf(w, "\n| role | format | tensors | bytes |\n|---|---|---:|---:|\n")
 	for _, f := range r.Roles {
 		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", f.Role, f.Format, f.Tensors, humanBytes(f.Bytes))
+	}
+	if kw != nil {
+		fmt.Fprintf(w, "\nweights: each key's matrices moved alone to %s, mean KL on %d held-out tokens over the predicted error at weight 1\n\n", kw.Candidate, kw.Scored)
+		fmt.Fprintf(w, "| key | matrices | mean KL | loss | weight |\n|---|---:|---:|---:|---:|\n")
+		for _, c := range kw.Changes {
+			fmt.Fprintf(w, "| %s | %d | %.4g ± %.2g | %.4g | %.4g |\n", c.Key, c.Tensors, c.KL, c.KLSE, c.Loss, c.Weight)
+		}
 	}
 	fmt.Fprintf(w, "\n| layer | unit | choice | bytes | routed share | predicted error |\n|---:|---|---|---:|---:|---:|\n")
 	for _, u := range r.Units {

@@ -182,3 +182,144 @@ func TestSelect(t *testing.T) {
 	}
 	emptyDir(t, dir2)
 }
+
+// TestSelectWeightsMeasure: --weights measure measures one weight per
+// class and layer (the KL of the single change over its predicted loss),
+// keeps them in the sensitivity file and uses them; another budget reads
+// them without measuring; another mode measures again; the held-out flags
+// without measure are a usage error.
+func TestSelectWeightsMeasure(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	store := selectStore(t, model, "3")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "p.json")
+	base := []string{"select", "--model", model, "--calib", store, "--out", out, "--quiet", "--weights", "measure", "--eval-sequences", "2", "--eval-seq-len", "48"}
+	if code, _, errs := runCLI(t, "select", "--model", model, "--calib", store, "--out", out, "--budget", "5MB", "--eval-sequences", "2"); code != exitUsage || !strings.Contains(errs, "--weights measure only") {
+		t.Errorf("--eval-sequences without measure: status %d, %s", code, errs)
+	}
+	emptyDir(t, dir)
+	code, stdout, errs := runCLI(t, append(base, "--budget", "5MB", "--json")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
+		t.Fatalf("select --weights measure: status %d\n%s", code, errs)
+	}
+	var sens struct {
+		KL struct {
+			Mode      string `json:"mode"`
+			Candidate string `json:"candidate"`
+			Scored    int64  `json:"scored_tokens"`
+			Changes   []struct {
+				Key          string
+				Tensors      int
+				Loss, Weight float64
+				KL           float64 `json:"mean_kl"`
+			} `json:"changes"`
+		} `json:"kl_weights"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "p.sensitivity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &sens); err != nil {
+		t.Fatal(err)
+	}
+	k := sens.KL
+	// Four layers × four classes; every window's positions but the last
+	// (which has no next token) are scored.
+	if k.Mode != "class_layer" || k.Candidate != "BFP4_b:gptq" || k.Scored != 2*47 || len(k.Changes) != 16 {
+		t.Fatalf("kl_weights %+v", k)
+	}
+	var rep struct {
+		Result struct {
+			Weights map[string]float64 `json:"weights"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range k.Changes {
+		if !(c.KL > 0) || !(c.Loss > 0) || c.Tensors == 0 || c.Weight != c.KL/c.Loss || rep.Result.Weights[c.Key] != c.Weight {
+			t.Errorf("change %+v (used weight %v)", c, rep.Result.Weights[c.Key])
+		}
+	}
+	code, stdout, errs = runCLI(t, append(base, "--budget", "4.8MB", "--json")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": false`) {
+		t.Fatalf("another budget: status %d\n%s", code, errs)
+	}
+	// One worker: the same weights and plan.
+	dir1 := t.TempDir()
+	one := append([]string(nil), base...)
+	one[6] = filepath.Join(dir1, "p.json")
+	if code, _, errs := runCLI(t, append(one, "--budget", "4.8MB", "--workers", "1")...); code != exitOK {
+		t.Fatalf("--workers 1: status %d\n%s", code, errs)
+	}
+	for _, f := range []string{"p.json", "p.sensitivity.json"} {
+		a, _ := os.ReadFile(filepath.Join(dir, f))
+		b, _ := os.ReadFile(filepath.Join(dir1, f))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s depends on the worker count", f)
+		}
+	}
+	base[len(base)-5] = "measure:class"
+	code, stdout, errs = runCLI(t, append(base, "--budget", "4.8MB", "--json")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
+		t.Fatalf("measure:class: status %d\n%s", code, errs)
+	}
+
+	// A store whose calibration text has changed since: refused before the
+	// measurement builds, nothing written.
+	text := filepath.Join(t.TempDir(), "calib.jsonl")
+	orig, err := os.ReadFile(filepath.Join(model, "calib.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(text, orig, 0o644)
+	moved := filepath.Join(t.TempDir(), "store")
+	if code, _, errs := runCLI(t, "calib", "build", "--model", model, "--data", text, "--out", moved, "--sequences", "3", "--seq-len", "32", "--quiet"); code != exitOK {
+		t.Fatalf("calib build: status %d\n%s", code, errs)
+	}
+	os.WriteFile(text, append(orig, orig[:strings.Index(string(orig), "\n")+1]...), 0o644)
+	dir3 := t.TempDir()
+	code, _, errs = runCLI(t, "select", "--model", model, "--calib", moved, "--out", filepath.Join(dir3, "p.json"), "--quiet", "--weights", "measure", "--budget", "5MB")
+	if code != exitError || !strings.Contains(errs, "has changed") {
+		t.Errorf("changed calibration text: status %d, %s", code, errs)
+	}
+	emptyDir(t, dir3)
+}
+
+// TestSelectFromText: --data measures by sequential builds of the
+// calibration text (recorded as such), a re-run tokenizes the text to
+// check the saved sensitivities instead of measuring, another calibration
+// set is refused, and --calib with --data is a usage error.
+func TestSelectFromText(t *testing.T) {
+	model := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	text := filepath.Join(model, "calib.jsonl")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "p.json")
+	base := []string{"select", "--model", model, "--data", text, "--seq-len", "32", "--out", out, "--quiet", "--json"}
+	if code, _, errs := runCLI(t, append(base, "--sequences", "2", "--budget", "5MB", "--calib", dir)...); code != exitUsage || !strings.Contains(errs, "not both") {
+		t.Errorf("--calib and --data: status %d, %s", code, errs)
+	}
+	emptyDir(t, dir)
+	code, stdout, errs := runCLI(t, append(base, "--sequences", "2", "--budget", "5MB")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": true`) {
+		t.Fatalf("select --data: status %d\n%s", code, errs)
+	}
+	var sens struct {
+		Calibration manifest.CalibInfo `json:"calibration"`
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "p.sensitivity.json"))
+	if err := json.Unmarshal(b, &sens); err != nil {
+		t.Fatal(err)
+	}
+	if sens.Calibration.Mode != manifest.CalibModeSequential || sens.Calibration.Tokens != 64 {
+		t.Errorf("calibration %+v", sens.Calibration)
+	}
+	code, stdout, errs = runCLI(t, append(base, "--sequences", "2", "--budget", "4.8MB")...)
+	if code != exitOK || !strings.Contains(stdout, `"measured": false`) {
+		t.Fatalf("re-run: status %d\n%s", code, errs)
+	}
+	code, _, errs = runCLI(t, append(base, "--sequences", "3", "--budget", "4.8MB")...)
+	if code != exitError || !strings.Contains(errs, "does not belong") {
+		t.Errorf("other calibration set: status %d, %s", code, errs)
+	}
+}

@@ -54,9 +54,11 @@ var allowed = map[string][]string{
 	// sequential build runs the forward pass over tokenized text.
 	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard", "internal/progress"},
 	"manifest/ttnn":  {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
-	// Precision selection: measures through the store build, solves, draws
-	// the Pareto curve with the evaluation's SVG helpers.
-	"manifest/selection":   {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "emulator/eval"},
+	// Precision selection: measures through the store build, weighs the
+	// losses by single-change evaluations in the harness (the forward pass
+	// over held-out text), solves, draws the Pareto curve with the
+	// evaluation's SVG helpers.
+	"manifest/selection":   {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "emulator/eval", "emulator/eval/harness", "internal/model/forward", "internal/text"},
 	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	"emulator/eval":        {},
 	"internal/importcheck": {"internal/testdata"},

@@ -895,6 +895,10 @@ type buildError struct{ error }
 func (e buildError) Unwrap() error { return e.error }
 
 // planInfo records a plan in the manifest.
+// PlanSHA256 is the sha256 a build of plan p records in its manifest's
+// plan section (over the name and the rules).
+func PlanSHA256(p *plan.Plan) string { return planInfo(p).SHA256 }
+
 func planInfo(p *plan.Plan) manifest.PlanInfo {
 	pi := manifest.PlanInfo{Name: p.Name}
 	for _, r := range p.Rules {

@@ -70,7 +70,7 @@ type Point struct {
 	PredictedError float64 `json:"predicted_error"`
 }
 
-// FormatBytes sums stored tensors of one format (and role).
+// FormatBytes sums the stored tensors of one role and format.
 type FormatBytes struct {
 	Role    model.Role            `json:"role,omitempty"`
 	Format  manifest.StoredFormat `json:"format"`
@@ -90,15 +90,17 @@ type Result struct {
 	// Grid is the solver's cost cell (in the budget's unit), Exact whether
 	// the answer is optimal; else Bound bounds the rounding:
 	// error ≤ OPT(budget − Bound).
-	Grid       float64       `json:"grid_cell"`
-	Exact      bool          `json:"exact"`
-	Bound      float64       `json:"bound"`
-	Units      []Unit        `json:"units"`
-	Fixed      int           `json:"fixed_tensors"`
-	Formats    []FormatBytes `json:"formats"`
-	Roles      []FormatBytes `json:"roles"`
-	References []Point       `json:"references"`
-	Curve      []Point       `json:"curve"`
+	Grid  float64 `json:"grid_cell"`
+	Exact bool    `json:"exact"`
+	Bound float64 `json:"bound"`
+	Units []Unit  `json:"units"`
+	Fixed int     `json:"fixed_tensors"`
+	// Formats are the selected plan's totals per format, Roles per role
+	// and format.
+	Formats    []plan.FormatTotal `json:"formats"`
+	Roles      []FormatBytes      `json:"roles"`
+	References []Point            `json:"references"`
+	Curve      []Point            `json:"curve"`
 }
 
 // tensorCost is a tensor's share of a budget given its stored bytes.
@@ -137,9 +139,26 @@ func unitName(t *TensorSensitivity) string {
 	return t.Name
 }
 
-// Select solves the knapsack for opt.Budget and returns the plan.
-func Select(opt Options) (*Result, error) {
-	s := opt.Sensitivity
+// selector is what Select and CheckBudget share: the model, the units and
+// their priced choices, the all-smallest and all-largest plans.
+type selector struct {
+	opt        Options
+	base, over *plan.Plan
+	m          *safetensors.Model
+	ropt       plan.ResolveOptions
+	cm         *costModel
+	fixedRes   *plan.Resolved
+	units      []Unit
+	ch         *choices
+	unit       float64 // the exact grid cell, 0 when none
+	lowest     []int
+	highest    []int
+	res        *Result
+}
+
+// newSelector prices every choice and refuses a budget outside the
+// achievable range; the caller closes s.m.
+func newSelector(opt Options) (*selector, error) {
 	base, over, err := opt.check()
 	if err != nil {
 		return nil, err
@@ -148,91 +167,124 @@ func Select(opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	cfg, err := plan.ConfigBeside(m, opt.Family) // once, for every plan resolved below
-	if err != nil {
+	sel := &selector{opt: opt, base: base, over: over, m: m}
+	if err := sel.price(); err != nil {
+		m.Close()
 		return nil, err
 	}
-	ropt := plan.ResolveOptions{ExpertsPerFile: s.ExpertsPerFile, Family: opt.Family, Config: cfg}
+	return sel, nil
+}
+
+func (sel *selector) price() error {
+	opt, s, base, over, m := sel.opt, sel.opt.Sensitivity, sel.base, sel.over, sel.m
+	cfg, err := plan.ConfigBeside(m, opt.Family) // once, for every plan resolved below
+	if err != nil {
+		return err
+	}
+	sel.ropt = plan.ResolveOptions{ExpertsPerFile: s.ExpertsPerFile, Family: opt.Family, Config: cfg}
 	// Everything not chosen: the overrides, then the base plan.
 	fixedPlan := &plan.Plan{Name: base.Name, Rules: append(overRules(over), base.Rules...)}
-	fixedRes, err := fixedPlan.ResolveWith(m, ropt)
-	if err != nil {
-		return nil, err
+	if sel.fixedRes, err = fixedPlan.ResolveWith(m, sel.ropt); err != nil {
+		return err
 	}
 	cm := &costModel{kind: opt.Budget.Kind, tokens: s.Calibration.Tokens, sens: map[string]*TensorSensitivity{}}
 	for i := range s.Tensors {
 		cm.sens[s.Tensors[i].Name] = &s.Tensors[i]
 	}
-	for _, t := range fixedRes.Tensors {
+	for _, t := range sel.fixedRes.Tensors {
 		cm.elements += t.Elements()
 	}
-
-	units, err := buildUnits(s, over, fixedRes, opt.Candidates, opt.Weights)
-	if err != nil {
-		return nil, err
+	sel.cm = cm
+	if sel.units, err = buildUnits(s, over, sel.fixedRes, opt.Candidates, opt.Weights); err != nil {
+		return err
 	}
-	ch, err := choicesOf(units, fixedRes, cm, s, opt.Weights)
-	if err != nil {
-		return nil, err
+	if sel.ch, err = choicesOf(sel.units, sel.fixedRes, cm, s, opt.Weights); err != nil {
+		return err
 	}
-	free, groups, freeUnits, whole64, fixedCost, fixedErr := ch.free, ch.groups, ch.freeUnits, ch.whole64, ch.fixedCost, ch.fixedErr
 	// Stored sizes of BFP tiles and 16-bit matrices are multiples of 64
 	// bytes: the grid of 64-byte cells is exact when the budget fits it.
-	unit := 0.0
-	if whole64 && opt.Budget.Kind == BudgetBytes {
-		unit = 64
-	} else if whole64 && opt.Budget.Kind == BudgetBPW {
-		unit = 8 * 64 / float64(cm.elements)
+	if sel.ch.whole64 && opt.Budget.Kind == BudgetBytes {
+		sel.unit = 64
+	} else if sel.ch.whole64 && opt.Budget.Kind == BudgetBPW {
+		sel.unit = 8 * 64 / float64(cm.elements)
 	}
 	// The all-smallest and all-largest plans bound the budget.
-	lowest, highest := extremes(groups)
-	res := &Result{Budget: opt.Budget, Weights: opt.Weights}
-	mkPoint := func(name string, choice []int) (Point, *plan.Plan, error) {
-		p := selectedPlan(base, over, freeUnits, choice, name)
-		pt, err := pointOf(p, m, ropt, cm, s, opt.Weights)
-		pt.Name = name
-		return pt, p, err
+	sel.lowest, sel.highest = extremes(sel.ch.groups)
+	sel.res = &Result{Budget: opt.Budget, Weights: opt.Weights}
+	if sel.res.Smallest, _, _, err = sel.point("smallest", sel.lowest); err != nil {
+		return err
 	}
-	if res.Smallest, _, err = mkPoint("smallest", lowest); err != nil {
+	if sel.res.Largest, _, _, err = sel.point("largest", sel.highest); err != nil {
+		return err
+	}
+	r := sel.res
+	if opt.Budget.Value < r.Smallest.Cost-1e-9 || opt.Budget.Value > r.Largest.Cost+1e-9 {
+		return &BudgetError{Budget: opt.Budget, Smallest: r.Smallest.Cost, Largest: r.Largest.Cost,
+			SmallestB: float64(r.Smallest.StoredBytes), LargestB: float64(r.Largest.StoredBytes)}
+	}
+	return nil
+}
+
+// point prices the plan of a choice per free unit.
+func (sel *selector) point(name string, choice []int) (Point, *plan.Plan, *plan.Resolved, error) {
+	p := selectedPlan(sel.base, sel.over, sel.ch.freeUnits, choice, name)
+	pt, r, err := pointOf(p, sel.m, sel.ropt, sel.cm, sel.opt.Sensitivity, sel.opt.Weights)
+	pt.Name = name
+	return pt, p, r, err
+}
+
+// CheckBudget refuses a budget outside the achievable range (and every
+// other input Select refuses) without solving: a sensitivity from Prepare,
+// with sizes only, is enough for a byte or bits-per-weight budget.
+func CheckBudget(opt Options) error {
+	sel, err := newSelector(opt)
+	if err != nil {
+		return err
+	}
+	return sel.m.Close()
+}
+
+// Select solves the knapsack for opt.Budget and returns the plan.
+func Select(opt Options) (*Result, error) {
+	if opt.Sensitivity != nil && opt.Sensitivity.sizesOnly {
+		return nil, errors.New("selection: the sensitivity holds sizes only (Prepare): measure it first")
+	}
+	sel, err := newSelector(opt)
+	if err != nil {
 		return nil, err
 	}
-	if res.Largest, _, err = mkPoint("largest", highest); err != nil {
-		return nil, err
-	}
-	if opt.Budget.Value < res.Smallest.Cost-1e-9 || opt.Budget.Value > res.Largest.Cost+1e-9 {
-		return nil, &BudgetError{Budget: opt.Budget, Smallest: res.Smallest.Cost, Largest: res.Largest.Cost,
-			SmallestB: float64(res.Smallest.StoredBytes), LargestB: float64(res.Largest.StoredBytes)}
-	}
-	sol, err := Solve(groups, opt.Budget.Value-fixedCost, unit)
+	defer sel.m.Close()
+	s, res, ch := opt.Sensitivity, sel.res, sel.ch
+	sol, err := Solve(ch.groups, opt.Budget.Value-ch.fixedCost, sel.unit)
 	if err != nil {
 		return nil, err
 	}
 	res.Grid, res.Exact, res.Bound = sol.Cell, sol.Exact, sol.Bound
-	res.Selected, res.Plan, err = mkPoint("selected", sol.Choice)
+	var fin *plan.Resolved
+	res.Selected, res.Plan, fin, err = sel.point("selected", sol.Choice)
 	if err != nil {
 		return nil, err
 	}
 	if res.Selected.Cost > opt.Budget.Value*(1+1e-12) {
 		return nil, fmt.Errorf("selection: the selected plan costs %v, above the budget %v (internal error)", res.Selected.Cost, opt.Budget.Value)
 	}
-	if d := math.Abs(res.Selected.PredictedError - (sol.Loss + fixedErr)); d > 1e-9*max(1, sol.Loss) {
-		return nil, fmt.Errorf("selection: the selected plan's error %v differs from the solver's %v (internal error)", res.Selected.PredictedError, sol.Loss+fixedErr)
+	if d := math.Abs(res.Selected.PredictedError - (sol.Loss + ch.fixedErr)); d > 1e-9*max(1, sol.Loss) {
+		return nil, fmt.Errorf("selection: the selected plan's error %v differs from the solver's %v (internal error)", res.Selected.PredictedError, sol.Loss+ch.fixedErr)
 	}
-	recordChoice(freeUnits, sol.Choice)
-	res.Units = units
-	res.Fixed = len(fixedRes.Tensors) - len(free)
-	fin, err := res.Plan.ResolveWith(m, ropt)
-	if err != nil {
-		return nil, err
-	}
-	res.Formats, res.Roles = formatTotals(fin)
-	if res.References, err = references(opt, freeUnits, lowest, mkPoint, func(p *plan.Plan) (Point, error) {
-		return pointOf(p, m, ropt, cm, s, opt.Weights)
+	recordChoice(ch.freeUnits, sol.Choice)
+	res.Units = sel.units
+	res.Fixed = len(sel.fixedRes.Tensors) - len(ch.free)
+	res.Formats, res.Roles = fin.Totals, roleTotals(fin)
+	if res.References, err = references(opt, ch.freeUnits, sel.lowest, func(name string, choice []int) (Point, error) {
+		pt, _, _, err := sel.point(name, choice)
+		return pt, err
+	}, func(p *plan.Plan) (Point, error) {
+		pt, _, err := pointOf(p, sel.m, sel.ropt, sel.cm, s, opt.Weights)
+		return pt, err
 	}); err != nil {
 		return nil, err
 	}
-	if res.Curve, err = curve(groups, unit, opt.CurvePoints, fixedCost, fixedErr); err != nil {
+	if res.Curve, err = curve(ch.groups, sel.unit, opt.CurvePoints, ch.fixedCost, ch.fixedErr); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -375,10 +427,10 @@ func unitPattern(names []string) string {
 // pointOf resolves p and returns its cost, sizes and predicted error (the
 // selectable matrices' weighted losses; an error when p puts one of them
 // in a precision that was not measured).
-func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *costModel, s *Sensitivity, w Weights) (Point, error) {
+func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *costModel, s *Sensitivity, w Weights) (Point, *plan.Resolved, error) {
 	r, err := p.ResolveWith(m, ropt)
 	if err != nil {
-		return Point{}, err
+		return Point{}, nil, err
 	}
 	pt := Point{Name: p.Name}
 	tokCM := *cm
@@ -397,35 +449,26 @@ func pointOf(p *plan.Plan, m *safetensors.Model, ropt plan.ResolveOptions, cm *c
 		c := Candidate{t.Format, t.Method}
 		if !t.Format.IsBFP() {
 			if !t.Format.Lossless(t.SourceDType) {
-				return Point{}, fmt.Errorf("selection: plan %s stores %s as %s, which has no measured error", p.Name, t.Name, t.Format)
+				return Point{}, nil, fmt.Errorf("selection: plan %s stores %s as %s, which has no measured error", p.Name, t.Name, t.Format)
 			}
 			continue
 		}
 		l, ok := ts.WeightedLoss(c, s.Calibration.Tokens)
 		if !ok && !s.sizesOnly {
-			return Point{}, fmt.Errorf("selection: plan %s stores %s as %s, which was not measured", p.Name, t.Name, c)
+			return Point{}, nil, fmt.Errorf("selection: plan %s stores %s as %s, which was not measured", p.Name, t.Name, c)
 		}
 		pt.PredictedError += l * w.Of(t.Role, t.Layer)
 	}
 	if elements > 0 {
 		pt.BitsPerWeight = 8 * float64(pt.StoredBytes) / float64(elements)
 	}
-	return pt, nil
+	return pt, r, nil
 }
 
-// formatTotals sums a resolved plan's tensors per format and per role and
-// format.
-func formatTotals(r *plan.Resolved) (formats, roles []FormatBytes) {
-	fk := map[manifest.StoredFormat]*FormatBytes{}
+// roleTotals sums a resolved plan's tensors per role and format.
+func roleTotals(r *plan.Resolved) []FormatBytes {
 	rk := map[string]*FormatBytes{}
 	for _, t := range r.Tensors {
-		f := fk[t.Format]
-		if f == nil {
-			f = &FormatBytes{Format: t.Format}
-			fk[t.Format] = f
-		}
-		f.Tensors++
-		f.Bytes += t.StoredBytes
 		key := string(t.Role) + "\x00" + string(t.Format)
 		g := rk[key]
 		if g == nil {
@@ -435,11 +478,7 @@ func formatTotals(r *plan.Resolved) (formats, roles []FormatBytes) {
 		g.Tensors++
 		g.Bytes += t.StoredBytes
 	}
-	for _, f := range manifest.StoredFormats {
-		if v := fk[f]; v != nil {
-			formats = append(formats, *v)
-		}
-	}
+	var roles []FormatBytes
 	for _, v := range rk {
 		roles = append(roles, *v)
 	}
@@ -449,7 +488,7 @@ func formatTotals(r *plan.Resolved) (formats, roles []FormatBytes) {
 		}
 		return roles[i].Format < roles[j].Format
 	})
-	return formats, roles
+	return roles
 }
 
 // WriteSVG draws the Pareto curve of cost against predicted error with the
@@ -522,7 +561,7 @@ func (opt Options) check() (base, over *plan.Plan, err error) {
 // one), attention BFP8 with the MLP in BFP4 when both are candidates, and
 // the presets that apply to the model. mkPoint prices a choice per free
 // unit, point a whole plan.
-func references(opt Options, freeUnits []*Unit, lowest []int, mkPoint func(string, []int) (Point, *plan.Plan, error), point func(*plan.Plan) (Point, error)) ([]Point, error) {
+func references(opt Options, freeUnits []*Unit, lowest []int, mkPoint func(string, []int) (Point, error), point func(*plan.Plan) (Point, error)) ([]Point, error) {
 	var refs []Point
 	// References: the uniform plans over the candidates, the presets, and
 	// attention BFP8 with the MLP in BFP4 when both are candidates.
@@ -534,7 +573,7 @@ func references(opt Options, freeUnits []*Unit, lowest []int, mkPoint func(strin
 				ch[u] = lowest[u]
 			}
 		}
-		pt, _, err := mkPoint("all "+c.String(), ch)
+		pt, err := mkPoint("all "+c.String(), ch)
 		if err != nil {
 			return nil, err
 		}
@@ -550,7 +589,7 @@ func references(opt Options, freeUnits []*Unit, lowest []int, mkPoint func(strin
 				ch[u] = indexOf(fu.cands, rest8)
 			}
 		}
-		pt, _, err := mkPoint("MLP BFP4_b:gptq, rest BFP8_b:rtn", ch)
+		pt, err := mkPoint("MLP BFP4_b:gptq, rest BFP8_b:rtn", ch)
 		if err != nil {
 			return nil, err
 		}

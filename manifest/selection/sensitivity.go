@@ -12,6 +12,8 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/text/dataset"
+	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -20,7 +22,7 @@ import (
 
 // SchemaVersion is the version of the sensitivity file and of the
 // selection report; it changes when a field is removed or changes meaning.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // sensitivityKind marks a sensitivity file.
 const sensitivityKind = "ttquant-sensitivity"
@@ -43,7 +45,7 @@ type Sensitivity struct {
 	// (build.StoreIdentity), its tokens and sequences.
 	Calibration manifest.CalibInfo `json:"calibration"`
 	// BasePlan is the plan whose quantized matrices are measured; its
-	// sha256 is over its canonical JSON.
+	// sha256 is the one a build of it records (build.PlanSHA256).
 	BasePlan       PlanRef `json:"base_plan"`
 	ExpertsPerFile int     `json:"experts_per_file"`
 	// Options are the solver options of the measurement builds.
@@ -51,6 +53,9 @@ type Sensitivity struct {
 	// Measured lists the BFP formats measured (one store build each).
 	Measured []manifest.StoredFormat `json:"measured"`
 	Tensors  []TensorSensitivity     `json:"tensors"`
+	// KL, when measured, are the weights of the role classes (per layer)
+	// from single-change evaluations on held-out calibration text.
+	KL *KLWeights `json:"kl_weights,omitempty"`
 
 	// sizesOnly marks Prepare's result: sizes without losses.
 	sizesOnly bool
@@ -108,8 +113,13 @@ func (t *TensorSensitivity) WeightedLoss(c Candidate, calibTokens int64) (float6
 
 // MeasureOptions say what Measure measures.
 type MeasureOptions struct {
-	// Source is the model directory, Calib the calibration store.
-	Source, Calib string
+	// Source is the model directory, Calib the calibration store; or,
+	// instead of Calib, Data and DataOptions give calibration text (its
+	// calibration set), measured by sequential builds.
+	Source, Calib  string
+	Data           *dataset.Spec
+	DataOptions    dataset.Options
+	AllowShortData bool
 	// Base is the plan whose quantized matrices are measured; the
 	// selected plan keeps its rules for everything else.
 	Base       *plan.Plan
@@ -123,6 +133,9 @@ type MeasureOptions struct {
 	AllowSyntheticCalibration bool
 	Progress                  func(build.ProgressEvent)
 	Family                    model.Family
+	// Weights, when set, also measures the weights (KL per unit of proxy
+	// loss) by single-change evaluations after the builds.
+	Weights *WeightMeasure
 }
 
 // Validate checks the options before any I/O.
@@ -130,8 +143,10 @@ func (o *MeasureOptions) Validate() error {
 	switch {
 	case o.Source == "":
 		return errors.New("selection: no source model")
-	case o.Calib == "":
-		return errors.New("selection: no calibration store")
+	case o.Calib == "" && o.Data == nil:
+		return errors.New("selection: no calibration store or text")
+	case o.Calib != "" && o.Data != nil:
+		return errors.New("selection: a calibration store and calibration text are exclusive")
 	case o.Base == nil:
 		return errors.New("selection: no base plan")
 	case len(bfpFormats(o.Candidates)) == 0:
@@ -142,19 +157,15 @@ func (o *MeasureOptions) Validate() error {
 	if _, err := o.Base.Validate(); err != nil {
 		return err
 	}
+	if o.Weights != nil {
+		if err := o.Weights.Validate(); err != nil {
+			return err
+		}
+	}
 	if o.GPTQOptions != nil {
 		return o.GPTQOptions.Validate()
 	}
 	return nil
-}
-
-// PlanSHA256 is the sha256 of a plan's canonical JSON.
-func PlanSHA256(p *plan.Plan) (string, error) {
-	b, err := p.MarshalPlan()
-	if err != nil {
-		return "", err
-	}
-	return manifest.SHA256Hex(b), nil
 }
 
 // ModelIdentity is the identity a sensitivity file records for a source
@@ -188,16 +199,8 @@ func measurementPlan(base *plan.Plan, f manifest.StoredFormat) *plan.Plan {
 // unmeasured as the build will find it. It reads no tensor data, so a
 // command checks a byte budget against it before measuring.
 func Prepare(opt MeasureOptions) (*Sensitivity, error) {
-	s, _, err := prepare(opt)
-	if s != nil {
-		s.sizesOnly = true
-	}
-	return s, err
-}
-
-func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	if err := opt.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	base, _ := opt.Base.Validate()
 	if opt.ExpertsPerFile == 0 {
@@ -205,15 +208,12 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	}
 	modelID, err := ModelIdentity(opt.Source)
 	if err != nil {
-		return nil, nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
+		return nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
 	}
-	planSHA, err := PlanSHA256(base)
-	if err != nil {
-		return nil, nil, err
-	}
+	planSHA := build.PlanSHA256(opt.Base)
 	m, err := safetensors.OpenModel(opt.Source)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer m.Close()
 	fam := opt.Family
@@ -222,12 +222,12 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 	}
 	cfg, err := plan.ConfigBeside(m, fam) // once, for every plan resolved below
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ropt := plan.ResolveOptions{ExpertsPerFile: opt.ExpertsPerFile, Family: fam, Config: cfg}
 	res, err := base.ResolveWith(m, ropt)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	s := &Sensitivity{SchemaVersion: SchemaVersion, Kind: sensitivityKind, Model: modelID,
 		BasePlan: PlanRef{base.Name, planSHA}, ExpertsPerFile: opt.ExpertsPerFile, Measured: bfpFormats(opt.Candidates)}
@@ -247,12 +247,12 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 		s.Tensors = append(s.Tensors, ts)
 	}
 	if len(s.Tensors) == 0 {
-		return nil, nil, fmt.Errorf("selection: plan %q quantizes no matrix of %s", base.Name, opt.Source)
+		return nil, fmt.Errorf("selection: plan %q quantizes no matrix of %s", base.Name, opt.Source)
 	}
 	for _, f := range s.Measured {
 		mres, err := measurementPlan(base, f).ResolveWith(m, ropt)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		for _, t := range mres.Tensors {
 			if i, ok := byName[t.Name]; ok {
@@ -260,12 +260,25 @@ func prepare(opt MeasureOptions) (*Sensitivity, map[string]int, error) {
 			}
 		}
 	}
-	return s, byName, nil
+	s.sizesOnly = true
+	return s, nil
 }
 
 // Measure runs one store build per BFP format among the candidates and
-// returns every quantized matrix's proxy losses and sizes.
+// returns every quantized matrix's proxy losses and sizes (and, with
+// opt.Weights, the measured weights).
 func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
+	s, err := Prepare(opt)
+	if err != nil {
+		return nil, err
+	}
+	return MeasurePrepared(ctx, opt, s)
+}
+
+// MeasurePrepared is Measure of what Prepare returned for the same
+// options (which it completes and returns): the model is not hashed nor
+// the plans resolved again.
+func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*Sensitivity, error) {
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
@@ -275,9 +288,23 @@ func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
 	if opt.Scratch == "" {
 		return nil, errors.New("selection: no scratch directory for the measurement builds")
 	}
-	s, byName, err := prepare(opt)
-	if err != nil {
+	if err := opt.Validate(); err != nil {
 		return nil, err
+	}
+	if s == nil || !s.sizesOnly {
+		return nil, errors.New("selection: MeasurePrepared needs the result of Prepare")
+	}
+	var ho *heldOut
+	if opt.Weights != nil {
+		var err error
+		if ho, err = prepareHeldOut(opt); err != nil {
+			return nil, err
+		}
+	}
+	s.sizesOnly = false
+	byName := make(map[string]int, len(s.Tensors))
+	for i := range s.Tensors {
+		byName[s.Tensors[i].Name] = i
 	}
 	s.Measured = nil
 	for i := range s.Tensors {
@@ -286,8 +313,9 @@ func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
 	for _, f := range bfpFormats(opt.Candidates) {
 		base, _ := opt.Base.Validate()
 		mp := measurementPlan(base, f)
-		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: filepath.Join(opt.Scratch, "measure-"+string(f)), Plan: mp,
+		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: measureDir(opt.Scratch, f), Plan: mp,
 			Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, Calib: opt.Calib, Layers: "all", GPTQOptions: opt.GPTQOptions,
+			Data: opt.Data, DataOptions: opt.DataOptions, AllowShortData: opt.AllowShortData,
 			AllowSyntheticCalibration: opt.AllowSyntheticCalibration, Progress: opt.Progress, Family: opt.Family})
 		if err != nil {
 			return nil, fmt.Errorf("selection: measuring %s: %w", f, err)
@@ -329,7 +357,42 @@ func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
 			t.Loss = nil
 		}
 	}
+	if opt.Weights != nil {
+		f, err := changeFormat(s.Measured)
+		if err != nil {
+			return nil, err
+		}
+		if s.KL, err = measureWeights(ctx, s, opt, ho, measureDir(opt.Scratch, f)); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// measureDir is the measurement build of format f in scratch.
+func measureDir(scratch string, f manifest.StoredFormat) string {
+	return filepath.Join(scratch, "measure-"+string(f))
+}
+
+// CalibrationIdentity is the identity a build records for the calibration
+// data of opt (manifest.CalibInfo.SHA256), which Check compares: the hash
+// of a store's files, or the sha256 of the token ids of the text's
+// calibration set (tokenized here, nothing else run).
+func CalibrationIdentity(ctx context.Context, opt MeasureOptions) (string, error) {
+	if opt.Data == nil {
+		return build.StoreIdentity(ctx, opt.Calib, opt.Workers)
+	}
+	tok, err := tokenizer.Load(opt.Source)
+	if err != nil {
+		return "", err
+	}
+	dopt := opt.DataOptions
+	dopt.Evaluation = dataset.SetOptions{}
+	res, _, err := dataset.BuildCalibration(opt.Data, tok, dopt, opt.AllowShortData, nil)
+	if err != nil {
+		return "", err
+	}
+	return res.Provenance.Calibration.TokenIDsSHA256, nil
 }
 
 // Save writes s as indented JSON (write-then-rename).
@@ -370,15 +433,16 @@ func LoadSensitivity(path string) (*Sensitivity, error) {
 // Check refuses s when it was measured on another model, store, base plan
 // or expert layout than the ones given.
 func (s *Sensitivity) Check(modelID, storeID string, base *plan.Plan, expertsPerFile int) error {
-	planSHA, err := PlanSHA256(base)
-	if err != nil {
-		return err
-	}
+	planSHA := build.PlanSHA256(base)
 	switch {
 	case s.Model != modelID:
 		return fmt.Errorf("selection: %w: measured on model %s, not %s", ErrMismatch, s.Model, modelID)
 	case s.Calibration.SHA256 != storeID:
-		return fmt.Errorf("selection: %w: measured on calibration store %s, not %s", ErrMismatch, s.Calibration.SHA256, storeID)
+		what := "calibration store"
+		if s.Calibration.Mode == manifest.CalibModeSequential {
+			what = "calibration text (the sha256 of its token ids)"
+		}
+		return fmt.Errorf("selection: %w: measured on %s %s, not %s", ErrMismatch, what, s.Calibration.SHA256, storeID)
 	case s.BasePlan.SHA256 != planSHA:
 		return fmt.Errorf("selection: %w: measured for base plan %q (sha256 %s), not %q (%s)", ErrMismatch, s.BasePlan.Name, s.BasePlan.SHA256, base.Name, planSHA)
 	case s.ExpertsPerFile != expertsPerFile:

@@ -421,33 +421,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	opt.log("scoring %s", selection)
 	info := DataInfo{Provenance: data.Provenance, Selection: selection, Window: window}
-	var windows []eval.Window
-	var labels []string
-	for i, s := range data.Evaluation.Sequences {
-		if s.Label == eval.AllCorpus {
-			return nil, fmt.Errorf("harness: corpus label %q is reserved for the row covering every corpus", s.Label)
-		}
-		if !seen["corpus:"+s.Label] {
-			seen["corpus:"+s.Label] = true
-			labels = append(labels, s.Label)
-		}
-		ws, st, err := eval.MaskedWindows(s.Label, []eval.Record{{Tokens: s.IDs, Mask: s.Mask}}, window)
-		if err != nil {
-			return nil, err
-		}
-		for k := range ws {
-			ws[k].Record = i
-		}
-		info.Split += st.Split
-		info.Unscorable += st.Unscorable
-		windows = append(windows, ws...)
+	windows, labels, st, err := Windows(data.Evaluation, window, cfg)
+	if err != nil {
+		return nil, err
 	}
-	info.Windows = len(windows)
-	for i := range windows {
-		if err := cfg.CheckTokens(windows[i].Tokens); err != nil {
-			return nil, fmt.Errorf("harness: %s sequence %d %w", windows[i].Corpus, windows[i].Record, err)
-		}
-	}
+	info.Split, info.Unscorable, info.Windows = st.Split, st.Unscorable, len(windows)
 
 	// Overlap with the calibration text, before anything runs.
 	var warnings []string
@@ -579,16 +557,22 @@ func newRunner(m *forward.Model) *runner { return &runner{m: m} }
 
 // Forward implements eval.Model.
 func (r *runner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
+	r.start(len(tokens), func() ([]float32, error) { return r.forward(ctx, tokens) })
+	return r, nil
+}
+
+// start runs pass, which returns the final-normed hidden states of a
+// window of n tokens, in the background.
+func (r *runner) start(n int, pass func() ([]float32, error)) {
 	if r.done != nil {
 		<-r.done // the previous window's pass (abandoned after an error)
 	}
-	r.n, r.hf, r.err = len(tokens), nil, nil
+	r.n, r.hf, r.err = n, nil, nil
 	r.done = make(chan struct{})
 	go func() {
 		defer close(r.done)
-		r.hf, r.err = r.forward(ctx, tokens)
+		r.hf, r.err = pass()
 	}()
-	return r, nil
 }
 
 func (r *runner) forward(ctx context.Context, tokens []int32) ([]float32, error) {

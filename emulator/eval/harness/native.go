@@ -24,7 +24,12 @@ type Native struct {
 
 // OpenNative opens the native checkpoint in dir (its manifest only; tensors
 // are read and checked against their sha256 when first used).
-func OpenNative(dir string) (*Native, error) {
+func OpenNative(dir string) (*Native, error) { return OpenNativeOnly(dir, nil) }
+
+// OpenNativeOnly is OpenNative offering only the stored tensors whose
+// names keep accepts (every one when keep is nil): the others come from
+// whatever the source is stacked over.
+func OpenNativeOnly(dir string, keep func(name string) bool) (*Native, error) {
 	c, err := manifest.OpenCheckpoint(dir)
 	if err != nil {
 		return nil, err
@@ -36,7 +41,7 @@ func OpenNative(dir string) (*Native, error) {
 			ts[i].Sources = append(ts[i].Sources, src.Tensor)
 		}
 	}
-	st, err := forward.NewStored("the native checkpoint "+dir, ts, c.Float32s, nil)
+	st, err := forward.NewStored("the native checkpoint "+dir, ts, c.Float32s, keep)
 	if err != nil {
 		return nil, err
 	}
