@@ -415,6 +415,18 @@ type StoreAssembleOptions struct {
 	Faults atomicfile.Faults
 }
 
+// Validate reports the first option out of range: no directory, or a
+// negative worker count.
+func (o StoreAssembleOptions) Validate() error {
+	switch {
+	case o.Dir == "":
+		return fmt.Errorf("calib: assemble: no store directory")
+	case o.Workers < 0:
+		return fmt.Errorf("calib: assemble: workers %d: want ≥ 0", o.Workers)
+	}
+	return nil
+}
+
 // StoreAssembly is the result of AssembleStore.
 type StoreAssembly struct {
 	Store *Store
@@ -435,6 +447,9 @@ type StoreAssembly struct {
 // its record), names the worker, unit and file, and writes nothing. A
 // directory that holds a store and no records is left as it is.
 func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembly, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
 	dir := opt.Dir
 	lk, err := fslock.AcquireExisting(dir)
 	if err != nil {

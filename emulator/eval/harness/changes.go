@@ -36,6 +36,15 @@ type ChangeOptions struct {
 	Progress func(eval.Progress)
 }
 
+// Validate reports an option out of range: a negative chunk or worker
+// count is an error, not the default.
+func (o ChangeOptions) Validate() error {
+	if o.Chunk < 0 || o.Workers < 0 {
+		return fmt.Errorf("harness: chunk %d, workers %d: want ≥ 0", o.Chunk, o.Workers)
+	}
+	return nil
+}
+
 // EvaluateChanges scores every change against the reference on windows
 // and returns, per change in order, its row over every scored position
 // (corpus eval.AllCorpus).
@@ -49,6 +58,9 @@ type ChangeOptions struct {
 // The result is the one a full run of the changed model gives, bit for
 // bit.
 func EvaluateChanges(ctx context.Context, ref *forward.Model, changes []Change, windows []eval.Window, labels []string, opt ChangeOptions) ([]eval.Row, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
 	if len(changes) == 0 {
 		return nil, fmt.Errorf("harness: no change to evaluate")
 	}
