@@ -18,7 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/ttquant/ttquant/internal/par"
 )
 
 // MaxCount bounds the number of workers a Spec may name.
@@ -372,37 +373,17 @@ type Expected struct {
 // the one recorded; a file that differs wraps ErrUnitDamaged, every
 // refusal ErrAssemble.
 func Verify(ctx context.Context, files []Expected, workers int, hash func(ctx context.Context, path string) (int64, string, error)) error {
-	errs := make([]error, len(files))
-	sem := make(chan struct{}, max(1, workers))
-	var wg sync.WaitGroup
-	for k := range files {
-		if ctx.Err() != nil {
-			break
+	return par.For(ctx, len(files), max(1, workers), func(k int) error {
+		f := files[k]
+		n, sum, err := hash(ctx, f.Path)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
+		case n != f.Size:
+			return fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
+		case sum != f.SHA256:
+			return fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			f := files[k]
-			n, sum, err := hash(ctx, f.Path)
-			switch {
-			case err != nil:
-				errs[k] = fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
-			case n != f.Size:
-				errs[k] = fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
-			case sum != f.SHA256:
-				errs[k] = fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
+		return nil
+	})
 }
