@@ -308,12 +308,7 @@ func (w *StoreWriter) Split() *Split {
 }
 
 func writeStoreRecord(dir string, r *storeWorkerRecord, faults atomicfile.Faults) error {
-	raw, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	p := storeRecordPath(dir, shard.Spec{Index: r.Index, Count: r.Count})
-	if _, err := faults.WriteFile(p, append(raw, '\n')); err != nil {
+	if err := faults.WriteJSON(storeRecordPath(dir, shard.Spec{Index: r.Index, Count: r.Count}), r); err != nil {
 		return fmt.Errorf("calib: %w", err)
 	}
 	return nil
@@ -389,12 +384,8 @@ func (r *storeWorkerRecord) differences(o *storeWorkerRecord) []string {
 		// said once above when they differ.
 		d = append(d, "build option")
 	}
-	if len(d) == 0 {
-		a, _ := json.Marshal(r.Units)
-		b, _ := json.Marshal(o.Units)
-		if !bytes.Equal(a, b) {
-			d = append(d, "partition of the units")
-		}
+	if len(d) == 0 && !slices.Equal(r.Units, o.Units) {
+		d = append(d, "partition of the units")
 	}
 	return d
 }

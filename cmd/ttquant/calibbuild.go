@@ -141,12 +141,6 @@ func printStore(e *env, out string, res *textcalib.Result, asJSON bool) error {
 // storeText is calib build's one progress line: the share of the rows
 // through layers done, the layer and its share, elapsed time, one ETA.
 func storeText(a textcalib.Advance) string {
-	pct := func(x, y int64) int64 {
-		if y <= 0 {
-			return 0
-		}
-		return x * 100 / y
-	}
 	what := "layer"
 	if a.MTP {
 		what = "MTP layer"

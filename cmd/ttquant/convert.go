@@ -264,14 +264,16 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
+// pct is a as a whole percentage of b (0 when b is not positive).
+func pct(a, b int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	return a * 100 / b
+}
+
 // progressText is the line for an event.
 func progressText(ev build.ProgressEvent) string {
-	pct := func(a, b int64) int64 {
-		if b <= 0 {
-			return 0
-		}
-		return a * 100 / b
-	}
 	layer := ""
 	if ev.Layer >= 0 && ev.LayerWorkTotal > 0 {
 		layer = fmt.Sprintf("layer %d %d%%  ", ev.Layer, pct(ev.LayerWork, ev.LayerWorkTotal))

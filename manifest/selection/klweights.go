@@ -209,18 +209,13 @@ func prepareHeldOut(opt MeasureOptions) (*heldOut, error) {
 
 // measureWeights runs the single-change evaluations of opt.Weights on
 // the held-out windows against the measurement build of the change format
-// in ckptDir.
-func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho *heldOut, ckptDir string) (*KLWeights, error) {
+// f (changeFormat) in ckptDir.
+func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho *heldOut, f manifest.StoredFormat, ckptDir string) (*KLWeights, error) {
 	w := opt.Weights
-	f, err := changeFormat(s.Measured)
-	if err != nil {
-		return nil, err
-	}
 	cand := Candidate{f, manifest.MethodGPTQ}
 	// The changes: the selectable matrices of each key.
 	type group struct {
 		key     string
-		layer   int
 		layers  map[int]bool
 		tensors map[string]bool
 		loss    float64
@@ -238,7 +233,7 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho 
 		}
 		g := byKey[key]
 		if g == nil {
-			g = &group{key: key, layer: t.Layer, layers: map[int]bool{}, tensors: map[string]bool{}}
+			g = &group{key: key, layers: map[int]bool{}, tensors: map[string]bool{}}
 			byKey[key] = g
 			groups = append(groups, g)
 		}
@@ -249,7 +244,6 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho 
 		g.loss += l
 		g.tensors[t.Name] = true
 		g.layers[t.Layer] = true
-		g.layer = min(g.layer, t.Layer)
 	}
 	if len(groups) == 0 {
 		return nil, errors.New("selection: no selectable matrix to measure weights on")
@@ -285,10 +279,9 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho 
 		return nil, fmt.Errorf("selection: measuring the weights: %w", err)
 	}
 	kw := &KLWeights{Mode: w.Mode, Candidate: cand.String(), Sequences: w.Sequences, SeqLen: w.SeqLen,
-		TokenIDsSHA256: dataset.HashTokenIDs(set.IDs())}
+		TokenIDsSHA256: dataset.HashTokenIDs(set.IDs()), Scored: rows[0].Tokens}
 	for i, g := range groups {
 		r := rows[i]
-		kw.Scored = r.Tokens
 		c := KLChange{Key: g.key, Tensors: len(g.tensors), Loss: g.loss, KL: r.MeanKL, KLSE: r.MeanKLSE}
 		if g.loss > 0 {
 			c.Weight = r.MeanKL / g.loss

@@ -362,7 +362,7 @@ func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*
 		if err != nil {
 			return nil, err
 		}
-		if s.KL, err = measureWeights(ctx, s, opt, ho, measureDir(opt.Scratch, f)); err != nil {
+		if s.KL, err = measureWeights(ctx, s, opt, ho, f, measureDir(opt.Scratch, f)); err != nil {
 			return nil, err
 		}
 	}
