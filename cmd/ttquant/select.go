@@ -167,6 +167,7 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		mopt.SourceIdentity = modelID // a new measurement below does not hash the model again
 		storeID, err := selection.CalibrationIdentity(ctx, mopt)
 		if err != nil {
 			return err

@@ -116,7 +116,10 @@ type MeasureOptions struct {
 	// Source is the model directory, Calib the calibration store; or,
 	// instead of Calib, Data and DataOptions give calibration text (its
 	// calibration set), measured by sequential builds.
-	Source, Calib  string
+	Source, Calib string
+	// SourceIdentity, when set, is ModelIdentity(Source) as the caller
+	// already computed it (hashing a large model twice costs a full read).
+	SourceIdentity string
 	Data           *dataset.Spec
 	DataOptions    dataset.Options
 	AllowShortData bool
@@ -171,13 +174,10 @@ func (o *MeasureOptions) Validate() error {
 // ModelIdentity is the identity a sensitivity file records for a source
 // (a directory, or a file whose directory is taken).
 func ModelIdentity(src string) (string, error) {
-	dir := src
-	if fi, err := os.Stat(src); err != nil {
+	if _, err := os.Stat(src); err != nil {
 		return "", err
-	} else if !fi.IsDir() {
-		dir = filepath.Dir(src)
 	}
-	return calib.ModelIdentity(dir)
+	return calib.ModelIdentity(model.Dir(src))
 }
 
 // measurementPlan is base with every quantized rule in format f with GPTQ:
@@ -206,9 +206,12 @@ func Prepare(opt MeasureOptions) (*Sensitivity, error) {
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
 	}
-	modelID, err := ModelIdentity(opt.Source)
-	if err != nil {
-		return nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
+	modelID := opt.SourceIdentity
+	if modelID == "" {
+		var err error
+		if modelID, err = ModelIdentity(opt.Source); err != nil {
+			return nil, fmt.Errorf("selection: model identity of %s: %w", opt.Source, err)
+		}
 	}
 	planSHA := build.PlanSHA256(opt.Base)
 	m, err := safetensors.OpenModel(opt.Source)
