@@ -526,8 +526,7 @@ func (b *builder) walkLayers(ctx context.Context, w *calib.StoreWriter, x []floa
 		b.meter.rows(0, "layer")
 		if b.opt.Progress != nil && b.opt.Advance == nil {
 			el := time.Since(began)
-			done := k + 1 - start
-			eta := el / time.Duration(done) * time.Duration(b.steps-k-1)
+			eta, _ := progress.ETA(el, float64(b.meter.ev.Rows), float64(b.meter.ev.RowsKept), float64(b.meter.ev.RowsTotal))
 			what := "layer"
 			if b.walk.IsMTP(k) {
 				what = "MTP layer"
