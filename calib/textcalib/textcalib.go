@@ -18,6 +18,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/model/walk"
@@ -384,7 +385,7 @@ func (b *builder) resume(w *calib.StoreWriter, fresh bool, recs []*walk.Record) 
 	keep := map[string]bool{}
 	for _, r := range recs {
 		var sd stepData
-		if err := strictJSON(r.Data, &sd); err != nil {
+		if err := jsonx.Unmarshal(r.Data, &sd); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", errDamaged, walk.RecordName(r.Layer), err)
 		}
 		for _, si := range sd.Sites {

@@ -6,6 +6,7 @@
 package atomicfile
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -163,14 +164,62 @@ func (f Faults) WriteJSON(path string, v any) error {
 
 // HashFile returns the size and sha256 of a file.
 func HashFile(path string) (int64, string, error) {
+	return HashFileContext(context.Background(), path)
+}
+
+// HashFileContext is HashFile that stops, with ctx's error, once ctx is
+// done (HashReader).
+func HashFileContext(ctx context.Context, path string) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
+	return HashReader(ctx, path, f, nil)
+}
+
+// cancelCheckBytes bounds the bytes read between two checks for
+// cancellation while hashing or copying large files, so an interrupt is
+// answered within a fraction of a second at any disk speed.
+const cancelCheckBytes = 8 << 20
+
+// ctxReader is an io.Reader that fails with the context's error once the
+// context is done, and reads at most cancelCheckBytes per call.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(p) > cancelCheckBytes {
+		p = p[:cancelCheckBytes]
+	}
+	return c.r.Read(p)
+}
+
+// ContextReader returns r reading at most 8 MiB a call and failing with
+// ctx's error once ctx is done, so that a copy through it stops soon
+// after a cancellation.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
+// HashReader reads r to its end (through ContextReader) and returns the
+// number of bytes and their sha256, also writing them to also when it is
+// not nil: one pass over the bytes for the hash and for whatever else must
+// see them. A read error names path; a cancellation is ctx's error.
+func HashReader(ctx context.Context, path string, r io.Reader, also io.Writer) (int64, string, error) {
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	var dst io.Writer = h
+	if also != nil {
+		dst = io.MultiWriter(h, also)
+	}
+	n, err := io.CopyBuffer(dst, ctxReader{ctx, r}, make([]byte, 1<<20))
 	if err != nil {
+		if ctx.Err() != nil {
+			return n, "", ctx.Err()
+		}
 		return 0, "", fmt.Errorf("%s: %w", path, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil

@@ -45,14 +45,16 @@ var allowed = map[string][]string{
 	"internal/model":      {"safetensors"},
 	"internal/testmodel":  {"safetensors", "internal/rng", "internal/atomicfile"},
 	"gptq":                {"bfp", "internal/kernels"},
-	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock"},
+	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/jsonx", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock", "internal/par"},
 	"internal/atomicfile": {},
-	"internal/par":        {},
-	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},
-	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
+	// The record-reading rule and compaction of embedded JSON. A leaf.
+	"internal/jsonx": {},
+	"internal/par":   {},
+	"manifest":       {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},
+	"manifest/plan":  {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard", "internal/progress"},
+	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/jsonx", "internal/par", "internal/fslock", "internal/shard", "internal/progress"},
 	"manifest/ttnn":  {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	// Precision selection: measures through the store build, weighs the
 	// losses by single-change evaluations in the harness (the forward pass
@@ -81,13 +83,13 @@ var allowed = map[string][]string{
 	// calibration sequences, and its resume files. Used by calibration from
 	// text and by the sequential build; links neither of them, nor the
 	// quantizer, nor the checkpoint format.
-	"internal/model/walk": {"internal/atomicfile", "internal/model", "internal/model/forward"},
+	"internal/model/walk": {"internal/atomicfile", "internal/jsonx", "internal/model", "internal/model/forward"},
 	// The built-in model is data: it imports nothing.
 	"internal/model/builtin": {},
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard", "internal/progress"},
+	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/jsonx", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard", "internal/progress"},
 }
 
 // allowedInTests are extra module packages that test files may import.

@@ -370,20 +370,26 @@ type Expected struct {
 
 // Verify hashes every file (hash, at most workers at once) and refuses the
 // first one, in order, that cannot be read or whose size or sha256 is not
-// the one recorded; a file that differs wraps ErrUnitDamaged, every
-// refusal ErrAssemble.
+// the one recorded (Expected.Check).
 func Verify(ctx context.Context, files []Expected, workers int, hash func(ctx context.Context, path string) (int64, string, error)) error {
 	return par.For(ctx, len(files), max(1, workers), func(k int) error {
-		f := files[k]
-		n, sum, err := hash(ctx, f.Path)
-		switch {
-		case err != nil:
-			return fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
-		case n != f.Size:
-			return fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
-		case sum != f.SHA256:
-			return fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
-		}
-		return nil
+		n, sum, err := hash(ctx, files[k].Path)
+		return files[k].Check(n, sum, err)
 	})
+}
+
+// Check compares what was found of f, its size n and sha256 sum or the
+// error of reading it, with its record: a file that differs wraps
+// ErrUnitDamaged, every refusal ErrAssemble. An empty sum is not compared:
+// a size checked before the bytes are read.
+func (f Expected) Check(n int64, sum string, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
+	case n != f.Size:
+		return fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
+	case sum != "" && sum != f.SHA256:
+		return fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
+	}
+	return nil
 }

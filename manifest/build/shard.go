@@ -13,6 +13,7 @@ import (
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
@@ -473,13 +474,9 @@ func readShardRecords(dir string) ([]*shardRecord, error) {
 			continue
 		}
 		p := filepath.Join(pdir, e.Name())
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
 		var r shardRecord
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+		if err := jsonx.ReadFile(p, &r); err != nil {
+			return nil, err
 		}
 		if s := (shard.Spec{Index: r.Index, Count: r.Count}); !s.Valid() || shardRecordName(s) != e.Name() {
 			return nil, fmt.Errorf("%s: the record names worker %d/%d", p, r.Index, r.Count)
@@ -543,12 +540,8 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		if !b.owned[i] {
 			continue
 		}
-		data, err := os.ReadFile(recordPath(out, j.file))
-		if err != nil {
-			continue
-		}
 		var r fileRecord
-		if json.Unmarshal(data, &r) == nil && r.File.Name == j.file {
+		if jsonx.ReadFile(recordPath(out, j.file), &r) == nil && r.File.Name == j.file {
 			recs[j.file] = &r
 		}
 	}
@@ -586,9 +579,8 @@ func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
 	err := par.For(ctx, len(b.ownedParts), b.opt.Workers, func(k int) error {
 		st := b.ownedParts[k]
 		p := partPath(b.opt.Out, st.name)
-		if data, err := os.ReadFile(p + ".json"); err == nil {
-			var r partRecord
-			if json.Unmarshal(data, &r) == nil && r.Tensor == st.name && (r.Entry.Finite || b.opt.AllowNonFinite) {
+		if r := (partRecord{}); jsonx.ReadFile(p+".json", &r) == nil {
+			if r.Tensor == st.name && (r.Entry.Finite || b.opt.AllowNonFinite) {
 				if n, sum, err := manifest.HashFileContext(ctx, p); err == nil && n == r.Size && sum == r.SHA256 {
 					recs[k] = &r
 					return nil
