@@ -294,10 +294,36 @@ func (w *StoreWriter) Sequences() []int {
 	return out
 }
 
-// Split describes a worker's share of a split store build.
+// Split describes a worker's share of a split store build: the units of
+// the build, the worker's units, sequences and tokens.
 type Split struct {
-	Units, WorkerUnits, Sequences int
-	Tokens                        int64
+	Units       int   `json:"units"`
+	WorkerUnits int   `json:"worker_units"`
+	Sequences   int   `json:"sequences"`
+	Tokens      int64 `json:"tokens"`
+}
+
+// SplitShares returns the share of every one of n workers of a split
+// store build of sequences of the given lengths: the partition each
+// worker computes for itself.
+func SplitShares(lens []int, n int) ([]Split, error) {
+	units, err := splitStoreUnits(lens, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Split, n)
+	for _, u := range units {
+		s := &out[u.Worker]
+		s.WorkerUnits++
+		for _, l := range lens[u.First:u.End] {
+			s.Sequences++
+			s.Tokens += int64(l)
+		}
+	}
+	for i := range out {
+		out[i].Units = len(units)
+	}
+	return out, nil
 }
 
 // Split returns the worker's share, or nil for a whole store.
