@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/manifest/selection"
@@ -51,6 +52,7 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
 	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
 	gf := addGPTQFlags(fs)
+	parts := fs.String("parts", "", "with --shard: the `directory`, shared by the workers, of the measurement builds and the single-change evaluations' records")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -69,6 +71,10 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--calib or --data is required")
 	case *allowShort && d.data == "":
 		return usageErrorf("--allow-short applies to --data (calibration text) only")
+	}
+	sp := opt.Shard
+	if err := checkSelectSplit(sp, d.data, *parts); err != nil {
+		return err
 	}
 	candidates, err := selection.ParseCandidates(*cands)
 	if err != nil {
@@ -182,6 +188,10 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 			s = nil
 		}
 	}
+	if s != nil && sp.Count > 0 {
+		fmt.Fprintf(e.stdout, "sensitivity %s holds this measurement; nothing to do (run select without --shard)\n", *sens)
+		return nil
+	}
 	if s == nil {
 		mopt.Weights = wm
 		skel, err := selection.Prepare(mopt)
@@ -193,6 +203,9 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 			if err := selection.CheckBudget(sopt); err != nil {
 				return err
 			}
+		}
+		if sp.Count > 0 {
+			return measureShard(ctx, e, mopt, skel, selection.ShardOptions{Spec: sp, Dir: *parts, SensitivityFile: *sens}, bf.asJSON)
 		}
 		tmp, err := os.MkdirTemp(filepath.Dir(bf.out), ".select-measure-")
 		if err != nil {
@@ -290,4 +303,67 @@ func printSelection(w io.Writer, r *selection.Result, kw *selection.KLWeights, p
 		}
 		fmt.Fprintf(w, "| %d | %s | %s%s | %s | %.3f | %.6g |\n", u.Layer, u.Name, u.Choice, pin, humanBytes(u.Bytes), u.Frequency, u.Error)
 	}
+}
+
+// checkSelectSplit refuses the flags of a split measurement that cannot
+// go together: --shard needs a calibration store and --parts, --parts
+// needs --shard.
+func checkSelectSplit(sp shard.Spec, data, parts string) error {
+	switch {
+	case sp.Count > 0 && data != "":
+		return usageErrorf("--shard splits a measurement from a calibration store (--calib); the sequential builds of --data stay on one machine")
+	case sp.Count > 0 && parts == "":
+		return usageErrorf("--shard %s needs --parts DIR, where the workers write the measurement", sp)
+	case sp.Count == 0 && parts != "":
+		return usageErrorf("--parts is for the workers of a split measurement (--shard i/N)")
+	}
+	return nil
+}
+
+// measureShard runs one worker's share of a split measurement and
+// reports it.
+func measureShard(ctx context.Context, e *env, mopt selection.MeasureOptions, skel *selection.Sensitivity, so selection.ShardOptions, asJSON bool) error {
+	rep, err := selection.MeasureShard(ctx, mopt, skel, so)
+	if errors.Is(err, build.ErrSyntheticCalibration) {
+		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
+	}
+	if err != nil {
+		return err
+	}
+	return printMeasureShard(e, rep, asJSON)
+}
+
+// measureShardDoc is the --json document of one worker of a split
+// measurement.
+type measureShardDoc struct {
+	SchemaVersion int                    `json:"schema_version"`
+	Shard         *selection.ShardReport `json:"shard"`
+}
+
+// printMeasureShard reports what one worker of a split measurement did
+// and what comes next.
+func printMeasureShard(e *env, r *selection.ShardReport, asJSON bool) error {
+	if asJSON {
+		return writeJSON(e.stdout, measureShardDoc{SchemaVersion: schemaVersion, Shard: r})
+	}
+	for _, b := range r.Builds {
+		fmt.Fprintf(e.stdout, "worker      %d/%d: measurement build %s, %d files (%d kept from an earlier run)\n", r.Worker, r.Workers, b.Format, b.Files, b.Kept)
+	}
+	if r.Changes > 0 {
+		kept := ""
+		if r.KeptChanges {
+			kept = " (kept from an earlier run)"
+		}
+		fmt.Fprintf(e.stdout, "worker      %d/%d: %d of %d single changes scored%s\n", r.Worker, r.Workers, r.WorkerChanges, r.Changes, kept)
+	}
+	if a := r.Assembled; a != nil {
+		fmt.Fprintf(e.stdout, "sensitivity %s written\n", a.SensitivityFile)
+		return nil
+	}
+	next := "ttquant assemble " + r.Dir + " writes the sensitivity file"
+	if !r.BuildsAssembled && r.Changes == 0 {
+		next = "ttquant assemble " + r.Dir + " assembles the measurement builds"
+	}
+	fmt.Fprintf(e.stdout, "next        %s once every worker has finished\n", next)
+	return nil
 }

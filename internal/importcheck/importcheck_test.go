@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	// losses by single-change evaluations in the harness (the forward pass
 	// over held-out text), solves, draws the Pareto curve with the
 	// evaluation's SVG helpers.
-	"manifest/selection":   {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "emulator/eval", "emulator/eval/harness", "internal/model/forward", "internal/text"},
+	"manifest/selection":   {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "internal/fslock", "internal/jsonx", "internal/shard", "emulator/eval", "emulator/eval/harness", "internal/model/forward", "internal/text"},
 	"emulator":             {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	"emulator/eval":        {},
 	"internal/importcheck": {"internal/testdata"},
