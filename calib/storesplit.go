@@ -110,8 +110,10 @@ func StoreWorkerDir(store string, s shard.Spec) string {
 // at once, a second process with the same index fails at once naming the
 // first.
 func LockStoreWorker(store string, s shard.Spec) (*fslock.Lock, error) {
-	return fslock.AcquireNamed(filepath.Join(store, StorePartialDir), storeWorkerName(s)+".lock")
+	return fslock.AcquireNamed(filepath.Join(store, StorePartialDir), storeLockName(s))
 }
+
+func storeLockName(s shard.Spec) string { return storeWorkerName(s) + ".lock" }
 
 func storeRecordPath(store string, s shard.Spec) string {
 	return filepath.Join(store, StorePartialDir, storeWorkerName(s)+".json")
@@ -484,13 +486,7 @@ func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembl
 	for i, r := range recs {
 		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done}
 	}
-	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, StorePartialDir), func(s shard.Spec) (func(), error) {
-		l, err := LockStoreWorker(dir, s)
-		if err != nil {
-			return nil, err
-		}
-		return func() { l.Release() }, nil
-	})
+	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, StorePartialDir), shard.FileLocks(filepath.Join(dir, StorePartialDir), storeLockName))
 	defer release()
 	if err != nil {
 		return nil, err

@@ -5,7 +5,6 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/model"
-	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -82,11 +81,7 @@ func DryRun(opt Options) (*Work, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.Load(opt.Model)
-	if err != nil {
-		return nil, err
-	}
-	res, asked, err := buildData(opt, tok)
+	res, asked, err := buildData(opt)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	// The words the quantizer and the checkpoint format share. A leaf.
 	"internal/quant": {},
 	// Work split across cluster workers: specs and the partition. A leaf.
-	"internal/shard":    {"internal/par"},
+	"internal/shard":    {"internal/par", "internal/fslock"},
 	"internal/progress": {},
 	// A real single-node Slurm cluster for tests. Imports nothing of ours.
 	"internal/slurmtest":  {},

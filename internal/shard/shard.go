@@ -7,7 +7,8 @@
 // estimated costs, the same way in every process, so the workers agree on who
 // does what without talking to each other.
 //
-// The package imports nothing of the module.
+// The package imports only the module's loop over independent tasks
+// (internal/par) and its file locks (internal/fslock).
 package shard
 
 import (
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/par"
 )
 
@@ -357,6 +359,18 @@ func CheckWorkers(recs []Worker, where string, lock func(Spec) (unlock func(), e
 		}
 	}
 	return n, release, nil
+}
+
+// FileLocks is the lock argument of CheckWorkers for workers whose locks
+// are files in dir, worker s's named name(s) (fslock.AcquireNamed).
+func FileLocks(dir string, name func(Spec) string) func(Spec) (func(), error) {
+	return func(s Spec) (func(), error) {
+		l, err := fslock.AcquireNamed(dir, name(s))
+		if err != nil {
+			return nil, err
+		}
+		return func() { l.Release() }, nil
+	}
 }
 
 // Expected is a file a worker's record lists: what it is (for the errors,

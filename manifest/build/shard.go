@@ -710,13 +710,7 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 	for i, r := range recs {
 		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done && r.Head != nil}
 	}
-	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, manifest.PartialDir), func(s shard.Spec) (func(), error) {
-		l, err := shardLock(dir, s)
-		if err != nil {
-			return nil, err
-		}
-		return func() { l.Release() }, nil
-	})
+	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, manifest.PartialDir), shard.FileLocks(filepath.Join(dir, manifest.PartialDir), shardLockName))
 	defer release()
 	if err != nil {
 		return nil, err

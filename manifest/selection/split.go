@@ -104,6 +104,8 @@ func changesName(s shard.Spec) string {
 	return fmt.Sprintf("changes-%05d-of-%05d", s.Index, s.Count)
 }
 
+func changesLockName(s shard.Spec) string { return changesName(s) + ".lock" }
+
 // IsMeasurementDir reports whether dir is the directory of a split
 // measurement.
 func IsMeasurementDir(dir string) bool {
@@ -190,7 +192,7 @@ func MeasureShard(ctx context.Context, opt MeasureOptions, s *Sensitivity, so Sh
 			return nil, err
 		}
 	}
-	lk, err := fslock.AcquireNamed(so.Dir, changesName(so.Spec)+".lock")
+	lk, err := fslock.AcquireNamed(so.Dir, changesLockName(so.Spec))
 	if err != nil {
 		return nil, err
 	}
@@ -516,13 +518,7 @@ func mergeChanges(dir string, head *measureHead, s *Sensitivity) (*KLWeights, in
 	for i, r := range recs {
 		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done}
 	}
-	n, release, err := shard.CheckWorkers(ws, dir, func(sp shard.Spec) (func(), error) {
-		l, err := fslock.AcquireNamed(dir, changesName(sp)+".lock")
-		if err != nil {
-			return nil, err
-		}
-		return func() { l.Release() }, nil
-	})
+	n, release, err := shard.CheckWorkers(ws, dir, shard.FileLocks(dir, changesLockName))
 	defer release()
 	if err != nil {
 		return nil, 0, err
