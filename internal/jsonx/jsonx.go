@@ -48,3 +48,12 @@ func Compact(data []byte) json.RawMessage {
 	}
 	return buf.Bytes()
 }
+
+// Same reports whether a and b encode as the same JSON (embedded JSON,
+// such as a store's text provenance, compacted); a value that does not
+// encode is the same as nothing.
+func Same(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}

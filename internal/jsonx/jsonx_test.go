@@ -42,3 +42,9 @@ func TestCompact(t *testing.T) {
 		t.Error("Compact of nothing or of not JSON is not nil")
 	}
 }
+
+func TestSame(t *testing.T) {
+	if !Same(rec{A: 1}, map[string]any{"a": 1, "b": ""}) || Same(rec{A: 1}, rec{A: 2}) || Same(func() {}, func() {}) {
+		t.Error("Same compares the encodings")
+	}
+}

@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -762,14 +761,6 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 	}, nil
 }
 
-// sameJSON reports whether a and b encode the same (embedded JSON, such as
-// a store's text provenance, compacted).
-func sameJSON(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(x) == string(y)
-}
-
 // ErrUnitDamaged is wrapped by Assemble's refusal of a file whose size or
 // sha256 is not the one its worker recorded (shard.ErrUnitDamaged).
 var ErrUnitDamaged = shard.ErrUnitDamaged
@@ -888,10 +879,10 @@ func agreeingWorkers(dir string, recs []*shardRecord, n int) (map[int]*shardReco
 		if first.Build.Tool != r.Build.Tool {
 			d = append(d, fmt.Sprintf("tool (%s %s, now %s %s)", first.Build.Tool.Name, first.Build.Tool.Version, r.Build.Tool.Name, r.Build.Tool.Version))
 		}
-		if len(d) == 0 && !sameJSON(first.Head, r.Head) {
+		if len(d) == 0 && !jsonx.Same(first.Head, r.Head) {
 			d = append(d, "source, plan or calibration description")
 		}
-		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !sameJSON(first.Planned, r.Planned)) {
+		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !jsonx.Same(first.Planned, r.Planned)) {
 			d = append(d, "partition of the units")
 		}
 		if len(d) > 0 {

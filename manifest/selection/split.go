@@ -268,25 +268,19 @@ func (h *measureHead) differences(o *measureHead) []string {
 	if p.Model != q.Model {
 		d = append(d, "source model")
 	}
-	if p.BasePlan != q.BasePlan || p.ExpertsPerFile != q.ExpertsPerFile || !sameJSON(h.Formats, o.Formats) {
+	if p.BasePlan != q.BasePlan || p.ExpertsPerFile != q.ExpertsPerFile || !jsonx.Same(h.Formats, o.Formats) {
 		d = append(d, "base plan, layout or candidates")
 	}
-	if !sameJSON(h.Weights, o.Weights) {
+	if !jsonx.Same(h.Weights, o.Weights) {
 		d = append(d, "weight measurement (--weights, --eval-sequences, --eval-seq-len)")
 	}
 	if h.SensitivityFile != o.SensitivityFile {
 		d = append(d, fmt.Sprintf("sensitivity file (%s, now %s)", o.SensitivityFile, h.SensitivityFile))
 	}
-	if len(d) == 0 && !sameJSON(p, q) {
+	if len(d) == 0 && !jsonx.Same(p, q) {
 		d = append(d, "set of matrices")
 	}
 	return d
-}
-
-func sameJSON(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
 // measured is the sensitivity the assembled measurement builds in dir
@@ -418,7 +412,7 @@ func (r *changesRecord) agrees(o *changesRecord) string {
 		return "measurement (the builds' losses, model, calibration or base plan)"
 	case r.Candidate != o.Candidate || r.TokenIDsSHA256 != o.TokenIDsSHA256:
 		return "weight measurement (change format or held-out text)"
-	case !sameJSON(r.Units, o.Units):
+	case !jsonx.Same(r.Units, o.Units):
 		return "partition of the changes"
 	}
 	return ""
