@@ -13,6 +13,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
@@ -38,6 +39,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
 	kvCache := fs.String("kv-cache", "f32", "candidates' key-value cache of full-attention layers: f32 or bfp8 (stored as BFP8_b and read back)")
 	stream := fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
+	batchTokens := fs.Int("batch-tokens", forward.BatchRows, "most tokens of consecutive windows run as one batch, each layer's weights read once per batch (1: a window at a time); memory grows with it, results do not change")
 	workers := addWorkersFlag(fs, "goroutines")
 	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
@@ -74,7 +76,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if err := checkWorkers(*workers); err != nil {
 		return err
 	}
-	if err := checkOverlapFlags(*overlapRun, *maxOverlap); err != nil {
+	if err := checkEvalRanges(*overlapRun, *maxOverlap, *batchTokens); err != nil {
 		return err
 	}
 	num, err := numericsFlags(*numerics, *kvCache)
@@ -101,7 +103,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	defer kernels.SetWorkers(prev)
 	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
 		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: num, Workers: *workers,
-		Shard: sp, Parts: *parts, Assemble: *assemble}
+		BatchTokens: *batchTokens, Shard: sp, Parts: *parts, Assemble: *assemble}
 	if opt.Calib, opt.CalibOptions, err = calibSet(fs, d, *calibData, *calibFraction, calSeqs, dopt); err != nil {
 		return err
 	}
@@ -300,8 +302,11 @@ func checkEvalSplit(sp shard.Spec, parts, assemble, svgOut string) error {
 	return nil
 }
 
-// checkOverlapFlags checks --overlap-run and --max-overlap.
-func checkOverlapFlags(run int, maxShare float64) error {
+// checkEvalRanges checks --batch-tokens, --overlap-run and --max-overlap.
+func checkEvalRanges(run int, maxShare float64, batchTokens int) error {
+	if batchTokens < 1 {
+		return usageErrorf("--batch-tokens %d: want at least 1", batchTokens)
+	}
 	if run < 8 || run > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", run)
 	}
