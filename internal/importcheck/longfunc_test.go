@@ -23,8 +23,6 @@ const maxFuncLines = 100
 var toSplit = map[string]bool{
 	"cmd/ttquant/select.go:runSelect":      true,
 	"emulator/eval/harness/harness.go:Run": true,
-	"manifest/ttnn/export.go:planGroup":    true,
-	"manifest/ttnn/export.go:Export":       true,
 }
 
 // TestLongFunctionsSayWhy: every non-test function over maxFuncLines lines
