@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/ttquant/ttquant/internal/progress"
 )
 
 // A Model is one run of an evaluation (the reference or a candidate): it
@@ -30,9 +32,12 @@ type Progress struct {
 	// Scored and ScoredDone count the positions to score and scored.
 	Scored, ScoredDone int64
 	Elapsed            time.Duration
-	// ETA is the estimated time to finish (0 until something is done),
-	// from the rate of scored positions so far.
-	ETA time.Duration
+}
+
+// ETA is the time left at the rate of scored positions so far, false
+// before a position is scored.
+func (p Progress) ETA() (time.Duration, bool) {
+	return progress.ETA(p.Elapsed, float64(p.ScoredDone), 0, float64(p.Scored))
 }
 
 // EvalOptions tune Evaluate. The zero value is usable.
@@ -80,9 +85,20 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 	if now == nil {
 		now = time.Now
 	}
-	p := Progress{Windows: len(windows)}
+	var only map[int]bool
+	if opt.Windows != nil {
+		only = map[int]bool{}
+		for _, wi := range opt.Windows {
+			only[wi] = true
+		}
+	}
+	// The progress counts the windows run: a worker's share, or all.
+	var p Progress
 	for i := range windows {
-		p.Scored += int64(windows[i].Scored())
+		if only == nil || only[i] {
+			p.Windows++
+			p.Scored += int64(windows[i].Scored())
+		}
 	}
 	v := s.vocab
 	refBuf := make([]float32, chunk*v)
@@ -95,18 +111,8 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 		p.WindowsDone++
 		p.ScoredDone += int64(w.Scored())
 		p.Elapsed = now().Sub(start)
-		if p.ScoredDone > 0 {
-			p.ETA = time.Duration(float64(p.Elapsed) * float64(p.Scored-p.ScoredDone) / float64(p.ScoredDone))
-		}
 		if opt.Progress != nil {
 			opt.Progress(p)
-		}
-	}
-	var only map[int]bool
-	if opt.Windows != nil {
-		only = map[int]bool{}
-		for _, wi := range opt.Windows {
-			only[wi] = true
 		}
 	}
 	// finished records a window's scores (opt.Record) and reports it.
