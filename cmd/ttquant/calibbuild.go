@@ -50,12 +50,8 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
 	d := addDataFlags(fs, calibrationSet, 128)
 	sf := addShardFlags(fs, "ttquant assemble STORE")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected argument %q", pos[0])
 	}
 	if *modelDir == "" || *out == "" {
 		return usageErrorf("--model and --out are required")
@@ -145,16 +141,12 @@ func storeText(a textcalib.Advance) string {
 	if a.MTP {
 		what = "MTP layer"
 	}
-	eta := "?"
-	if d, ok := a.ETA(); ok {
-		eta = d.Round(time.Second).String()
-	}
 	written := a.Layer // layers written
 	if a.Kind == "layer" {
 		written++
 	}
 	return fmt.Sprintf("%3d%%  %s %d %d%%  %d/%d layers  %s elapsed  ETA %s", pct(a.Rows, a.RowsTotal), what, a.Layer, pct(a.LayerRows, a.LayerRowsTotal),
-		written, a.Layers, a.Elapsed.Round(time.Second), eta)
+		written, a.Layers, a.Elapsed.Round(time.Second), etaText(a.ETA()))
 }
 
 func (p *progress) storeEvent(a textcalib.Advance) {

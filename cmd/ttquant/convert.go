@@ -278,12 +278,17 @@ func progressText(ev build.ProgressEvent) string {
 	if ev.Layer >= 0 && ev.LayerWorkTotal > 0 {
 		layer = fmt.Sprintf("layer %d %d%%  ", ev.Layer, pct(ev.LayerWork, ev.LayerWorkTotal))
 	}
-	eta := "?"
-	if d, ok := ev.ETA(); ok {
-		eta = d.Round(time.Second).String()
-	}
 	return fmt.Sprintf("%3d%%  %s%d/%d files  %s/%s  %s elapsed  ETA %s", pct(ev.Work, ev.WorkTotal), layer,
-		ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), ev.Elapsed.Round(time.Second), eta)
+		ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), ev.Elapsed.Round(time.Second), etaText(ev.ETA()))
+}
+
+// etaText is a progress line's ETA: to the second, or "?" before there
+// is an estimate.
+func etaText(d time.Duration, ok bool) string {
+	if !ok {
+		return "?"
+	}
+	return d.Round(time.Second).String()
 }
 
 func (p *progress) event(ev build.ProgressEvent) {
@@ -379,6 +384,20 @@ func firstN(s []string, n int) []string {
 		return s
 	}
 	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
+}
+
+// parseNoArgs parses the flags of a command that takes no positional
+// argument, given in any order (parseInterleaved); an argument is a usage
+// error.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected argument %q", pos[0])
+	}
+	return nil
 }
 
 // parseInterleaved parses flags that may follow positional arguments

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/ttquant/ttquant/internal/progress"
 )
 
 // A Model is one run of an evaluation (the reference or a candidate): it
@@ -42,9 +44,12 @@ type Progress struct {
 	// Scored and ScoredDone count the positions to score and scored.
 	Scored, ScoredDone int64
 	Elapsed            time.Duration
-	// ETA is the estimated time to finish (0 until something is done),
-	// from the rate of scored positions so far.
-	ETA time.Duration
+}
+
+// ETA is the time left at the rate of scored positions so far, false
+// before a position is scored.
+func (p Progress) ETA() (time.Duration, bool) {
+	return progress.ETA(p.Elapsed, float64(p.ScoredDone), 0, float64(p.Scored))
 }
 
 // EvalOptions tune Evaluate. The zero value is usable.
@@ -105,13 +110,24 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 	if now == nil {
 		now = time.Now
 	}
-	p := Progress{Windows: len(windows)}
+	var only map[int]bool
+	if opt.Windows != nil {
+		only = map[int]bool{}
+		for _, wi := range opt.Windows {
+			only[wi] = true
+		}
+	}
+	// The progress counts the windows run: a worker's share, or all.
+	var p Progress
 	for wi := range windows {
 		w := &windows[wi]
 		if len(w.Targets) != len(w.Tokens) || len(w.Score) != len(w.Tokens) {
 			return fmt.Errorf("eval: window %d (%s record %d at %d): %d tokens, %d targets, %d mask entries", wi, w.Corpus, w.Record, w.Start, len(w.Tokens), len(w.Targets), len(w.Score))
 		}
-		p.Scored += int64(w.Scored())
+		if only == nil || only[wi] {
+			p.Windows++
+			p.Scored += int64(w.Scored())
+		}
 	}
 	v := s.vocab
 	refBuf := make([]float32, chunk*v)
@@ -124,18 +140,8 @@ func Evaluate(ctx context.Context, s *Scorer, ref Model, cands []Model, windows 
 		p.WindowsDone++
 		p.ScoredDone += int64(w.Scored())
 		p.Elapsed = now().Sub(start)
-		if p.ScoredDone > 0 {
-			p.ETA = time.Duration(float64(p.Elapsed) * float64(p.Scored-p.ScoredDone) / float64(p.ScoredDone))
-		}
 		if opt.Progress != nil {
 			opt.Progress(p)
-		}
-	}
-	var only map[int]bool
-	if opt.Windows != nil {
-		only = map[int]bool{}
-		for _, wi := range opt.Windows {
-			only[wi] = true
 		}
 	}
 	// finished records a window's scores (opt.Record) and reports it.

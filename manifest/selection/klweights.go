@@ -273,7 +273,8 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho 
 	w.log("weights: %d single changes to %s on %d windows of %d held-out calibration tokens", len(changes), cand, len(windows), w.SeqLen)
 	rows, err := harness.EvaluateChanges(ctx, ref, changes, windows, labels, harness.ChangeOptions{Workers: opt.Workers,
 		Progress: func(p eval.Progress) {
-			w.log("weights: window %d/%d (%s elapsed, %s to go)", p.WindowsDone, p.Windows, p.Elapsed.Round(1e8), p.ETA.Round(1e8))
+			eta, _ := p.ETA()
+			w.log("weights: window %d/%d (%s elapsed, %s to go)", p.WindowsDone, p.Windows, p.Elapsed.Round(1e8), eta.Round(1e8))
 		}})
 	if err != nil {
 		return nil, fmt.Errorf("selection: measuring the weights: %w", err)

@@ -96,19 +96,11 @@ func EvaluateChanges(ctx context.Context, ref *forward.Model, changes []Change, 
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	scorer, err := eval.NewScorer(cfg.Vocab, names, eval.ScorerOptions{Workers: workers})
+	scorer, err := newScorer(cfg.Vocab, names, labels, workers)
 	if err != nil {
 		return nil, err
 	}
-	if err := scorer.Accumulator().SetOrder(labels); err != nil {
-		return nil, err
-	}
-	err = eval.Evaluate(ctx, scorer, rr, cands, windows, eval.EvalOptions{Chunk: opt.Chunk, BatchTokens: batchTokens(opt.BatchTokens), Progress: opt.Progress})
-	rr.wait()
-	for _, c := range cands {
-		c.(*changeRunner).wait()
-	}
-	if err != nil {
+	if err := evaluate(ctx, scorer, rr, cands, windows, eval.EvalOptions{Chunk: opt.Chunk, BatchTokens: batchTokens(opt.BatchTokens), Progress: opt.Progress}); err != nil {
 		return nil, err
 	}
 	rows := make([]eval.Row, len(changes))
