@@ -49,7 +49,7 @@ func addEvalFlags(fs *flag.FlagSet) *evalFlags {
 	f.self = fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
 	f.numerics = fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
 	f.kvCache = fs.String("kv-cache", "f32", "candidates' key-value cache of full-attention layers: f32 or bfp8 (stored as BFP8_b and read back)")
-	f.stream = fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
+	f.stream = fs.Bool("stream", false, "read each layer's weights for every batch of windows (--batch-tokens) instead of keeping all runs' float32 weights in memory (large models)")
 	f.batchTokens = fs.Int("batch-tokens", forward.BatchRows, "most tokens of consecutive windows run as one batch, each layer's weights read once per batch (1: a window at a time); memory grows with it, results do not change")
 	f.workers = addWorkersFlag(fs, "goroutines")
 	f.asJSON = fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
