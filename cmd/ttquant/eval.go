@@ -13,6 +13,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
@@ -30,7 +31,7 @@ type evalFlags struct {
 	model, calibData, labels, numerics, kvCache *string
 	svg, parts, assemble                        *string
 	calibFraction, maxOverlap                   *float64
-	overlapRun, workers                         *int
+	overlapRun, workers, batchTokens            *int
 	allowOverlap, self, stream, asJSON, quiet   *bool
 	shard                                       *shardFlags
 	data                                        *dataFlags
@@ -48,7 +49,8 @@ func addEvalFlags(fs *flag.FlagSet) *evalFlags {
 	f.self = fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
 	f.numerics = fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
 	f.kvCache = fs.String("kv-cache", "f32", "candidates' key-value cache of full-attention layers: f32 or bfp8 (stored as BFP8_b and read back)")
-	f.stream = fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
+	f.stream = fs.Bool("stream", false, "read each layer's weights for every batch of windows (--batch-tokens) instead of keeping all runs' float32 weights in memory (large models)")
+	f.batchTokens = fs.Int("batch-tokens", forward.BatchRows, "most tokens of consecutive windows run as one batch, each layer's weights read once per batch (1: a window at a time); memory grows with it, results do not change")
 	f.workers = addWorkersFlag(fs, "goroutines")
 	f.asJSON = fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
 	f.quiet = fs.Bool("quiet", false, "no progress on stderr")
@@ -124,7 +126,7 @@ func (f *evalFlags) options(fs *flag.FlagSet) (harness.Options, error) {
 	if err := checkWorkers(*f.workers); err != nil {
 		return opt, err
 	}
-	if err := checkOverlapFlags(*f.overlapRun, *f.maxOverlap); err != nil {
+	if err := checkEvalRanges(*f.overlapRun, *f.maxOverlap, *f.batchTokens); err != nil {
 		return opt, err
 	}
 	num, err := numericsFlags(*f.numerics, *f.kvCache)
@@ -147,7 +149,7 @@ func (f *evalFlags) options(fs *flag.FlagSet) (harness.Options, error) {
 		return opt, err
 	}
 	opt = harness.Options{Model: *f.model, Checkpoints: ckpts, Labels: lbls, Self: *f.self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
-		AllowOverlap: *f.allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *f.maxOverlap, OverlapRun: *f.overlapRun, Stream: *f.stream, Window: window, Numerics: num, Workers: *f.workers,
+		AllowOverlap: *f.allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *f.maxOverlap, OverlapRun: *f.overlapRun, Stream: *f.stream, Window: window, Numerics: num, Workers: *f.workers, BatchTokens: *f.batchTokens,
 		Shard: sp, Parts: *f.parts, Assemble: *f.assemble}
 	if opt.Calib, opt.CalibOptions, err = calibSet(fs, d, *f.calibData, *f.calibFraction, calSeqs, dopt); err != nil {
 		return opt, err
@@ -330,8 +332,11 @@ func checkEvalSplit(sp shard.Spec, parts, assemble, svgOut string) error {
 	return nil
 }
 
-// checkOverlapFlags checks --overlap-run and --max-overlap.
-func checkOverlapFlags(run int, maxShare float64) error {
+// checkEvalRanges checks --batch-tokens, --overlap-run and --max-overlap.
+func checkEvalRanges(run int, maxShare float64, batchTokens int) error {
+	if batchTokens < 1 {
+		return usageErrorf("--batch-tokens %d: want at least 1", batchTokens)
+	}
 	if run < 8 || run > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", run)
 	}

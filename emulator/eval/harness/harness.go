@@ -89,6 +89,13 @@ type Options struct {
 	Workers int
 	// Chunk is the number of positions scored at a time (0: 16).
 	Chunk int
+	// BatchTokens is the most tokens of consecutive windows run as one
+	// forward batch, each layer over all of them, so that each layer's
+	// weights are read (with Stream, decoded) once per batch (0:
+	// forward.BatchRows; 1: one window at a time). Each run then holds
+	// about BatchTokens × hidden × 4 bytes of states and its layers' work
+	// space for that many rows. Results do not depend on it.
+	BatchTokens int
 	// Stream reads every layer's weights from the checkpoints for each
 	// window instead of keeping every run's float32 weights in memory
 	// after first use (which needs 4 bytes per parameter per run: fine for
@@ -278,8 +285,8 @@ func (o *Options) check() error {
 	if o.Window < 0 || o.Window == 1 {
 		return fmt.Errorf("harness: window of %d tokens; want at least 2", o.Window)
 	}
-	if o.Workers < 0 || o.Chunk < 0 {
-		return fmt.Errorf("harness: workers %d, chunk %d: want ≥ 0", o.Workers, o.Chunk)
+	if o.Workers < 0 || o.Chunk < 0 || o.BatchTokens < 0 {
+		return fmt.Errorf("harness: workers %d, chunk %d, batch tokens %d: want ≥ 0", o.Workers, o.Chunk, o.BatchTokens)
 	}
 	return CheckSplit(o.Shard, o.Parts, o.Assemble)
 }
@@ -544,7 +551,7 @@ func (r *run) score(ctx context.Context, windows []eval.Window, labels []string,
 			return nil, err
 		}
 	} else {
-		eo := eval.EvalOptions{Chunk: r.chunk, Progress: opt.Progress}
+		eo := eval.EvalOptions{Chunk: r.chunk, BatchTokens: batchTokens(opt.BatchTokens), Progress: opt.Progress}
 		if opt.Shard.Count > 1 {
 			if eo.Windows, err = sp.share(opt.Shard); err != nil {
 				return nil, err
@@ -599,77 +606,6 @@ func evaluate(ctx context.Context, s *eval.Scorer, ref pass, cands []eval.Model,
 type pass interface {
 	eval.Model
 	wait()
-}
-
-// runner adapts a forward.Model to eval.Model: one window from a fresh
-// state, its final-normed hidden states kept, logits computed on demand.
-// Forward starts the window's forward pass and returns at once; the first
-// Logits call waits for it. eval.Evaluate starts the reference and every
-// candidate before it asks for logits, so the runs of one window proceed
-// concurrently (each also using the kernels' goroutines).
-type runner struct {
-	m    *forward.Model
-	hf   []float32
-	n    int
-	err  error
-	done chan struct{}
-}
-
-func newRunner(m *forward.Model) *runner { return &runner{m: m} }
-
-// Forward implements eval.Model.
-func (r *runner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
-	r.start(len(tokens), func() ([]float32, error) { return r.forward(ctx, tokens) })
-	return r, nil
-}
-
-// start runs pass, which returns the final-normed hidden states of a
-// window of n tokens, in the background.
-func (r *runner) start(n int, pass func() ([]float32, error)) {
-	if r.done != nil {
-		<-r.done // the previous window's pass (abandoned after an error)
-	}
-	r.n, r.hf, r.err = n, nil, nil
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		r.hf, r.err = pass()
-	}()
-}
-
-func (r *runner) forward(ctx context.Context, tokens []int32) ([]float32, error) {
-	x, err := r.m.Embed(tokens)
-	if err != nil {
-		return nil, err
-	}
-	b := &forward.Batch{Lens: []int{len(tokens)}, X: x}
-	if err := r.m.Trunk(b, nil, func(int, []float32) error { return ctx.Err() }); err != nil {
-		return nil, err
-	}
-	return r.m.FinalNorm(b.X)
-}
-
-// wait waits for the pending pass; the runner is then idle.
-func (r *runner) wait() {
-	if r.done != nil {
-		<-r.done
-	}
-}
-
-// Logits implements eval.WindowLogits.
-func (r *runner) Logits(dst []float32, lo, hi int) error {
-	r.wait()
-	if r.err != nil {
-		return r.err
-	}
-	H, V := r.m.Config.Hidden, r.m.Config.Vocab
-	if lo < 0 || hi > r.n || lo > hi || len(dst) != (hi-lo)*V {
-		return fmt.Errorf("harness: logits of positions [%d,%d) of a %d-token window into %d values", lo, hi, r.n, len(dst))
-	}
-	return r.m.Logits(r.hf[lo*H:hi*H], func(row0, rows int, lg []float32) error {
-		copy(dst[row0*V:], lg[:rows*V])
-		return nil
-	})
 }
 
 // selectionText says how the evaluation set is cut into windows.
