@@ -421,7 +421,7 @@ func TestBuildLocked(t *testing.T) {
 }
 
 // TestBatchRowsSameBytes: the layers run over batches of whole sequences
-// (walk.BatchRows); batches of one sequence each write the store of one
+// (forward.BatchRows); batches of one sequence each write the store of one
 // batch of all.
 func TestBatchRowsSameBytes(t *testing.T) {
 	want := tree(t, buildWith(t, 1<<30))

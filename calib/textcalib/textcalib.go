@@ -60,7 +60,7 @@ type Options struct {
 	Shard shard.Spec
 
 	// batchRows, when set (tests), bounds the rows of one forward batch
-	// instead of walk.BatchRows.
+	// instead of forward.BatchRows.
 	batchRows int
 
 	// afterStep, when set (tests), runs after step k's record is written;
@@ -258,7 +258,7 @@ func open(opt Options) (_ *builder, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rows := walk.BatchRows
+	rows := forward.BatchRows
 	if opt.batchRows != 0 {
 		rows = opt.batchRows
 	}

@@ -171,12 +171,8 @@ func runCalibSynth(ctx context.Context, e *env, args []string) error {
 	dtype := fs.String("dtype", "BF16", "stored dtype: BF16 or F32")
 	name := fs.String("name", "synthetic", "model name recorded in the provenance")
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected argument %q", pos[0])
 	}
 	if *modelDir == "" || *out == "" {
 		return usageErrorf("--model and --out are required")
@@ -265,12 +261,8 @@ func runCalibQuantize(ctx context.Context, e *env, args []string) error {
 	gf := addGPTQFlags(fs)
 	exponent := addExponentFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON, with per-expert statistics")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected argument %q", pos[0])
 	}
 	if *modelDir == "" || *store == "" {
 		return usageErrorf("--model and --store are required")

@@ -51,12 +51,8 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	d := addDataFlags(fs, calibrationSet, 128)
 	sf := addShardFlags(fs, "ttquant assemble STORE")
 	dryRun := fs.Bool("dry-run", false, "print the work and the memory of the build (of each worker with --shard) without reading weights or writing anything")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("unexpected argument %q", pos[0])
 	}
 	if *modelDir == "" || (*out == "" && !*dryRun) {
 		return usageErrorf("--model and --out are required")
@@ -149,16 +145,12 @@ func storeText(a textcalib.Advance) string {
 	if a.MTP {
 		what = "MTP layer"
 	}
-	eta := "?"
-	if d, ok := a.ETA(); ok {
-		eta = d.Round(time.Second).String()
-	}
 	written := a.Layer // layers written
 	if a.Kind == "layer" {
 		written++
 	}
 	return fmt.Sprintf("%3d%%  %s %d %d%%  %d/%d layers  %s elapsed  ETA %s", pct(a.Rows, a.RowsTotal), what, a.Layer, pct(a.LayerRows, a.LayerRowsTotal),
-		written, a.Layers, a.Elapsed.Round(time.Second), eta)
+		written, a.Layers, a.Elapsed.Round(time.Second), etaText(a.ETA()))
 }
 
 func (p *progress) storeEvent(a textcalib.Advance) {

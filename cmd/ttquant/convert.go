@@ -121,6 +121,15 @@ func buildError(opt build.BuildOptions, err error) error {
 	return err
 }
 
+// syntheticCalibrationError makes the refusal of a synthetic calibration
+// store a usage error that names the flag accepting it.
+func syntheticCalibrationError(err error) error {
+	if errors.Is(err, build.ErrSyntheticCalibration) {
+		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
+	}
+	return err
+}
+
 // outDirState describes an output directory after an interrupted build.
 func outDirState(dir string) string {
 	ents, err := os.ReadDir(dir)
@@ -278,12 +287,17 @@ func progressText(ev build.ProgressEvent) string {
 	if ev.Layer >= 0 && ev.LayerWorkTotal > 0 {
 		layer = fmt.Sprintf("layer %d %d%%  ", ev.Layer, pct(ev.LayerWork, ev.LayerWorkTotal))
 	}
-	eta := "?"
-	if d, ok := ev.ETA(); ok {
-		eta = d.Round(time.Second).String()
-	}
 	return fmt.Sprintf("%3d%%  %s%d/%d files  %s/%s  %s elapsed  ETA %s", pct(ev.Work, ev.WorkTotal), layer,
-		ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), ev.Elapsed.Round(time.Second), eta)
+		ev.FilesDone, ev.FilesTotal, humanBytes(ev.BytesDone), humanBytes(ev.BytesTotal), ev.Elapsed.Round(time.Second), etaText(ev.ETA()))
+}
+
+// etaText is a progress line's ETA: to the second, or "?" before there
+// is an estimate.
+func etaText(d time.Duration, ok bool) string {
+	if !ok {
+		return "?"
+	}
+	return d.Round(time.Second).String()
 }
 
 func (p *progress) event(ev build.ProgressEvent) {
@@ -379,6 +393,20 @@ func firstN(s []string, n int) []string {
 		return s
 	}
 	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… (%d more)", len(s)-n))
+}
+
+// parseNoArgs parses the flags of a command that takes no positional
+// argument, given in any order (parseInterleaved); an argument is a usage
+// error.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected argument %q", pos[0])
+	}
+	return nil
 }
 
 // parseInterleaved parses flags that may follow positional arguments

@@ -126,15 +126,11 @@ func printDemo(e *env, r *demo.Result) error {
 // demoText is the demo's one progress line: the command's share, its
 // step, the build's layer, elapsed time and the command's ETA.
 func demoText(p demo.Progress) string {
-	eta := "?"
-	if d, ok := p.ETA(); ok {
-		eta = d.Round(time.Second).String()
-	}
 	layer := ""
 	if p.Layer >= 0 {
 		layer = fmt.Sprintf("  layer %d %d%%", p.Layer, int(p.LayerShare*100))
 	}
-	return fmt.Sprintf("%3d%%  step %d/%d %s%s  %s elapsed  ETA %s", int(p.Share()*100), p.Step, p.Steps, p.Name, layer, p.Elapsed.Round(time.Second), eta)
+	return fmt.Sprintf("%3d%%  step %d/%d %s%s  %s elapsed  ETA %s", int(p.Share()*100), p.Step, p.Steps, p.Name, layer, p.Elapsed.Round(time.Second), etaText(p.ETA()))
 }
 
 func (p *progress) demoEvent(ev demo.Progress) {

@@ -13,6 +13,7 @@ import (
 	"github.com/ttquant/ttquant/emulator/eval/harness"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/kernels"
+	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 )
@@ -25,124 +26,155 @@ func init() {
 	})
 }
 
-func runEval(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "eval", "--model SRC --data SPEC [--eval-seq-len L] [--eval-sequences N --eval-mode pack|record] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
-	model := fs.String("model", "", "Hugging Face source `directory` (config.json, safetensors, tokenizer.json): the reference (required)")
-	calibData := fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
-	calibFraction := fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
-	allowOverlap := fs.Bool("allow-overlap", false, "warn instead of refusing when more than --max-overlap of the scored tokens is calibration text")
-	maxOverlap := fs.Float64("max-overlap", harness.DefaultMaxOverlap, "largest share of the scored tokens that may lie in text shared with the calibration text (the fingerprint in the checkpoints' manifests, or --calib-data), 0 < f < 1")
-	overlapRun := fs.Int("overlap-run", dataset.FingerprintRun, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096; a manifest's fingerprint records its own)")
-	labels := fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
-	self := fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
-	numerics := fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
-	kvCache := fs.String("kv-cache", "f32", "candidates' key-value cache of full-attention layers: f32 or bfp8 (stored as BFP8_b and read back)")
-	stream := fs.Bool("stream", false, "read each layer's weights for every window instead of keeping all runs' float32 weights in memory (large models)")
-	workers := addWorkersFlag(fs, "goroutines")
-	asJSON := fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
-	quiet := fs.Bool("quiet", false, "no progress on stderr")
-	svgOut := fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
-	sf := addShardFlags(fs, "eval --assemble DIR with the same flags")
-	parts := fs.String("parts", "", "with --shard: the `directory` (shared by the workers) this worker writes its part to")
-	assemble := fs.String("assemble", "", "merge the parts a split evaluation's workers wrote to this `directory` (the same flags otherwise) into the table one process computes")
-	d := addDataFlags(fs, calibrationSet|evaluationSet, 0)
+// evalFlags are the flags of eval.
+type evalFlags struct {
+	model, calibData, labels, numerics, kvCache *string
+	svg, parts, assemble                        *string
+	calibFraction, maxOverlap                   *float64
+	overlapRun, workers, batchTokens            *int
+	allowOverlap, self, stream, asJSON, quiet   *bool
+	shard                                       *shardFlags
+	data                                        *dataFlags
+}
+
+func addEvalFlags(fs *flag.FlagSet) *evalFlags {
+	f := &evalFlags{}
+	f.model = fs.String("model", "", "Hugging Face source `directory` (config.json, safetensors, tokenizer.json): the reference (required)")
+	f.calibData = fs.String("calib-data", "", "calibration data `SPEC` the checkpoints were made from: its calibration set (--sequences, --seq-len, --mode, --short, --seed, --calib-fraction) is checked for overlap with the evaluation text")
+	f.calibFraction = fs.Float64("calib-fraction", dataset.DefaultEvalFraction, "with --calib-data: the eval fraction the calibration set was built with, 0 < f < 1")
+	f.allowOverlap = fs.Bool("allow-overlap", false, "warn instead of refusing when more than --max-overlap of the scored tokens is calibration text")
+	f.maxOverlap = fs.Float64("max-overlap", harness.DefaultMaxOverlap, "largest share of the scored tokens that may lie in text shared with the calibration text (the fingerprint in the checkpoints' manifests, or --calib-data), 0 < f < 1")
+	f.overlapRun = fs.Int("overlap-run", dataset.FingerprintRun, "with --calib-data: a run of this many tokens shared with the calibration text is overlap (8..4096; a manifest's fingerprint records its own)")
+	f.labels = fs.String("labels", "", "comma-separated table labels of the checkpoints, in order (default: their directory names)")
+	f.self = fs.Bool("self", false, "also evaluate the source model against itself (a check: ΔPPL 0, top-1 1, KL 0)")
+	f.numerics = fs.String("numerics", "cpu", "candidate numerics: cpu (decoded weights, float32 activations and matmuls) or device[:LoFi|HiFi2|HiFi3|HiFi4] (weight products as the Tensix Matrix Unit computes them; default fidelity HiFi2)")
+	f.kvCache = fs.String("kv-cache", "f32", "candidates' key-value cache of full-attention layers: f32 or bfp8 (stored as BFP8_b and read back)")
+	f.stream = fs.Bool("stream", false, "read each layer's weights for every batch of windows (--batch-tokens) instead of keeping all runs' float32 weights in memory (large models)")
+	f.batchTokens = fs.Int("batch-tokens", forward.BatchRows, "most tokens of consecutive windows run as one batch, each layer's weights read once per batch (1: a window at a time); memory grows with it, results do not change")
+	f.workers = addWorkersFlag(fs, "goroutines")
+	f.asJSON = fs.Bool("json", false, "print the result as JSON (schema_version, identities, data provenance, tables)")
+	f.quiet = fs.Bool("quiet", false, "no progress on stderr")
+	f.svg = fs.String("svg", "", "also write a picture of the result to this SVG `file`: per-corpus mean KL with error bars, and each candidate's distribution of the per-position KL")
+	f.shard = addShardFlags(fs, "eval --assemble DIR with the same flags")
+	f.parts = fs.String("parts", "", "with --shard: the `directory` (shared by the workers) this worker writes its part to")
+	f.assemble = fs.String("assemble", "", "merge the parts a split evaluation's workers wrote to this `directory` (the same flags otherwise) into the table one process computes")
+	f.data = addDataFlags(fs, calibrationSet|evaluationSet, 0)
 	// Here the calibration flags describe --calib-data's set, and without
 	// --eval-sequences the text is scored record by record.
 	fs.Lookup("sequences").Usage = "with --calib-data: the calibration set's sequences, as the checkpoints were calibrated"
 	fs.Lookup("eval-sequences").Usage = "evaluation sequences of --eval-seq-len tokens (0: every record its own window, longer ones split)"
+	return f
+}
+
+func runEval(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "eval", "--model SRC --data SPEC [--eval-seq-len L] [--eval-sequences N --eval-mode pack|record] [--calib-data SPEC ...] [--json] CKPT [CKPT...]")
+	f := addEvalFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	sp, err := sf.spec()
-	if err != nil {
-		return err
-	}
-	if err := checkEvalSplit(sp, *parts, *assemble, *svgOut); err != nil {
-		return err
-	}
-	if *model == "" {
-		return usageErrorf("--model SRC is required")
-	}
-	ckpts := fs.Args()
-	if len(ckpts) == 0 && !*self {
-		return usageErrorf("no checkpoint given: ttquant eval --model SRC --data SPEC CKPT [CKPT...]")
-	}
-	lbls, err := parseLabels(*labels, len(ckpts))
-	if err != nil {
-		return err
-	}
-	if err := checkWorkers(*workers); err != nil {
-		return err
-	}
-	if err := checkOverlapFlags(*overlapRun, *maxOverlap); err != nil {
-		return err
-	}
-	num, err := numericsFlags(*numerics, *kvCache)
-	if err != nil {
-		return err
-	}
-	// The calibration flags describe --calib-data's set, not this run's
-	// text: resolve the evaluation options without them.
-	calSeqs := d.sequences
-	d.sequences = 0
-	spec, dopt, err := d.resolve(*workers)
-	d.sequences = calSeqs
-	if err != nil {
-		return err
-	}
-	window := dopt.Evaluation.SeqLen
-	heldOut, err := evalSet(fs, d, spec, &dopt)
+	opt, err := f.options(fs)
 	if err != nil {
 		return err
 	}
 	// --workers bounds the kernels' goroutines too, as in run and calib
 	// build: the process's setting, chosen here, not by the harness.
-	prev := kernels.SetWorkers(*workers)
+	prev := kernels.SetWorkers(opt.Workers)
 	defer kernels.SetWorkers(prev)
-	opt := harness.Options{Model: *model, Checkpoints: ckpts, Labels: lbls, Self: *self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
-		AllowOverlap: *allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *maxOverlap, OverlapRun: *overlapRun, Stream: *stream, Window: window, Numerics: num, Workers: *workers,
-		Shard: sp, Parts: *parts, Assemble: *assemble}
-	if opt.Calib, opt.CalibOptions, err = calibSet(fs, d, *calibData, *calibFraction, calSeqs, dopt); err != nil {
-		return err
-	}
-	if !*quiet {
-		opt.Log = func(msg string) { e.log.Info(msg) }
-		opt.Progress = evalProgress(e)
+	var pr *progress
+	if !*f.quiet {
+		pr = newProgress(e.stderr)
+		defer pr.close()
+		opt.Log = func(msg string) { pr.println("eval: " + msg) }
+		opt.Progress = pr.evalEvent
 	}
 	start := time.Now()
 	rep, err := harness.Run(ctx, opt)
-	if !*quiet && err == nil {
-		fmt.Fprintf(e.stderr, "eval: done in %s\n", time.Since(start).Round(time.Millisecond))
+	if pr != nil && err == nil {
+		pr.println(fmt.Sprintf("eval: done in %s", time.Since(start).Round(time.Millisecond)))
 	}
 	var oe *harness.OverlapError
 	switch {
 	case errors.As(err, &oe):
-		return fmt.Errorf("%w (--max-overlap %g is the limit; --allow-overlap evaluates anyway)", err, *maxOverlap)
+		return fmt.Errorf("%w (--max-overlap %g is the limit; --allow-overlap evaluates anyway)", err, opt.MaxOverlap)
 	case err != nil:
 		return err
 	}
-	return printEval(e, rep, *asJSON, *svgOut, *parts)
+	return printEval(e, rep, *f.asJSON, *f.svg, opt.Parts)
 }
 
-// evalProgress prints one progress line, rewritten in place.
-func evalProgress(e *env) func(eval.Progress) {
-	last := time.Time{}
-	return func(p eval.Progress) {
-		done := p.WindowsDone == p.Windows
-		if !done && time.Since(last) < 500*time.Millisecond {
-			return
-		}
-		last = time.Now()
-		rate := 0.0
-		if p.Elapsed > 0 {
-			rate = float64(p.ScoredDone) / p.Elapsed.Seconds()
-		}
-		fmt.Fprintf(e.stderr, "\reval: window %d/%d, %d/%d scored tokens, %.0f tokens/s, elapsed %s, ETA %s   ",
-			p.WindowsDone, p.Windows, p.ScoredDone, p.Scored, rate, p.Elapsed.Round(time.Second), p.ETA.Round(time.Second))
-		if done {
-			fmt.Fprintln(e.stderr)
-		}
+// options checks the flags and turns them into the harness's options.
+func (f *evalFlags) options(fs *flag.FlagSet) (harness.Options, error) {
+	var opt harness.Options
+	sp, err := f.shard.spec()
+	if err != nil {
+		return opt, err
 	}
+	if err := checkEvalSplit(sp, *f.parts, *f.assemble, *f.svg); err != nil {
+		return opt, err
+	}
+	if *f.model == "" {
+		return opt, usageErrorf("--model SRC is required")
+	}
+	ckpts := fs.Args()
+	if len(ckpts) == 0 && !*f.self {
+		return opt, usageErrorf("no checkpoint given: ttquant eval --model SRC --data SPEC CKPT [CKPT...]")
+	}
+	lbls, err := parseLabels(*f.labels, len(ckpts))
+	if err != nil {
+		return opt, err
+	}
+	if err := checkWorkers(*f.workers); err != nil {
+		return opt, err
+	}
+	if err := checkEvalRanges(*f.overlapRun, *f.maxOverlap, *f.batchTokens); err != nil {
+		return opt, err
+	}
+	num, err := numericsFlags(*f.numerics, *f.kvCache)
+	if err != nil {
+		return opt, err
+	}
+	// The calibration flags describe --calib-data's set, not this run's
+	// text: resolve the evaluation options without them.
+	d := f.data
+	calSeqs := d.sequences
+	d.sequences = 0
+	spec, dopt, err := d.resolve(*f.workers)
+	d.sequences = calSeqs
+	if err != nil {
+		return opt, err
+	}
+	window := dopt.Evaluation.SeqLen
+	heldOut, err := evalSet(fs, d, spec, &dopt)
+	if err != nil {
+		return opt, err
+	}
+	opt = harness.Options{Model: *f.model, Checkpoints: ckpts, Labels: lbls, Self: *f.self, Data: spec, DataOptions: dopt, HeldOutOfCalibration: heldOut,
+		AllowOverlap: *f.allowOverlap, AllowedBy: "--allow-overlap", MaxOverlap: *f.maxOverlap, OverlapRun: *f.overlapRun, Stream: *f.stream, Window: window, Numerics: num, Workers: *f.workers, BatchTokens: *f.batchTokens,
+		Shard: sp, Parts: *f.parts, Assemble: *f.assemble}
+	if opt.Calib, opt.CalibOptions, err = calibSet(fs, d, *f.calibData, *f.calibFraction, calSeqs, dopt); err != nil {
+		return opt, err
+	}
+	return opt, nil
+}
+
+// evalText is eval's one progress line: the share of the scored tokens
+// done, windows, tokens and their rate, elapsed time and the ETA.
+func evalText(p eval.Progress) string {
+	rate := 0.0
+	if p.Elapsed > 0 {
+		rate = float64(p.ScoredDone) / p.Elapsed.Seconds()
+	}
+	return fmt.Sprintf("%3d%%  %d/%d windows  %d/%d scored tokens  %.0f tokens/s  %s elapsed  ETA %s", pct(p.ScoredDone, p.Scored),
+		p.WindowsDone, p.Windows, p.ScoredDone, p.Scored, rate, p.Elapsed.Round(time.Second), etaText(p.ETA()))
+}
+
+func (p *progress) evalEvent(ev eval.Progress) {
+	line := evalText(ev)
+	if ev.WindowsDone == ev.Windows {
+		p.end(line)
+		return
+	}
+	p.draw(line, "", false, true)
 }
 
 // parseLabels checks the table labels of n checkpoints (none: nil).
@@ -284,24 +316,27 @@ func printEval(e *env, rep *harness.Report, asJSON bool, svgOut, parts string) e
 	return nil
 }
 
-// checkEvalSplit checks the flags of a split evaluation: a worker writes
-// its part to --parts, --assemble merges the parts (and may picture them).
+// checkEvalSplit checks the flags of a split evaluation by the harness's
+// rules (harness.CheckSplit), naming the flags: a worker writes its part
+// to --parts, --assemble merges the parts (and may picture them).
 func checkEvalSplit(sp shard.Spec, parts, assemble, svgOut string) error {
-	switch {
-	case sp.Count > 1 && parts == "":
-		return usageErrorf("--shard %s needs --parts DIR, where the workers write their scores", sp)
-	case sp.Count <= 1 && parts != "":
-		return usageErrorf("--parts is for the workers of a split evaluation (--shard i/N)")
-	case sp.Count > 1 && assemble != "":
-		return usageErrorf("--assemble merges the workers' parts; give it without --shard")
+	var se *harness.SplitError
+	switch err := harness.CheckSplit(sp, parts, assemble); {
+	case errors.As(err, &se):
+		return usageErrorf("%s", se.Message(harness.SplitNames{Shard: "--shard", Parts: "--parts", Assemble: "--assemble"}))
+	case err != nil:
+		return err
 	case sp.Count > 1 && svgOut != "":
 		return usageErrorf("--svg pictures the merged table: give it with --assemble")
 	}
 	return nil
 }
 
-// checkOverlapFlags checks --overlap-run and --max-overlap.
-func checkOverlapFlags(run int, maxShare float64) error {
+// checkEvalRanges checks --batch-tokens, --overlap-run and --max-overlap.
+func checkEvalRanges(run int, maxShare float64, batchTokens int) error {
+	if batchTokens < 1 {
+		return usageErrorf("--batch-tokens %d: want at least 1", batchTokens)
+	}
 	if run < 8 || run > 4096 {
 		return usageErrorf("--overlap-run %d: want 8..4096", run)
 	}

@@ -43,6 +43,12 @@ func TestEvalUsageErrors(t *testing.T) {
 		{[]string{"eval", "--model", model, "--data", data, "--eval-mode", "record", "x"}, "--eval-sequences"},
 		{append(ok[:len(ok):len(ok)], "--max-overlap", "1", "x"), "--max-overlap"},
 		{[]string{"eval", "--model", model, "--eval-sequences", "1", "x"}, "--data"},
+		// A split evaluation's flags, by the harness's rules, named as
+		// flags.
+		{append(ok[:len(ok):len(ok)], "--shard", "0/3", "x"), "--shard 0/3 needs --parts"},
+		{append(ok[:len(ok):len(ok)], "--parts", "p", "x"), "--parts is for the workers of a split evaluation (--shard i/N)"},
+		{append(ok[:len(ok):len(ok)], "--shard", "1/3", "--parts", "p", "--assemble", "p", "x"), "--assemble merges the workers' parts; give it without --shard"},
+		{append(ok[:len(ok):len(ok)], "--shard", "1/3", "--parts", "p", "--svg", "x.svg", "x"), "--svg pictures the merged table"},
 		{[]string{"eval", "--bogus"}, ""},
 	} {
 		code, _, errs := runCLI(t, c.args...)

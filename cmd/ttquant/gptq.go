@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -46,12 +45,8 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 	heldOut := fs.Int("held-out", 0, "final calibration sequences kept out of the Hessians to measure each layer's held-out error against RTN (and, with --data, the stream's drift from the source model)")
 	estimate := fs.Duration("estimate", 5*time.Second, "with --dry-run: time spent measuring the kernels to estimate the GPTQ kernel time (0: no estimate)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the work without reading tensor data or writing anything")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErrorf("unexpected argument %q", pos[0])
 	}
 	opt, err := bf.options(e, !*dryRun)
 	if err != nil {
@@ -99,11 +94,8 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("%v", err)
 	}
 	res, err := build.GPTQ(ctx, opt)
-	if errors.Is(err, build.ErrSyntheticCalibration) {
-		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
-	}
 	if err != nil {
-		return buildError(opt, err)
+		return buildError(opt, syntheticCalibrationError(err))
 	}
 	if *dryRun {
 		return printGPTQDryRun(ctx, e, opt, res, g.BlockSize, *estimate, bf.asJSON)

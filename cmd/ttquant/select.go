@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/shard"
-	"github.com/ttquant/ttquant/manifest/build"
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/manifest/selection"
 )
@@ -34,208 +32,57 @@ type selectReport struct {
 	Result    *selection.Result    `json:"result"`
 }
 
+// selectFlags are the flags of select.
+type selectFlags struct {
+	build                         *buildFlags
+	data                          *dataFlags
+	gptq                          *gptqFlags
+	calib, candidates, budget     *string
+	tokenBytes, weights, override *string
+	sensitivity, svg, parts       *string
+	bpw                           *float64
+	evalSequences, evalSeqLen     *int
+	allowShort, allowSynthetic    *bool
+}
+
+func addSelectFlags(fs *flag.FlagSet) *selectFlags {
+	f := &selectFlags{build: addBuildFlags(fs)}
+	f.calib = fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on by store builds (or --data)")
+	f.data = addDataFlags(fs, calibrationSet, 128)
+	f.allowShort = addAllowShortFlag(fs)
+	f.allowSynthetic = fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth)")
+	f.candidates = fs.String("candidates", selection.DefaultCandidates, "precisions each matrix may get: FORMAT:METHOD (BFP4_b:gptq, BFP4_b:rtn, BFP8_b:rtn, BFP8_b:gptq, BFP2_b:gptq, BFP2_b:rtn) or AS_IS, comma-separated")
+	f.budget = fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
+	f.bpw = fs.Float64("bpw", 0, "bits per weight over every stored tensor")
+	f.tokenBytes = fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
+	f.weights = fs.String("weights", "", "multipliers of each role class's proxy loss: CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1), or measure (the KL per unit of proxy loss of every class in every layer, from single-change evaluations on held-out calibration text, kept in the sensitivity file) or measure:class (one factor per class)")
+	f.evalSequences = fs.Int("eval-sequences", selection.DefaultWeightSequences, "with --weights measure: held-out calibration sequences the single changes are scored on")
+	f.evalSeqLen = fs.Int("eval-seq-len", selection.DefaultWeightSeqLen, "with --weights measure: their length in tokens")
+	f.override = fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
+	f.sensitivity = fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
+	f.svg = fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
+	f.gptq = addGPTQFlags(fs)
+	f.parts = fs.String("parts", "", "with --shard: the `directory`, shared by the workers, of the measurement builds and the single-change evaluations' records")
+	return f
+}
+
 func runSelect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "select", "--model SRC (--calib STORE | --data SPEC) (--budget SIZE | --bpw X | --token-bytes SIZE) --out PLAN.json [flags]")
-	bf := addBuildFlags(fs)
-	calibPath := fs.String("calib", "", "calibration store (calib build) the sensitivities are measured on by store builds (or --data)")
-	d := addDataFlags(fs, calibrationSet, 128)
-	allowShort := addAllowShortFlag(fs)
-	allowSynth := fs.Bool("allow-synthetic-calibration", false, "accept a calibration store of synthetic activations (calib synth)")
-	cands := fs.String("candidates", selection.DefaultCandidates, "precisions each matrix may get: FORMAT:METHOD (BFP4_b:gptq, BFP4_b:rtn, BFP8_b:rtn, BFP8_b:gptq, BFP2_b:gptq, BFP2_b:rtn) or AS_IS, comma-separated")
-	budget := fs.String("budget", "", "total stored tensor bytes (20GB, 19.5GiB, 4718592)")
-	bpw := fs.Float64("bpw", 0, "bits per weight over every stored tensor")
-	tokenBytes := fs.String("token-bytes", "", "bytes read per decoded token (routed experts weighted by their measured routing frequency)")
-	weights := fs.String("weights", "", "multipliers of each role class's proxy loss: CLASS=W or CLASS@LAYER=W, comma-separated (attn_in, attn_out, mlp_in, mlp_out, other; default 1), or measure (the KL per unit of proxy loss of every class in every layer, from single-change evaluations on held-out calibration text, kept in the sensitivity file) or measure:class (one factor per class)")
-	evalSeqs := fs.Int("eval-sequences", selection.DefaultWeightSequences, "with --weights measure: held-out calibration sequences the single changes are scored on")
-	evalSeqLen := fs.Int("eval-seq-len", selection.DefaultWeightSeqLen, "with --weights measure: their length in tokens")
-	override := fs.String("override", "", "plan whose rules pin the matrices they match (a unit whole or not at all)")
-	sens := fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
-	svgPath := fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
-	gf := addGPTQFlags(fs)
-	parts := fs.String("parts", "", "with --shard: the `directory`, shared by the workers, of the measurement builds and the single-change evaluations' records")
-	pos, err := parseInterleaved(fs, args)
+	f := addSelectFlags(fs)
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	opt, err := f.options(e, fs)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErrorf("unexpected argument %q", pos[0])
+	bf := f.build
+	if opt.Shard.Count > 0 {
+		return measureShard(ctx, e, opt, bf.asJSON)
 	}
-	opt, err := bf.options(e, true)
+	res, err := selection.Run(ctx, opt)
 	if err != nil {
-		return err
-	}
-	switch {
-	case *calibPath != "" && d.data != "":
-		return usageErrorf("give --calib (a calibration store) or --data (calibration text, measured by sequential builds), not both")
-	case *calibPath == "" && d.data == "":
-		return usageErrorf("--calib or --data is required")
-	case *allowShort && d.data == "":
-		return usageErrorf("--allow-short applies to --data (calibration text) only")
-	}
-	sp := opt.Shard
-	if err := checkSelectSplit(sp, d.data, *parts); err != nil {
-		return err
-	}
-	candidates, err := selection.ParseCandidates(*cands)
-	if err != nil {
-		return usageErrorf("--candidates: %v", err)
-	}
-	var b selection.Budget
-	n := 0
-	for _, f := range []struct {
-		flag, value string
-		kind        selection.BudgetKind
-	}{{"budget", *budget, selection.BudgetBytes}, {"token-bytes", *tokenBytes, selection.BudgetTokenBytes}} {
-		if f.value == "" {
-			continue
-		}
-		n++
-		v, err := selection.ParseSize(f.value)
-		if err != nil {
-			return usageErrorf("--%s: %v", f.flag, err)
-		}
-		b = selection.Budget{Kind: f.kind, Value: v}
-	}
-	if *bpw != 0 {
-		n++
-		if err := inRangeFloat("bpw", *bpw, 0.5, 64); err != nil {
-			return err
-		}
-		b = selection.Budget{Kind: selection.BudgetBPW, Value: *bpw}
-	}
-	if n != 1 {
-		return usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
-	}
-	var w selection.Weights
-	var wm *selection.WeightMeasure
-	switch *weights {
-	case "measure", "measure:class":
-		wm = &selection.WeightMeasure{Mode: selection.WeightsPerClassLayer, Sequences: *evalSeqs, SeqLen: *evalSeqLen}
-		if *weights == "measure:class" {
-			wm.Mode = selection.WeightsPerClass
-		}
-		if err := wm.Validate(); err != nil {
-			return usageErrorf("--eval-sequences/--eval-seq-len: %v", err)
-		}
-		if !bf.quiet {
-			wm.Progress = func(msg string) { fmt.Fprintf(e.stderr, "select: %s\n", msg) }
-		}
-	default:
-		if w, err = selection.ParseWeights(*weights); err != nil {
-			return usageErrorf("--weights: %v", err)
-		}
-		given := false
-		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "eval-sequences" || f.Name == "eval-seq-len" })
-		if given {
-			return usageErrorf("--eval-sequences and --eval-seq-len apply to --weights measure only")
-		}
-	}
-	var over *plan.Plan
-	if *override != "" {
-		if over, err = plan.LoadPlan(*override); err != nil {
-			return err
-		}
-	}
-	g, err := gf.options()
-	if err != nil {
-		return err
-	}
-	stem := strings.TrimSuffix(bf.out, ".json")
-	if *sens == "" {
-		*sens = stem + ".sensitivity.json"
-	}
-	if *svgPath == "" {
-		*svgPath = stem + ".svg"
-	}
-	mopt := selection.MeasureOptions{Source: opt.Source, Calib: *calibPath, Base: opt.Plan, Candidates: candidates,
-		Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, GPTQOptions: &g, AllowSyntheticCalibration: *allowSynth}
-	if d.data != "" {
-		if mopt.Data, mopt.DataOptions, err = d.resolve(bf.workers); err != nil {
-			return err
-		}
-		if err := inRange("sequences", int64(mopt.DataOptions.Calibration.Sequences), 1, math.MaxInt32); err != nil {
-			return err
-		}
-		mopt.AllowShortData = *allowShort
-	}
-	sopt := selection.Options{Source: opt.Source, Base: opt.Plan, Overrides: over, Candidates: candidates, Budget: b, Weights: w}
-
-	// Refusals before the measurement: a sensitivity file of other inputs,
-	// an unmeasured candidate, a byte budget outside the achievable range,
-	// an override splitting a unit.
-	var s *selection.Sensitivity
-	measured := false
-	if _, statErr := os.Stat(*sens); statErr == nil {
-		if s, err = selection.LoadSensitivity(*sens); err != nil {
-			return err
-		}
-		modelID, err := selection.ModelIdentity(opt.Source)
-		if err != nil {
-			return err
-		}
-		mopt.SourceIdentity = modelID // a new measurement below does not hash the model again
-		storeID, err := selection.CalibrationIdentity(ctx, mopt)
-		if err != nil {
-			return err
-		}
-		if err := s.Check(modelID, storeID, opt.Plan, opt.ExpertsPerFile); err != nil {
-			return err
-		}
-		if wm != nil && !s.KL.Matches(wm) {
-			if !bf.quiet {
-				fmt.Fprintf(e.stderr, "select: %s holds no weights measured as asked (mode %s, %d × %d tokens): measuring again\n", *sens, wm.Mode, wm.Sequences, wm.SeqLen)
-			}
-			s = nil
-		}
-	}
-	if s != nil && sp.Count > 0 {
-		fmt.Fprintf(e.stdout, "sensitivity %s holds this measurement; nothing to do (run select without --shard)\n", *sens)
-		return nil
-	}
-	if s == nil {
-		mopt.Weights = wm
-		skel, err := selection.Prepare(mopt)
-		if err != nil {
-			return err
-		}
-		if b.Kind != selection.BudgetTokenBytes {
-			sopt.Sensitivity = skel
-			if err := selection.CheckBudget(sopt); err != nil {
-				return err
-			}
-		}
-		if sp.Count > 0 {
-			return measureShard(ctx, e, mopt, skel, selection.ShardOptions{Spec: sp, Dir: *parts, SensitivityFile: *sens}, bf.asJSON)
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(bf.out), ".select-measure-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		mopt.Scratch = tmp
-		if !bf.quiet {
-			fmt.Fprintf(e.stderr, "select: measuring %d matrices (one store build per format: %v)\n", len(skel.Tensors), skel.Measured)
-		}
-		if s, err = selection.MeasurePrepared(ctx, mopt, skel); err != nil {
-			if errors.Is(err, build.ErrSyntheticCalibration) {
-				return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
-			}
-			return err
-		}
-		measured = true
-	}
-	if wm != nil {
-		sopt.Weights = s.KL.Weights()
-	}
-	sopt.Sensitivity = s
-	res, err := selection.Select(sopt)
-	if err != nil {
-		return err
-	}
-	if measured {
-		if err := s.Save(*sens); err != nil {
-			return err
-		}
+		return syntheticCalibrationError(err)
 	}
 	if err := res.Plan.Save(bf.out); err != nil {
 		return err
@@ -244,18 +91,145 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if err := res.WriteSVG(&svg); err != nil {
 		return err
 	}
-	if _, err := atomicfile.WriteFile(*svgPath, []byte(svg.String())); err != nil {
+	if _, err := atomicfile.WriteFile(*f.svg, []byte(svg.String())); err != nil {
 		return err
 	}
 	var kw *selection.KLWeights
-	if wm != nil {
-		kw = s.KL
+	if opt.Measure.Weights != nil {
+		kw = res.Sensitivity.KL
 	}
 	if bf.asJSON {
-		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *sens, Measured: measured, SVG: *svgPath, KLWeights: kw, Result: res})
+		return writeJSON(e.stdout, selectReport{SchemaVersion: schemaVersion, Plan: bf.out, Sensitivity: *f.sensitivity, Measured: res.Measured, SVG: *f.svg, KLWeights: kw, Result: res.Result})
 	}
-	printSelection(e.stdout, res, kw, bf.out, *sens, *svgPath, measured)
+	printSelection(e.stdout, res.Result, kw, bf.out, *f.sensitivity, *f.svg, res.Measured)
 	return nil
+}
+
+// options checks the flags and turns them into the selection's options;
+// the sensitivity file and the picture default to beside --out.
+func (f *selectFlags) options(e *env, fs *flag.FlagSet) (selection.RunOptions, error) {
+	var opt selection.RunOptions
+	bf, d := f.build, f.data
+	bopt, err := bf.options(e, true)
+	if err != nil {
+		return opt, err
+	}
+	switch {
+	case *f.calib != "" && d.data != "":
+		return opt, usageErrorf("give --calib (a calibration store) or --data (calibration text, measured by sequential builds), not both")
+	case *f.calib == "" && d.data == "":
+		return opt, usageErrorf("--calib or --data is required")
+	case *f.allowShort && d.data == "":
+		return opt, usageErrorf("--allow-short applies to --data (calibration text) only")
+	}
+	if err := checkSelectSplit(bopt.Shard, d.data != "", *f.parts); err != nil {
+		return opt, err
+	}
+	opt.Shard, opt.Parts = bopt.Shard, *f.parts
+	candidates, err := selection.ParseCandidates(*f.candidates)
+	if err != nil {
+		return opt, usageErrorf("--candidates: %v", err)
+	}
+	if opt.Budget, err = f.budgetFlag(); err != nil {
+		return opt, err
+	}
+	if opt.Weights, opt.Measure.Weights, err = f.weightsFlags(fs); err != nil {
+		return opt, err
+	}
+	if *f.override != "" {
+		if opt.Overrides, err = plan.LoadPlan(*f.override); err != nil {
+			return opt, err
+		}
+	}
+	g, err := f.gptq.options()
+	if err != nil {
+		return opt, err
+	}
+	stem := strings.TrimSuffix(bf.out, ".json")
+	if *f.sensitivity == "" {
+		*f.sensitivity = stem + ".sensitivity.json"
+	}
+	if *f.svg == "" {
+		*f.svg = stem + ".svg"
+	}
+	m := &opt.Measure
+	m.Source, m.Calib, m.Base, m.Candidates = bopt.Source, *f.calib, bopt.Plan, candidates
+	m.Workers, m.ExpertsPerFile, m.GPTQOptions, m.AllowSyntheticCalibration = bopt.Workers, bopt.ExpertsPerFile, &g, *f.allowSynthetic
+	if d.data != "" {
+		if m.Data, m.DataOptions, err = d.resolve(bf.workers); err != nil {
+			return opt, err
+		}
+		if err := inRange("sequences", int64(m.DataOptions.Calibration.Sequences), 1, math.MaxInt32); err != nil {
+			return opt, err
+		}
+		m.AllowShortData = *f.allowShort
+	}
+	opt.SensitivityFile, opt.ScratchIn = *f.sensitivity, filepath.Dir(bf.out)
+	if !bf.quiet {
+		opt.Log = func(msg string) { fmt.Fprintf(e.stderr, "select: %s\n", msg) }
+		if wm := m.Weights; wm != nil {
+			wm.Progress = opt.Log
+		}
+	}
+	return opt, nil
+}
+
+// budgetFlag is the one budget of --budget, --token-bytes and --bpw.
+func (f *selectFlags) budgetFlag() (selection.Budget, error) {
+	var b selection.Budget
+	n := 0
+	for _, s := range []struct {
+		flag, value string
+		kind        selection.BudgetKind
+	}{{"budget", *f.budget, selection.BudgetBytes}, {"token-bytes", *f.tokenBytes, selection.BudgetTokenBytes}} {
+		if s.value == "" {
+			continue
+		}
+		n++
+		v, err := selection.ParseSize(s.value)
+		if err != nil {
+			return b, usageErrorf("--%s: %v", s.flag, err)
+		}
+		b = selection.Budget{Kind: s.kind, Value: v}
+	}
+	if *f.bpw != 0 {
+		n++
+		if err := inRangeFloat("bpw", *f.bpw, 0.5, 64); err != nil {
+			return b, err
+		}
+		b = selection.Budget{Kind: selection.BudgetBPW, Value: *f.bpw}
+	}
+	if n != 1 {
+		return b, usageErrorf("give exactly one of --budget, --bpw, --token-bytes")
+	}
+	return b, nil
+}
+
+// weightsFlags are the weights of --weights: given by hand, or measured
+// (--weights measure, on --eval-sequences of --eval-seq-len tokens, which
+// apply to a measurement only).
+func (f *selectFlags) weightsFlags(fs *flag.FlagSet) (selection.Weights, *selection.WeightMeasure, error) {
+	switch *f.weights {
+	case "measure", "measure:class":
+		wm := &selection.WeightMeasure{Mode: selection.WeightsPerClassLayer, Sequences: *f.evalSequences, SeqLen: *f.evalSeqLen}
+		if *f.weights == "measure:class" {
+			wm.Mode = selection.WeightsPerClass
+		}
+		if err := wm.Validate(); err != nil {
+			return nil, nil, usageErrorf("--eval-sequences/--eval-seq-len: %v", err)
+		}
+		return nil, wm, nil
+	}
+	w, err := selection.ParseWeights(*f.weights)
+	if err != nil {
+		return nil, nil, usageErrorf("--weights: %v", err)
+	}
+	given := false
+	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "eval-sequences" || fl.Name == "eval-seq-len" })
+	if given {
+		return nil, nil, usageErrorf("--eval-sequences and --eval-seq-len apply to --weights measure only")
+	}
+	return w, nil, nil
 }
 
 func printSelection(w io.Writer, r *selection.Result, kw *selection.KLWeights, planPath, sensPath, svgPath string, measured bool) {
@@ -305,30 +279,29 @@ func printSelection(w io.Writer, r *selection.Result, kw *selection.KLWeights, p
 	}
 }
 
-// checkSelectSplit refuses the flags of a split measurement that cannot
-// go together: --shard needs a calibration store and --parts, --parts
-// needs --shard.
-func checkSelectSplit(sp shard.Spec, data, parts string) error {
-	switch {
-	case sp.Count > 0 && data != "":
-		return usageErrorf("--shard splits a measurement from a calibration store (--calib); the sequential builds of --data stay on one machine")
-	case sp.Count > 0 && parts == "":
-		return usageErrorf("--shard %s needs --parts DIR, where the workers write the measurement", sp)
-	case sp.Count == 0 && parts != "":
-		return usageErrorf("--parts is for the workers of a split measurement (--shard i/N)")
+// checkSelectSplit checks the flags of a split measurement by the
+// selection's rules (selection.CheckSplit), naming the flags: --shard
+// needs a calibration store and --parts, --parts needs --shard.
+func checkSelectSplit(sp shard.Spec, fromText bool, parts string) error {
+	var se *selection.SplitError
+	if err := selection.CheckSplit(sp, fromText, parts); errors.As(err, &se) {
+		return usageErrorf("%s", se.Message(selection.SplitNames{Shard: "--shard", Parts: "--parts", Data: "--data", Calib: "--calib"}))
+	} else if err != nil {
+		return err
 	}
 	return nil
 }
 
-// measureShard runs one worker's share of a split measurement and
-// reports it.
-func measureShard(ctx context.Context, e *env, mopt selection.MeasureOptions, skel *selection.Sensitivity, so selection.ShardOptions, asJSON bool) error {
-	rep, err := selection.MeasureShard(ctx, mopt, skel, so)
-	if errors.Is(err, build.ErrSyntheticCalibration) {
-		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
-	}
+// measureShard runs one worker's share of a split measurement
+// (selection.RunShard) and reports it.
+func measureShard(ctx context.Context, e *env, opt selection.RunOptions, asJSON bool) error {
+	rep, err := selection.RunShard(ctx, opt)
 	if err != nil {
-		return err
+		return syntheticCalibrationError(err)
+	}
+	if rep == nil {
+		fmt.Fprintf(e.stdout, "sensitivity %s holds this measurement; nothing to do (run select without --shard)\n", opt.SensitivityFile)
+		return nil
 	}
 	return printMeasureShard(e, rep, asJSON)
 }

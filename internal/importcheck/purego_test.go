@@ -12,11 +12,14 @@ import (
 	"github.com/ttquant/ttquant/internal/testdata"
 )
 
-// goldenOverTaggedCode are packages without build-tagged files of their own
-// whose tests pin, by golden digest, results computed through build-tagged
-// code paths of the packages below them (gptq's solver over the kernels and
-// the BFP rounding), so the purego pass must run them too.
-var goldenOverTaggedCode = []string{"gptq"}
+// goldenOverTaggedCode are packages without build-tagged code of their own
+// whose tests pin, by golden digest or reference vectors, results computed
+// through build-tagged code paths of the packages below them (gptq's solver
+// over the kernels and the BFP rounding; the forward pass against the
+// trained models' reference NLL; the checkpoint digests of manifest/build),
+// so the purego pass must run them too — those tests, not the whole
+// package a second time.
+var goldenOverTaggedCode = []string{"gptq", "internal/model/forward", "manifest/build"}
 
 // readmeTestCommand returns README.md's test command: the line of its first
 // code block that ends in "# the tests", without the comment.
@@ -39,16 +42,28 @@ func readmeTestCommand(t *testing.T, root string) string {
 }
 
 // puregoPatterns returns the package patterns of the command's
-// "go test -tags purego" step.
+// "go test -tags purego" steps (a step may narrow its tests with -run).
 func puregoPatterns(t *testing.T, command string) []string {
 	t.Helper()
+	var pats []string
 	for _, step := range strings.Split(command, "&&") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(step), "go test -tags purego "); ok {
-			return strings.Fields(rest)
+		rest, ok := strings.CutPrefix(strings.TrimSpace(step), "go test -tags purego ")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		for i := 0; i < len(fields); i++ {
+			if fields[i] == "-run" {
+				i++
+				continue
+			}
+			pats = append(pats, fields[i])
 		}
 	}
-	t.Fatalf("README's test command %q has no go test -tags purego step", command)
-	return nil
+	if len(pats) == 0 {
+		t.Fatalf("README's test command %q has no go test -tags purego step", command)
+	}
+	return pats
 }
 
 // covered reports whether a go package pattern list names dir.

@@ -48,6 +48,36 @@ func (s Spec) IsWhole() bool { return s.Valid() && s.Count == 1 }
 // String spells s as the --shard flag takes it: "i/N".
 func (s Spec) String() string { return strconv.Itoa(s.Index) + "/" + strconv.Itoa(s.Count) }
 
+// Rules are the messages of the rules of a split run's options (the
+// worker's shard, the directory the workers share, and the like), rules
+// R and options' names N of the package that checks them: Pkg prefixes
+// Error, Names are the options' names in that package, Say says what
+// breaking a rule means, calling the options by names.
+type Rules[R ~int, N any] struct {
+	Pkg   string
+	Names N
+	Say   func(rule R, s Spec, names N) string
+}
+
+// Broken is the refusal of worker s's options for breaking rule.
+func (r *Rules[R, N]) Broken(rule R, s Spec) *RuleError[R, N] {
+	return &RuleError[R, N]{Rule: rule, Shard: s, rules: r}
+}
+
+// RuleError is the refusal of a split run's options: which rule they
+// break, for which worker. Error calls the options by their names in the
+// package, Message by the names a caller gives (a command's flags).
+type RuleError[R ~int, N any] struct {
+	Rule  R
+	Shard Spec
+	rules *Rules[R, N]
+}
+
+func (e *RuleError[R, N]) Error() string { return e.rules.Pkg + ": " + e.Message(e.rules.Names) }
+
+// Message says what is wrong, calling the options by names.
+func (e *RuleError[R, N]) Message(names N) string { return e.rules.Say(e.Rule, e.Shard, names) }
+
 // ErrSpec is the kind of every error Parse returns.
 var ErrSpec = errors.New("shard: invalid shard")
 

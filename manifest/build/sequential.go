@@ -175,7 +175,7 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	wk, err := walk.New(cfg, res.Calibration.IDs(), walk.BatchRows)
+	wk, err := walk.New(cfg, res.Calibration.IDs(), forward.BatchRows)
 	if err != nil {
 		return fmt.Errorf("manifest: calibration %w", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -54,23 +53,24 @@ var tailRules = []Rule{
 // axis, so every BFP matrix is packed as the transposed [in, out] weight
 // that tt-metal's linear reads (tt-metal's model code transposes each
 // weight to [in, out] before ttnn.as_tensor, and a BFP tensor cannot be
-// transposed without quantizing it again). PresetRuntime says so in the
-// presets' descriptions. Plan.WithAxis (the commands' --axis) selects the
-// input axis instead.
-const PresetAxis = bfp.AxisOutput
+// transposed without quantizing it again). The presets' rules name no
+// axis: Preset validates them, which gives every BFP rule DefaultAxis.
+// PresetRuntime says so in the presets' descriptions. Plan.WithAxis (the
+// commands' --axis) selects the input axis instead.
+const PresetAxis = DefaultAxis
 
 // PresetRuntime is the runtime layout the presets build for, as their
 // descriptions state it.
 const PresetRuntime = "built for tt-metal's linear: every BFP matrix packed [in, out], exponent groups along the output axis"
 
-// onPresetAxis sets PresetAxis on every BFP rule of rules.
-func onPresetAxis(rules []Rule) []Rule {
-	for i := range rules {
-		if rules[i].Format.IsBFP() {
-			rules[i].Axis = PresetAxis
-		}
+// denseMLPRules store a dense model's MLP, and any routed or shared expert
+// it may have, in format f with method m (the dense presets differ only
+// there).
+func denseMLPRules(f manifest.StoredFormat, m manifest.Method) []Rule {
+	return []Rule{
+		{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: f, Method: m, Note: "dense MLP"},
+		{Pattern: "*.mlp.{experts,shared_expert}.*", Format: f, Method: m, Note: "MLP experts, should the model have them"},
 	}
-	return rules
 }
 
 func concatRules(parts ...[]Rule) []Rule {
@@ -87,27 +87,21 @@ var presets = map[string]Plan{
 		Description: "Qwen3.6-35B-A3B: routed experts (every layer and the MTP layer) and the shared expert BFP4_b with GPTQ; " +
 			"Gated DeltaNet (qkv, z, a, b, out) and attention projections, MTP fc and LM head BFP8_b (RTN); norms, conv1d, A_log, dt_bias, " +
 			"router, shared-expert gate and embedding kept as stored; " + PresetRuntime,
-		Rules: onPresetAxis(concatRules(losslessRules, gdnABBFP8, []Rule{
+		Rules: concatRules(losslessRules, gdnABBFP8, []Rule{
 			{Pattern: "*.mlp.experts.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "routed experts"},
 			{Pattern: "*.mlp.shared_expert.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "shared expert"},
-		}, tailRules)),
+		}, tailRules),
 	},
 	PresetDense27B: {
 		Name: PresetDense27B,
 		Description: "Qwen3.x 27B-style dense: MLP gate/up/down (and any routed or shared expert) BFP4_b with GPTQ; " +
 			"other projections and the LM head BFP8_b (RTN); lossless tensors kept as stored; " + PresetRuntime,
-		Rules: onPresetAxis(concatRules(losslessRules, gdnABLossless, []Rule{
-			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "dense MLP"},
-			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP4, Method: manifest.MethodGPTQ, Note: "MLP experts, should the model have them"},
-		}, tailRules)),
+		Rules: concatRules(losslessRules, gdnABLossless, denseMLPRules(manifest.StoreBFP4, manifest.MethodGPTQ), tailRules),
 	},
 	PresetDense9B: {
 		Name:        PresetDense9B,
 		Description: "Qwen3.x 9B-style dense: every matrix BFP8_b (RTN) except the lossless tensors, kept as stored; " + PresetRuntime,
-		Rules: onPresetAxis(concatRules(losslessRules, gdnABLossless, []Rule{
-			{Pattern: "*.mlp.{gate,up,down}_proj.weight", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "dense MLP"},
-			{Pattern: "*.mlp.{experts,shared_expert}.*", Format: manifest.StoreBFP8, Method: manifest.MethodRTN, Note: "MLP experts, should the model have them"},
-		}, tailRules)),
+		Rules:       concatRules(losslessRules, gdnABLossless, denseMLPRules(manifest.StoreBFP8, manifest.MethodRTN), tailRules),
 	},
 }
 

@@ -15,6 +15,9 @@
 // format (an expert group's gate_up or down, every other matrix alone),
 // applies a user's overrides, solves the multiple-choice knapsack by
 // dynamic programming over a cost grid (Solve), and returns the plan, the
-// per-unit choices and the Pareto curve. docs/selection.md describes the
+// per-unit choices and the Pareto curve. Run is the whole of it as the
+// select command runs it: the sensitivity file read, or measured once the
+// budget is known to be achievable, then the selection.
+// docs/selection.md describes the
 // measure, the budgets, the solver's bound and the limits.
 package selection

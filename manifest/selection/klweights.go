@@ -302,7 +302,8 @@ func evaluateChanges(ctx context.Context, opt MeasureOptions, ho *heldOut, ckptD
 	w.log("weights: %d single changes to %s on %d windows of %d held-out calibration tokens", len(changes), cand, len(ho.windows), w.SeqLen)
 	rows, err := harness.EvaluateChanges(ctx, ref, changes, ho.windows, ho.labels, harness.ChangeOptions{Workers: opt.Workers,
 		Progress: func(p eval.Progress) {
-			w.log("weights: window %d/%d (%s elapsed, %s to go)", p.WindowsDone, p.Windows, p.Elapsed.Round(1e8), p.ETA.Round(1e8))
+			eta, _ := p.ETA()
+			w.log("weights: window %d/%d (%s elapsed, %s to go)", p.WindowsDone, p.Windows, p.Elapsed.Round(1e8), eta.Round(1e8))
 		}})
 	if err != nil {
 		return nil, 0, fmt.Errorf("selection: measuring the weights: %w", err)

@@ -113,6 +113,74 @@ func IsMeasurementDir(dir string) bool {
 	return err == nil
 }
 
+// SplitRule is a rule of the options of a split measurement that a
+// SplitError says was broken.
+type SplitRule int
+
+const (
+	// SplitBadShard: the shard names no worker (index outside 0..count−1).
+	SplitBadShard SplitRule = iota + 1
+	// SplitFromText: a measurement from calibration text (sequential
+	// builds, each layer's inputs from the layers quantized before it) is
+	// not split; one from a calibration store is.
+	SplitFromText
+	// SplitNoParts: a worker needs the directory the workers share.
+	SplitNoParts
+	// SplitPartsAlone: that directory is for a worker only.
+	SplitPartsAlone
+)
+
+// SplitNames are what the options of a split measurement are called in a
+// SplitError's message: the fields of RunOptions by default, a command's
+// flags for its users (SplitError.Message).
+type SplitNames struct {
+	Shard, Parts, Data, Calib string
+}
+
+// SplitError is the refusal of a split measurement's options: which rule
+// (CheckSplit) they break. Its Message calls the options by the names a
+// caller gives; Error by the fields of RunOptions.
+type SplitError = shard.RuleError[SplitRule, SplitNames]
+
+// splitRules are the split measurement's rules' messages.
+var splitRules = &shard.Rules[SplitRule, SplitNames]{Pkg: "selection", Names: SplitNames{Shard: "Shard", Parts: "Parts", Data: "Measure.Data", Calib: "Measure.Calib"}, Say: splitMessage}
+
+// splitMessage says what breaking rule means for worker s.
+func splitMessage(rule SplitRule, s shard.Spec, names SplitNames) string {
+	switch rule {
+	case SplitBadShard:
+		return fmt.Sprintf("%s %d/%d names no worker", names.Shard, s.Index, s.Count)
+	case SplitFromText:
+		return fmt.Sprintf("%s splits a measurement from a calibration store (%s); the sequential builds of %s stay on one machine", names.Shard, names.Calib, names.Data)
+	case SplitNoParts:
+		return fmt.Sprintf("%s %s needs %s, the directory the workers share the measurement in", names.Shard, s, names.Parts)
+	case SplitPartsAlone:
+		return fmt.Sprintf("%s is for the workers of a split measurement (%s i/N)", names.Parts, names.Shard)
+	}
+	return fmt.Sprintf("split measurement rule %d broken", rule)
+}
+
+// CheckSplit checks the options of a split measurement: a worker (any
+// shard given, 0/1 included) measures from a calibration store, not from
+// calibration text, and writes to parts, the directory the workers share;
+// parts is for a worker only. A *SplitError says which rule is broken.
+func CheckSplit(s shard.Spec, fromText bool, parts string) error {
+	var rule SplitRule
+	switch {
+	case s != (shard.Spec{}) && !s.Valid():
+		rule = SplitBadShard
+	case s.Count > 0 && fromText:
+		rule = SplitFromText
+	case s.Count > 0 && parts == "":
+		rule = SplitNoParts
+	case s.Count == 0 && parts != "":
+		rule = SplitPartsAlone
+	default:
+		return nil
+	}
+	return splitRules.Broken(rule, s)
+}
+
 // ShardOptions say which worker of a split measurement a process is.
 type ShardOptions struct {
 	Spec shard.Spec
@@ -164,13 +232,14 @@ func MeasureShard(ctx context.Context, opt MeasureOptions, s *Sensitivity, so Sh
 	if opt.Workers == 0 {
 		opt.Workers = 1
 	}
+	if err := CheckSplit(so.Spec, opt.Data != nil, so.Dir); err != nil {
+		return nil, err
+	}
 	switch {
-	case opt.Data != nil:
-		return nil, errors.New("selection: a measurement from calibration text (sequential builds) is not split: each layer's inputs depend on the layers quantized before it; run it on one machine")
-	case !so.Spec.Valid():
-		return nil, fmt.Errorf("selection: worker %s names no worker", so.Spec)
-	case so.Dir == "" || so.SensitivityFile == "":
-		return nil, errors.New("selection: a split measurement needs its directory and the sensitivity file")
+	case so.Spec.Count == 0:
+		return nil, errors.New("selection: MeasureShard needs a worker (ShardOptions.Spec)")
+	case so.SensitivityFile == "":
+		return nil, errors.New("selection: a split measurement needs the sensitivity file")
 	case s == nil || !s.sizesOnly:
 		return nil, errors.New("selection: MeasureShard needs the result of Prepare")
 	}

@@ -275,33 +275,88 @@ func plan(names []string, info func(string) (manifest.TensorEntry, error), m *Na
 	return out, nil
 }
 
+// planGroup lays out one file: the group's members (stacked in index
+// order when the rule stacks), in the data type, layout and shape the rule
+// asks for and the stored bytes allow.
 func planGroup(g *group, r Rule, mem MemoryConfig) (planFile, error) {
 	sort.Slice(g.members, func(a, b int) bool { return g.members[a].index < g.members[b].index })
 	first := g.members[0].entry
 	where := fmt.Sprintf("tensor %s (%s %s %v)", first.Name, first.Format, first.DType, first.Shape)
-	if r.Stack != nil {
-		base := 0
-		if r.Stack.GroupSize > 0 {
-			base = g.members[0].index / r.Stack.GroupSize * r.Stack.GroupSize
-		}
-		for j, mb := range g.members {
-			if mb.index != base+j {
-				return planFile{}, fmt.Errorf("%w: %s: stack positions %v are not consecutive from %d", ErrNameMap, g.cache, stackIndices(g.members), base)
-			}
-			e := mb.entry
-			if e.Format != first.Format || e.DType != first.DType || !slices.Equal(e.Shape, first.Shape) || e.Orientation != first.Orientation || e.Tile != first.Tile {
-				return planFile{}, fmt.Errorf("%w: %s: cannot stack %s (%s %v) with %s (%s %v)", ErrShape, g.cache, e.Name, e.Format, e.Shape, first.Name, first.Format, first.Shape)
-			}
-		}
+	if err := checkStack(g, r); err != nil {
+		return planFile{}, err
 	}
-	dt, err := dtypeOf(first)
+	dt, layout, err := fileType(first, r, where)
 	if err != nil {
 		return planFile{}, err
+	}
+	shape, tile, err := memberShape(first, r, dt, layout, where)
+	if err != nil {
+		return planFile{}, err
+	}
+	s32, err := fileShape(shape, r, len(g.members), where)
+	if err != nil {
+		return planFile{}, err
+	}
+	spec := Spec{Shape: s32, DType: dt, Layout: layout, Tile: tile, Memory: mem}
+	size, err := spec.PayloadSize()
+	if err != nil {
+		return planFile{}, fmt.Errorf("%s as %s %s %v: %w", where, dt, layout, s32, err)
+	}
+	var total int64
+	for _, mb := range g.members {
+		total += mb.entry.Length
+	}
+	if _, isBFP := dt.BFP(); isBFP && size != total {
+		// The packed bytes are ttnn's payload only if the tiles line up.
+		return planFile{}, fmt.Errorf("%w: %s: %d packed bytes, ttnn's %v %s layout needs %d", ErrShape, where, total, s32, dt, size)
+	}
+	rec := RecordFile{Name: FileName(g.cache, dt, layout), CacheName: g.cache, DType: dt.String(), Layout: layout.String(),
+		Shape: s32, Transpose: r.Transpose}
+	if layout == TileLayout {
+		rec.Tile = tile.String()
+	}
+	for _, mb := range g.members {
+		rec.Sources = append(rec.Sources, sourceOf(mb.entry))
+	}
+	return planFile{rec: rec, spec: spec}, nil
+}
+
+// checkStack checks a stacked group (members sorted by index): its stack
+// positions run on from the start of their group of the stack, and every
+// member is stored as the first is.
+func checkStack(g *group, r Rule) error {
+	if r.Stack == nil {
+		return nil
+	}
+	first := g.members[0].entry
+	base := 0
+	if r.Stack.GroupSize > 0 {
+		base = g.members[0].index / r.Stack.GroupSize * r.Stack.GroupSize
+	}
+	for j, mb := range g.members {
+		if mb.index != base+j {
+			return fmt.Errorf("%w: %s: stack positions %v are not consecutive from %d", ErrNameMap, g.cache, stackIndices(g.members), base)
+		}
+		e := mb.entry
+		if e.Format != first.Format || e.DType != first.DType || !slices.Equal(e.Shape, first.Shape) || e.Orientation != first.Orientation || e.Tile != first.Tile {
+			return fmt.Errorf("%w: %s: cannot stack %s (%s %v) with %s (%s %v)", ErrShape, g.cache, e.Name, e.Format, e.Shape, first.Name, first.Format, first.Shape)
+		}
+	}
+	return nil
+}
+
+// fileType is the ttnn data type and layout of a file of e: its stored
+// format's, where the rule names them they must agree (a BFP type is
+// tiled).
+func fileType(e manifest.TensorEntry, r Rule, where string) (DataType, Layout, error) {
+	dt, err := dtypeOf(e)
+	if err != nil {
+		return 0, 0, err
 	}
 	if r.DType != "" {
 		want, _ := ParseDataType(r.DType)
 		if want != dt {
-			return planFile{}, fmt.Errorf("%w: %s exports as %s, the map asks for %s", ErrNameMap, where, dt, want)
+			return 0, 0, fmt.Errorf("%w: %s exports as %s, the map asks for %s", ErrNameMap, where, dt, want)
 		}
 	}
 	_, isBFP := dt.BFP()
@@ -313,49 +368,67 @@ func planGroup(g *group, r Rule, mem MemoryConfig) (planFile, error) {
 		layout, _ = ParseLayout(r.Layout)
 	}
 	if isBFP && layout != TileLayout {
-		return planFile{}, fmt.Errorf("%w: %s: %s tensors exist only in TILE layout", ErrShape, where, dt)
+		return 0, 0, fmt.Errorf("%w: %s: %s tensors exist only in TILE layout", ErrShape, where, dt)
 	}
-	// The shape of one member as it goes into the file.
-	shape := slices.Clone(first.Shape)
+	return dt, layout, nil
+}
+
+// memberShape is the shape one member e takes in the file, and the file's
+// tile: a BFP tensor as stored (its orientation must be the transpose the
+// rule asks for: its exponent groups cannot move), another transposed as
+// the rule asks.
+func memberShape(e manifest.TensorEntry, r Rule, dt DataType, layout Layout, where string) ([]int64, bfp.Tile, error) {
+	shape := slices.Clone(e.Shape)
 	var tile bfp.Tile
-	if isBFP {
-		_, tile, _ = first.BFP()
-		stored := first.Orientation == manifest.OrientTransposed
+	if _, isBFP := dt.BFP(); isBFP {
+		_, tile, _ = e.BFP()
+		stored := e.Orientation == manifest.OrientTransposed
 		if r.Transpose != stored {
 			axis := bfp.AxisInput
 			if r.Transpose {
 				axis = bfp.AxisOutput
 			}
-			return planFile{}, fmt.Errorf("%w: %s is stored with orientation %q but the map asks for transpose=%v; a BFP tensor's exponent groups cannot be moved without quantizing again (build the checkpoint with the %s axis, --axis %s)", ErrShape, where, first.Orientation, r.Transpose, axis, axis)
+			return nil, tile, fmt.Errorf("%w: %s is stored with orientation %q but the map asks for transpose=%v; a BFP tensor's exponent groups cannot be moved without quantizing again (build the checkpoint with the %s axis, --axis %s)", ErrShape, where, e.Orientation, r.Transpose, axis, axis)
 		}
 		if stored {
 			if len(shape) < 2 {
-				return planFile{}, fmt.Errorf("%w: %s: transposed tensor of rank %d", ErrShape, where, len(shape))
+				return nil, tile, fmt.Errorf("%w: %s: transposed tensor of rank %d", ErrShape, where, len(shape))
 			}
-			n := len(shape)
-			shape[n-2], shape[n-1] = shape[n-1], shape[n-2]
+			swapLast2(shape)
 		}
 		if len(shape) < 2 && r.Stack != nil {
-			return planFile{}, fmt.Errorf("%w: %s: stacking BFP vectors would put them in one tile column group; ttnn would tile them differently", ErrShape, where)
+			return nil, tile, fmt.Errorf("%w: %s: stacking BFP vectors would put them in one tile column group; ttnn would tile them differently", ErrShape, where)
 		}
-	} else {
-		if layout == TileLayout {
-			tile = bfp.Tile32x32
-		}
-		if r.Transpose {
-			if len(shape) < 2 {
-				return planFile{}, fmt.Errorf("%w: %s: cannot transpose a tensor of rank %d", ErrShape, where, len(shape))
-			}
-			n := len(shape)
-			shape[n-2], shape[n-1] = shape[n-1], shape[n-2]
-		}
+		return shape, tile, nil
 	}
+	if layout == TileLayout {
+		tile = bfp.Tile32x32
+	}
+	if r.Transpose {
+		if len(shape) < 2 {
+			return nil, tile, fmt.Errorf("%w: %s: cannot transpose a tensor of rank %d", ErrShape, where, len(shape))
+		}
+		swapLast2(shape)
+	}
+	return shape, tile, nil
+}
+
+// swapLast2 swaps the last two dimensions of shape.
+func swapLast2(shape []int64) {
+	n := len(shape)
+	shape[n-2], shape[n-1] = shape[n-1], shape[n-2]
+}
+
+// fileShape is the file's shape of n members of shape: stacked on a new
+// first dimension when the rule stacks, padded with leading ones to the
+// rule's rank, every dimension a uint32.
+func fileShape(shape []int64, r Rule, n int, where string) ([]uint32, error) {
 	if r.Stack != nil {
-		shape = append([]int64{int64(len(g.members))}, shape...)
+		shape = append([]int64{int64(n)}, shape...)
 	}
 	if r.Rank > 0 {
 		if len(shape) > r.Rank {
-			return planFile{}, fmt.Errorf("%w: %s: shape %v has rank above the map's rank %d", ErrShape, where, shape, r.Rank)
+			return nil, fmt.Errorf("%w: %s: shape %v has rank above the map's rank %d", ErrShape, where, shape, r.Rank)
 		}
 		for len(shape) < r.Rank {
 			shape = append([]int64{1}, shape...)
@@ -364,32 +437,11 @@ func planGroup(g *group, r Rule, mem MemoryConfig) (planFile, error) {
 	s32 := make([]uint32, len(shape))
 	for i, d := range shape {
 		if d <= 0 || d > math.MaxUint32 {
-			return planFile{}, fmt.Errorf("%w: %s: dimension %d of %v", ErrShape, where, d, shape)
+			return nil, fmt.Errorf("%w: %s: dimension %d of %v", ErrShape, where, d, shape)
 		}
 		s32[i] = uint32(d)
 	}
-	spec := Spec{Shape: s32, DType: dt, Layout: layout, Tile: tile, Memory: mem}
-	size, err := spec.PayloadSize()
-	if err != nil {
-		return planFile{}, fmt.Errorf("%s as %s %s %v: %w", where, dt, layout, shape, err)
-	}
-	var total int64
-	for _, mb := range g.members {
-		total += mb.entry.Length
-	}
-	if isBFP && size != total {
-		// The packed bytes are ttnn's payload only if the tiles line up.
-		return planFile{}, fmt.Errorf("%w: %s: %d packed bytes, ttnn's %v %s layout needs %d", ErrShape, where, total, shape, dt, size)
-	}
-	rec := RecordFile{Name: FileName(g.cache, dt, layout), CacheName: g.cache, DType: dt.String(), Layout: layout.String(),
-		Shape: s32, Transpose: r.Transpose}
-	if layout == TileLayout {
-		rec.Tile = tile.String()
-	}
-	for _, mb := range g.members {
-		rec.Sources = append(rec.Sources, sourceOf(mb.entry))
-	}
-	return planFile{rec: rec, spec: spec}, nil
+	return s32, nil
 }
 
 func stackIndices(ms []member) []int {
@@ -505,42 +557,15 @@ func decodePayload(f RecordFile, spec Spec, payload []byte) ([][]byte, error) {
 // and hash recorded for it and writes the rest: an interrupted export
 // resumes, and a repeated one writes nothing.
 func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options) (*Result, error) {
-	if opt.Out == "" {
-		return nil, errors.New("ttnn: no output directory")
-	}
-	if opt.Memory == (MemoryConfig{}) {
-		opt.Memory = DRAMInterleaved
-	}
-	if opt.Memory.Layout != Interleaved || opt.Memory.Sharded {
-		return nil, fmt.Errorf("%w: memory config %s (only interleaved configs are written)", ErrUnsupported, opt.Memory)
-	}
-	if len(opt.Mesh) == 0 {
-		opt.Mesh = []uint32{1, 1}
-	}
-	if _, _, err := Replicated(opt.Mesh, 0); err != nil {
+	if err := opt.settle(); err != nil {
 		return nil, err
 	}
 	files, err := plan(c.Names(), c.TensorInfo, m, opt.Memory)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := manifest.Verify(ctx, c.Dir(), manifest.VerifyOptions{Workers: opt.Workers})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
-	}
-	if !rep.OK {
-		var b strings.Builder
-		for i, f := range rep.Failures {
-			if i == 3 {
-				fmt.Fprintf(&b, "; and %d more", len(rep.Failures)-3)
-				break
-			}
-			fmt.Fprintf(&b, "; %s", f)
-		}
-		return nil, fmt.Errorf("%w: %s%s", ErrCheckpoint, c.Dir(), b.String())
-	}
-	if rep.Identity != c.Identity() {
-		return nil, fmt.Errorf("%w: %s changed since it was opened (identity %s, now %s)", ErrCheckpoint, c.Dir(), c.Identity(), rep.Identity)
+	if err := verifyCheckpoint(ctx, c, opt.Workers); err != nil {
+		return nil, err
 	}
 	if inside(opt.Out, c.Dir()) {
 		return nil, fmt.Errorf("%w: %s is inside the checkpoint %s (its verification would fail on the extra files)", ErrOutput, opt.Out, c.Dir())
@@ -561,97 +586,168 @@ func Export(ctx context.Context, c *manifest.Checkpoint, m *NameMap, opt Options
 		return nil, err
 	}
 	res := &Result{Dir: opt.Out, Identity: c.Identity(), Record: rec}
-	// The files an earlier run of this export finished are kept when they
-	// still check; that is decided before anything is written.
-	keep := make([]bool, len(files))
-	for i, f := range files {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if k, ok := known[f.rec.Name]; ok && sameFile(k, f.rec) && fileHolds(ctx, filepath.Join(opt.Out, filepath.FromSlash(k.Name)), k.Size, k.SHA256) {
-			keep[i] = true
-			files[i].rec.Size, files[i].rec.SHA256 = k.Size, k.SHA256
-		}
+	keep, err := keptFiles(ctx, opt.Out, files, known)
+	if err != nil {
+		return nil, err
 	}
 	if !slices.Contains(keep, false) && len(stale) == 0 {
 		if res, done, err := keptExport(opt, rec, files, res); done || err != nil {
 			return res, err
 		}
 	}
-	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+	if err := clearOutput(opt.Out, stale); err != nil {
 		return nil, err
-	}
-	// An earlier record goes first: until the new one is written the
-	// directory is visibly an unfinished export.
-	if err := os.Remove(filepath.Join(opt.Out, RecordName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	for _, name := range stale {
-		if err := os.Remove(filepath.Join(opt.Out, filepath.FromSlash(name))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
 	}
 	jr, err := startJournal(opt.Out, rec)
 	if err != nil {
 		return nil, err
 	}
 	defer jr.Close()
+	if err := writeFiles(ctx, c, opt, files, keep, jr, res); err != nil {
+		return nil, err
+	}
+	if err := finishExport(opt.Out, rec, jr); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// settle fills in the defaults (DRAM interleaved, a 1×1 mesh) and refuses
+// what is not written: no output directory, a sharded memory config, a
+// mesh shape Replicated refuses.
+func (opt *Options) settle() error {
+	if opt.Out == "" {
+		return errors.New("ttnn: no output directory")
+	}
+	if opt.Memory == (MemoryConfig{}) {
+		opt.Memory = DRAMInterleaved
+	}
+	if opt.Memory.Layout != Interleaved || opt.Memory.Sharded {
+		return fmt.Errorf("%w: memory config %s (only interleaved configs are written)", ErrUnsupported, opt.Memory)
+	}
+	if len(opt.Mesh) == 0 {
+		opt.Mesh = []uint32{1, 1}
+	}
+	_, _, err := Replicated(opt.Mesh, 0)
+	return err
+}
+
+// verifyCheckpoint verifies c in full (workers files at once): a failure,
+// or a checkpoint changed since it was opened, is an ErrCheckpoint.
+func verifyCheckpoint(ctx context.Context, c *manifest.Checkpoint, workers int) error {
+	rep, err := manifest.Verify(ctx, c.Dir(), manifest.VerifyOptions{Workers: workers})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	if !rep.OK {
+		var b strings.Builder
+		for i, f := range rep.Failures {
+			if i == 3 {
+				fmt.Fprintf(&b, "; and %d more", len(rep.Failures)-3)
+				break
+			}
+			fmt.Fprintf(&b, "; %s", f)
+		}
+		return fmt.Errorf("%w: %s%s", ErrCheckpoint, c.Dir(), b.String())
+	}
+	if rep.Identity != c.Identity() {
+		return fmt.Errorf("%w: %s changed since it was opened (identity %s, now %s)", ErrCheckpoint, c.Dir(), c.Identity(), rep.Identity)
+	}
+	return nil
+}
+
+// keptFiles says which files an earlier run of this export finished
+// (known) and still hold what it recorded: they are kept, their size and
+// hash filled in. It is decided before anything is written.
+func keptFiles(ctx context.Context, dir string, files []planFile, known map[string]RecordFile) ([]bool, error) {
+	keep := make([]bool, len(files))
 	for i, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if k, ok := known[f.rec.Name]; ok && sameFile(k, f.rec) && fileHolds(ctx, filepath.Join(dir, filepath.FromSlash(k.Name)), k.Size, k.SHA256) {
+			keep[i] = true
+			files[i].rec.Size, files[i].rec.SHA256 = k.Size, k.SHA256
+		}
+	}
+	return keep, nil
+}
+
+// clearOutput makes the output directory ready for the files: an earlier
+// record goes first (until the new one is written the directory is
+// visibly an unfinished export), then the stale files of an earlier
+// export.
+func clearOutput(dir string, stale []string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range append([]string{RecordName}, stale...) {
+		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(name))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFiles writes every file not kept, in order, and lists each file,
+// kept or written, in the journal, the record and the result.
+func writeFiles(ctx context.Context, c *manifest.Checkpoint, opt Options, files []planFile, keep []bool, jr *journal, res *Result) error {
+	for i, f := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if keep[i] {
-			if err := jr.add(f.rec); err != nil {
-				return nil, err
-			}
-			rec.Files = append(rec.Files, f.rec)
-			res.Files++
 			res.Kept++
-			res.Bytes += f.rec.Size
-			if opt.Progress != nil {
-				opt.Progress(i+1, len(files), f.rec.Name)
+		} else {
+			size, sum, err := writeFile(c, opt, f)
+			if err != nil {
+				return err
 			}
-			continue
+			f.rec.Size, f.rec.SHA256 = size, sum
 		}
-		parts := make([][]byte, len(f.rec.Sources))
-		for j, s := range f.rec.Sources {
-			if parts[j], err = c.ReadPacked(s.Tensor); err != nil {
-				return nil, err
-			}
-		}
-		payload, err := encodePayload(f.rec, f.spec, parts)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.rec.Name, err)
-		}
-		size, sum, err := writeTensorFile(filepath.Join(opt.Out, filepath.FromSlash(f.rec.Name)), f.spec, opt.Mesh, payload)
-		if err != nil {
-			return nil, err
-		}
-		f.rec.Size, f.rec.SHA256 = size, sum
 		if err := jr.add(f.rec); err != nil {
-			return nil, err
+			return err
 		}
-		rec.Files = append(rec.Files, f.rec)
+		res.Record.Files = append(res.Record.Files, f.rec)
 		res.Files++
-		res.Bytes += size
+		res.Bytes += f.rec.Size
 		if opt.Progress != nil {
 			opt.Progress(i+1, len(files), f.rec.Name)
 		}
 	}
+	return nil
+}
+
+// writeFile writes one file from its sources' stored bytes and returns
+// its size and sha256.
+func writeFile(c *manifest.Checkpoint, opt Options, f planFile) (int64, string, error) {
+	parts := make([][]byte, len(f.rec.Sources))
+	for j, s := range f.rec.Sources {
+		var err error
+		if parts[j], err = c.ReadPacked(s.Tensor); err != nil {
+			return 0, "", err
+		}
+	}
+	payload, err := encodePayload(f.rec, f.spec, parts)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %w", f.rec.Name, err)
+	}
+	return writeTensorFile(filepath.Join(opt.Out, filepath.FromSlash(f.rec.Name)), f.spec, opt.Mesh, payload)
+}
+
+// finishExport writes the record, then closes and removes the journal.
+func finishExport(dir string, rec *Record, jr *journal) error {
 	data, err := rec.Encode()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := atomicfile.WriteFile(filepath.Join(opt.Out, RecordName), data); err != nil {
-		return nil, err
+	if _, err := atomicfile.WriteFile(filepath.Join(dir, RecordName), data); err != nil {
+		return err
 	}
 	if err := jr.Close(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.Remove(filepath.Join(opt.Out, JournalName)); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return os.Remove(filepath.Join(dir, JournalName))
 }
 
 // keptExport finishes an export whose every file an earlier run left

@@ -29,6 +29,9 @@ type Change struct {
 type ChangeOptions struct {
 	// Chunk is the number of positions scored at a time (0: 16).
 	Chunk int
+	// BatchTokens is Options.BatchTokens; the reference's streams entering
+	// the changes' first layers are kept for a whole batch.
+	BatchTokens int
 	// Workers are the scorer's goroutines (0: GOMAXPROCS); results do
 	// not depend on it.
 	Workers int
@@ -39,8 +42,8 @@ type ChangeOptions struct {
 // Validate reports an option out of range: a negative chunk or worker
 // count is an error, not the default.
 func (o ChangeOptions) Validate() error {
-	if o.Chunk < 0 || o.Workers < 0 {
-		return fmt.Errorf("harness: chunk %d, workers %d: want ≥ 0", o.Chunk, o.Workers)
+	if o.Chunk < 0 || o.Workers < 0 || o.BatchTokens < 0 {
+		return fmt.Errorf("harness: chunk %d, workers %d, batch tokens %d: want ≥ 0", o.Chunk, o.Workers, o.BatchTokens)
 	}
 	return nil
 }
@@ -93,19 +96,11 @@ func EvaluateChanges(ctx context.Context, ref *forward.Model, changes []Change, 
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	scorer, err := eval.NewScorer(cfg.Vocab, names, eval.ScorerOptions{Workers: workers})
+	scorer, err := newScorer(cfg.Vocab, names, labels, workers)
 	if err != nil {
 		return nil, err
 	}
-	if err := scorer.Accumulator().SetOrder(labels); err != nil {
-		return nil, err
-	}
-	err = eval.Evaluate(ctx, scorer, rr, cands, windows, eval.EvalOptions{Chunk: opt.Chunk, Progress: opt.Progress})
-	rr.wait()
-	for _, c := range cands {
-		c.(*changeRunner).wait()
-	}
-	if err != nil {
+	if err := evaluate(ctx, scorer, rr, cands, windows, eval.EvalOptions{Chunk: opt.Chunk, BatchTokens: batchTokens(opt.BatchTokens), Progress: opt.Progress}); err != nil {
 		return nil, err
 	}
 	rows := make([]eval.Row, len(changes))
@@ -125,20 +120,23 @@ type prefixRunner struct {
 }
 
 func (r *prefixRunner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
-	at := map[int][]float32{}
-	r.start(len(tokens), func() ([]float32, error) { return r.run(ctx, tokens, at) })
-	r.at = at
-	return r, nil
+	return one(r.ForwardBatch(ctx, [][]int32{tokens}))
 }
 
-func (r *prefixRunner) run(ctx context.Context, tokens []int32, at map[int][]float32) ([]float32, error) {
-	x, err := r.m.Embed(tokens)
+func (r *prefixRunner) ForwardBatch(ctx context.Context, windows [][]int32) ([]eval.WindowLogits, error) {
+	at := map[int][]float32{}
+	views := r.start(windows, func() ([]float32, error) { return r.run(ctx, windows, at) })
+	r.at = at
+	return views, nil
+}
+
+func (r *prefixRunner) run(ctx context.Context, windows [][]int32, at map[int][]float32) ([]float32, error) {
+	b, err := r.embed(windows)
 	if err != nil {
 		return nil, err
 	}
-	b := &forward.Batch{Lens: []int{len(tokens)}, X: x}
 	if r.keep[0] {
-		at[0] = append([]float32(nil), x...)
+		at[0] = append([]float32(nil), b.X...)
 	}
 	if err := r.m.Trunk(b, nil, func(i int, x []float32) error {
 		if r.keep[i+1] {
@@ -161,21 +159,26 @@ type changeRunner struct {
 }
 
 func (c *changeRunner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
+	return one(c.ForwardBatch(ctx, [][]int32{tokens}))
+}
+
+// ForwardBatch runs the change over the windows the reference runs (the
+// reference's pass must have been started on the same windows).
+func (c *changeRunner) ForwardBatch(ctx context.Context, windows [][]int32) ([]eval.WindowLogits, error) {
 	ref := c.ref
 	at, refDone := ref.at, ref.done
-	c.start(len(tokens), func() ([]float32, error) {
+	return c.start(windows, func() ([]float32, error) {
 		<-refDone
 		if ref.err != nil {
 			return nil, ref.err
 		}
 		return c.run(ctx, at[c.first])
-	})
-	return c, nil
+	}), nil
 }
 
 func (c *changeRunner) run(ctx context.Context, x0 []float32) ([]float32, error) {
 	m := c.m
-	b := &forward.Batch{Lens: []int{c.n}, X: append([]float32(nil), x0...)}
+	b := &forward.Batch{Lens: c.lens, X: append([]float32(nil), x0...)}
 	for i := c.first; i < m.Config.Layers; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -192,6 +195,14 @@ func (c *changeRunner) run(ctx context.Context, x0 []float32) ([]float32, error)
 		}
 	}
 	return m.FinalNorm(b.X)
+}
+
+// one is the single window of a batch of one.
+func one(wl []eval.WindowLogits, err error) (eval.WindowLogits, error) {
+	if err != nil {
+		return nil, err
+	}
+	return wl[0], nil
 }
 
 // Windows cuts every sequence of set into windows of at most window

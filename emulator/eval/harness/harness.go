@@ -89,6 +89,13 @@ type Options struct {
 	Workers int
 	// Chunk is the number of positions scored at a time (0: 16).
 	Chunk int
+	// BatchTokens is the most tokens of consecutive windows run as one
+	// forward batch, each layer over all of them, so that each layer's
+	// weights are read (with Stream, decoded) once per batch (0:
+	// forward.BatchRows; 1: one window at a time). Each run then holds
+	// about BatchTokens × hidden × 4 bytes of states and its layers' work
+	// space for that many rows. Results do not depend on it.
+	BatchTokens int
 	// Stream reads every layer's weights from the checkpoints for each
 	// window instead of keeping every run's float32 weights in memory
 	// after first use (which needs 4 bytes per parameter per run: fine for
@@ -278,20 +285,10 @@ func (o *Options) check() error {
 	if o.Window < 0 || o.Window == 1 {
 		return fmt.Errorf("harness: window of %d tokens; want at least 2", o.Window)
 	}
-	if o.Workers < 0 || o.Chunk < 0 {
-		return fmt.Errorf("harness: workers %d, chunk %d: want ≥ 0", o.Workers, o.Chunk)
+	if o.Workers < 0 || o.Chunk < 0 || o.BatchTokens < 0 {
+		return fmt.Errorf("harness: workers %d, chunk %d, batch tokens %d: want ≥ 0", o.Workers, o.Chunk, o.BatchTokens)
 	}
-	switch {
-	case o.Shard != (shard.Spec{}) && !o.Shard.Valid():
-		return fmt.Errorf("harness: shard %d/%d names no worker", o.Shard.Index, o.Shard.Count)
-	case o.Shard.Count > 1 && o.Parts == "":
-		return errors.New("harness: a worker of a split evaluation needs a directory for its part")
-	case o.Shard.Count <= 1 && o.Parts != "":
-		return errors.New("harness: a directory for parts is for the workers of a split evaluation")
-	case o.Assemble != "" && o.Shard.Count > 1:
-		return errors.New("harness: a worker of a split evaluation does not also merge the parts")
-	}
-	return nil
+	return CheckSplit(o.Shard, o.Parts, o.Assemble)
 }
 
 // Run evaluates the checkpoints against the source model. Every check that
@@ -301,149 +298,167 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
-	num := opt.Numerics
-	kv := KVCacheF32
-	if num.KVBFP8 {
-		kv = KVCacheBFP8
+	r := &run{opt: &opt, window: opt.Window, chunk: opt.Chunk, workers: opt.Workers}
+	if r.window == 0 {
+		r.window = eval.DefaultWindow
 	}
-	window := opt.Window
-	if window == 0 {
-		window = eval.DefaultWindow
+	if r.chunk == 0 {
+		r.chunk = 16
 	}
-	chunk := opt.Chunk
-	if chunk == 0 {
-		chunk = 16
+	if r.workers == 0 {
+		r.workers = runtime.GOMAXPROCS(0)
 	}
-	workers := opt.Workers
-	if workers == 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-
 	ref, err := forward.Open(opt.Model)
 	if err != nil {
 		return nil, err
 	}
 	defer ref.Close()
 	ref.Resident = !opt.Stream
-	cfg := ref.Config
-	tok, err := tokenizer.Load(opt.Model)
+	r.ref = ref
+	if r.tok, err = tokenizer.Load(opt.Model); err != nil {
+		return nil, err
+	}
+	if err := r.openCandidates(); err != nil {
+		return nil, err
+	}
+	data, info, err := r.evaluationText()
 	if err != nil {
 		return nil, err
 	}
+	windows, labels, st, err := Windows(data.Evaluation, r.window, ref.Config)
+	if err != nil {
+		return nil, err
+	}
+	info.Split, info.Unscorable, info.Windows = st.Split, st.Unscorable, len(windows)
+	warnings, err := r.checkCalibrationOverlap(windows, data, &info)
+	if err != nil {
+		return nil, err
+	}
+	return r.score(ctx, windows, labels, len(data.Evaluation.Sequences), info, warnings)
+}
 
-	// Candidates: the checkpoints' decoded tensors over the source.
-	var (
-		cands   []eval.Model
-		infos   []eval.RunInfo
-		names   []string
-		calibed []string
-		// calibInfos are the calibrated candidates' calibration sections.
-		calibInfos []*manifest.CalibInfo
-	)
+// run is an evaluation as Run carries it out: the options with their
+// defaults, the reference and its tokenizer, and the candidates.
+type run struct {
+	opt                    *Options
+	window, chunk, workers int
+	ref                    *forward.Model
+	tok                    *tokenizer.Tokenizer
+
+	cands []eval.Model
+	infos []eval.RunInfo
+	names []string
+	// calibed are the labels of the candidates made with calibration,
+	// calibInfos their manifests' calibration sections.
+	calibed    []string
+	calibInfos []*manifest.CalibInfo
+}
+
+// openCandidates opens every checkpoint as a candidate, its decoded
+// tensors over the source's, and the source itself with Options.Self; the
+// labels must be distinct.
+func (r *run) openCandidates() error {
+	opt, cfg := r.opt, r.ref.Config
 	for i, dir := range opt.Checkpoints {
 		ns, err := OpenNative(dir)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := checkSource(opt.Model, dir, ns.Checkpoint().Manifest().Source); err != nil {
-			return nil, err
+		mf := ns.Checkpoint().Manifest()
+		if err := checkSource(opt.Model, dir, mf.Source); err != nil {
+			return err
 		}
-		m, err := forward.New(cfg, forward.Overlay{ns, ref.Src})
+		m, err := forward.New(cfg, forward.Overlay{ns, r.ref.Src})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return fmt.Errorf("%s: %w", dir, err)
 		}
 		m.Resident = !opt.Stream
-		if err := num.apply(m, ns, workers, !opt.Stream); err != nil {
-			return nil, err
+		if err := opt.Numerics.apply(m, ns, r.workers, !opt.Stream); err != nil {
+			return err
 		}
 		label := filepath.Base(filepath.Clean(dir))
 		if opt.Labels != nil && opt.Labels[i] != "" {
 			label = opt.Labels[i]
 		}
-		mf := ns.Checkpoint().Manifest()
 		id := CandidateIdentity{Dir: dir, Identity: ns.Checkpoint().Identity(), SourceIdentity: mf.Source.Identity,
 			Plan: mf.Plan.Name, Command: mf.TTQuant.Command, Calibration: mf.TTQuant.Calibration, Tensors: ns.Len()}
 		if mf.TTQuant.Calibration != nil {
-			calibed = append(calibed, label)
-			calibInfos = append(calibInfos, mf.TTQuant.Calibration)
+			r.calibed = append(r.calibed, label)
+			r.calibInfos = append(r.calibInfos, mf.TTQuant.Calibration)
 		}
 		if n := len(mf.Tensors); n != ns.Len() {
 			opt.log("candidate %s: %s (%d stored tensors substituted under %d names: a stored fused expert gate_up is also the expert's gate and up; identity %.16s)", label, dir, n, ns.Len(), id.Identity)
 		} else {
 			opt.log("candidate %s: %s (%d tensors substituted, identity %.16s)", label, dir, n, id.Identity)
 		}
-		cands = append(cands, newRunner(m))
-		infos = append(infos, eval.RunInfo{Label: label, Identity: id, Numerics: num.String()})
-		names = append(names, label)
+		r.add(newRunner(m), eval.RunInfo{Label: label, Identity: id, Numerics: opt.Numerics.String()})
 	}
 	if opt.Self {
-		m, err := forward.New(cfg, ref.Src)
+		m, err := forward.New(cfg, r.ref.Src)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		m.Resident = !opt.Stream
-		cands = append(cands, newRunner(m))
-		infos = append(infos, eval.RunInfo{Label: "self", Identity: CandidateIdentity{Dir: opt.Model}, Numerics: "cpu-fp32"})
-		names = append(names, "self")
+		r.add(newRunner(m), eval.RunInfo{Label: "self", Identity: CandidateIdentity{Dir: opt.Model}, Numerics: "cpu-fp32"})
 	}
 	seen := map[string]bool{}
-	for _, n := range names {
+	for _, n := range r.names {
 		if seen[n] {
-			return nil, fmt.Errorf("harness: two candidates are labelled %q; give distinct labels", n)
+			return fmt.Errorf("harness: two candidates are labelled %q; give distinct labels", n)
 		}
 		seen[n] = true
 	}
+	return nil
+}
 
-	// The evaluation text.
+func (r *run) add(m eval.Model, info eval.RunInfo) {
+	r.cands = append(r.cands, m)
+	r.infos = append(r.infos, info)
+	r.names = append(r.names, info.Label)
+}
+
+// evaluationText builds the evaluation set of Options.Data; with
+// HeldOutOfCalibration, from a candidate's calibration file only the
+// records its split held out. info records the data and the selection.
+func (r *run) evaluationText() (*dataset.Result, DataInfo, error) {
+	opt := r.opt
 	dopt := opt.DataOptions
 	dopt.Calibration = dataset.SetOptions{}
-	dopt.Workers = workers
-	if dopt.Progress == nil && opt.Log != nil {
-		dopt.Progress = func(s string) { opt.log("data: %s", s) }
-	}
-	data, err := dataset.Build(opt.Data, tok, dopt)
+	data, err := r.buildSet(opt.Data, dopt, "data")
 	if err != nil {
-		return nil, err
+		return nil, DataInfo{}, err
 	}
-	selection := selectionText(dopt, window)
+	selection := selectionText(dopt, r.window)
 	if opt.HeldOutOfCalibration {
-		if label, cp, ok := calibrationFile(data.Provenance, calibed, calibInfos); ok {
+		if label, cp, ok := calibrationFile(data.Provenance, r.calibed, r.calibInfos); ok {
 			dopt.EvalFraction, dopt.Seed = cp.Options.EvalFraction, cp.Options.Seed
 			if dopt.EvalFraction >= 1 {
-				return nil, fmt.Errorf("harness: the evaluation data is candidate %s's calibration text, with no records held out", label)
+				return nil, DataInfo{}, fmt.Errorf("harness: the evaluation data is candidate %s's calibration text, with no records held out", label)
 			}
-			if data, err = dataset.Build(opt.Data, tok, dopt); err != nil {
-				return nil, err
+			if data, err = r.buildSet(opt.Data, dopt, "data"); err != nil {
+				return nil, DataInfo{}, err
 			}
 			selection = fmt.Sprintf("the %g%% of the records that candidate %s's calibration split held out (eval fraction %g, seed %d): the evaluation data holds its calibration file; ",
-				100*dopt.EvalFraction, label, dopt.EvalFraction, dopt.Seed) + selectionText(dopt, window)
+				100*dopt.EvalFraction, label, dopt.EvalFraction, dopt.Seed) + selectionText(dopt, r.window)
 		}
 	}
 	opt.log("scoring %s", selection)
-	info := DataInfo{Provenance: data.Provenance, Selection: selection, Window: window}
-	windows, labels, st, err := Windows(data.Evaluation, window, cfg)
-	if err != nil {
-		return nil, err
-	}
-	info.Split, info.Unscorable, info.Windows = st.Split, st.Unscorable, len(windows)
+	return data, DataInfo{Provenance: data.Provenance, Selection: selection, Window: r.window}, nil
+}
 
-	// Overlap with the calibration text, before anything runs.
+// checkCalibrationOverlap checks the windows against the calibration
+// text before anything runs: the fingerprint of Options.Calib, else those
+// the calibrated candidates' manifests record (a candidate without one is
+// reported unchecked). It returns the warnings, also recorded in info and
+// logged.
+func (r *run) checkCalibrationOverlap(windows []eval.Window, data *dataset.Result, info *DataInfo) ([]string, error) {
+	opt := r.opt
 	var warnings []string
 	var idx *dataset.FingerprintIndex
 	var from []string
 	shingles := 0
 	if opt.Calib != nil {
-		copt := opt.CalibOptions
-		copt.Evaluation = dataset.SetOptions{}
-		copt.Workers = workers
-		if copt.Progress == nil && opt.Log != nil {
-			copt.Progress = func(s string) { opt.log("calibration data: %s", s) }
-		}
-		cal, err := dataset.Build(opt.Calib, tok, copt)
-		if err != nil {
-			return nil, fmt.Errorf("calibration data: %w", err)
-		}
-		fp, err := dataset.NewFingerprint(cal.Calibration, opt.OverlapRun)
+		fp, err := r.calibrationFingerprint()
 		if err != nil {
 			return nil, err
 		}
@@ -451,10 +466,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			return nil, err
 		}
 		from, shingles = []string{"the calibration data given"}, fp.Shingles
-	} else if len(calibed) > 0 {
+	} else if len(r.calibed) > 0 {
 		var unchecked []string
-		for i, label := range calibed {
-			fp, why := manifestFingerprint(calibInfos[i], tok)
+		for i, label := range r.calibed {
+			fp, why := manifestFingerprint(r.calibInfos[i], r.tok)
 			if why != "" {
 				unchecked = append(unchecked, label+": "+why)
 				continue
@@ -475,7 +490,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 	}
 	if idx != nil {
-		w, err := checkOverlap(idx, from, shingles, windows, data, &opt, &info)
+		w, err := checkOverlap(idx, from, shingles, windows, data, opt, info)
 		if err != nil {
 			return nil, err
 		}
@@ -485,43 +500,66 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	for _, w := range warnings {
 		opt.log("warning: %s", w)
 	}
+	return warnings, nil
+}
 
-	scorer, err := eval.NewScorer(cfg.Vocab, names, eval.ScorerOptions{Workers: workers})
+// calibrationFingerprint is the fingerprint of the calibration set of
+// Options.Calib.
+func (r *run) calibrationFingerprint() (*dataset.Fingerprint, error) {
+	copt := r.opt.CalibOptions
+	copt.Evaluation = dataset.SetOptions{}
+	cal, err := r.buildSet(r.opt.Calib, copt, "calibration data")
+	if err != nil {
+		return nil, fmt.Errorf("calibration data: %w", err)
+	}
+	return dataset.NewFingerprint(cal.Calibration, r.opt.OverlapRun)
+}
+
+// buildSet builds the set dopt asks of spec with the run's workers, its
+// progress logged as what's.
+func (r *run) buildSet(spec *dataset.Spec, dopt dataset.Options, what string) (*dataset.Result, error) {
+	dopt.Workers = r.workers
+	if dopt.Progress == nil && r.opt.Log != nil {
+		dopt.Progress = func(s string) { r.opt.log("%s: %s", what, s) }
+	}
+	return dataset.Build(spec, r.tok, dopt)
+}
+
+// score runs the windows (a worker its share, writing its part) or merges
+// the parts of a split evaluation, and makes the result.
+func (r *run) score(ctx context.Context, windows []eval.Window, labels []string, sequences int, info DataInfo, warnings []string) (*Report, error) {
+	opt, cfg := r.opt, r.ref.Config
+	scorer, err := newScorer(cfg.Vocab, r.names, labels, r.workers)
 	if err != nil {
 		return nil, err
 	}
-	if err := scorer.Accumulator().SetOrder(labels); err != nil {
-		return nil, err
+	kv := KVCacheF32
+	if opt.Numerics.KVBFP8 {
+		kv = KVCacheBFP8
 	}
 	refInfo := eval.RunInfo{Label: "BF16", Numerics: "cpu-fp32",
-		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Arch.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: tok.SHA256()}}
-	settings := Settings{Numerics: num.String(), KVCache: kv, Chunk: chunk}
+		Identity: ReferenceIdentity{Dir: opt.Model, Family: cfg.Arch.String(), Layers: cfg.Layers, Vocab: cfg.Vocab, Tokenize: r.tok.SHA256()}}
+	settings := Settings{Numerics: opt.Numerics.String(), KVCache: kv, Chunk: r.chunk}
 	// A split evaluation's key hashes every window: only a worker or the
 	// merge needs it.
 	var sp *splitRun
 	if opt.Assemble != "" || opt.Shard.Count > 1 {
-		sp = &splitRun{key: splitKey(refInfo, infos, info, settings, windows), windows: windows}
+		sp = &splitRun{key: splitKey(refInfo, r.infos, info, settings, windows), windows: windows}
 	}
 	if opt.Assemble != "" {
 		if err := sp.merge(opt.Assemble, scorer); err != nil {
 			return nil, err
 		}
 	} else {
-		eo := eval.EvalOptions{Chunk: chunk, Progress: opt.Progress}
+		eo := eval.EvalOptions{Chunk: r.chunk, BatchTokens: batchTokens(opt.BatchTokens), Progress: opt.Progress}
 		if opt.Shard.Count > 1 {
 			if eo.Windows, err = sp.share(opt.Shard); err != nil {
 				return nil, err
 			}
 			eo.Record = func(ws eval.WindowScores) { sp.scores = append(sp.scores, ws) }
 		}
-		opt.log("evaluating %d windows (%d sequences) with %d candidates", len(windows), len(data.Evaluation.Sequences), len(cands))
-		refRun := newRunner(ref)
-		err = eval.Evaluate(ctx, scorer, refRun, cands, windows, eo)
-		refRun.wait()
-		for _, c := range cands {
-			c.(*runner).wait()
-		}
-		if err != nil {
+		opt.log("evaluating %d windows (%d sequences) with %d candidates", len(windows), sequences, len(r.cands))
+		if err := evaluate(ctx, scorer, newRunner(r.ref), r.cands, windows, eo); err != nil {
 			return nil, err
 		}
 		if opt.Shard.Count > 1 {
@@ -532,82 +570,42 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			return &Report{Part: &PartInfo{Path: path, Worker: opt.Shard.Index, Workers: opt.Shard.Count, Windows: len(eo.Windows), Of: len(windows)}, Warnings: warnings}, nil
 		}
 	}
-	res, err := eval.NewResult(refInfo, infos, scorer, info, settings)
+	res, err := eval.NewResult(refInfo, r.infos, scorer, info, settings)
 	if err != nil {
 		return nil, err
 	}
 	return &Report{Result: res, Warnings: warnings}, nil
 }
 
-// runner adapts a forward.Model to eval.Model: one window from a fresh
-// state, its final-normed hidden states kept, logits computed on demand.
-// Forward starts the window's forward pass and returns at once; the first
-// Logits call waits for it. eval.Evaluate starts the reference and every
-// candidate before it asks for logits, so the runs of one window proceed
-// concurrently (each also using the kernels' goroutines).
-type runner struct {
-	m    *forward.Model
-	hf   []float32
-	n    int
-	err  error
-	done chan struct{}
-}
-
-func newRunner(m *forward.Model) *runner { return &runner{m: m} }
-
-// Forward implements eval.Model.
-func (r *runner) Forward(ctx context.Context, tokens []int32) (eval.WindowLogits, error) {
-	r.start(len(tokens), func() ([]float32, error) { return r.forward(ctx, tokens) })
-	return r, nil
-}
-
-// start runs pass, which returns the final-normed hidden states of a
-// window of n tokens, in the background.
-func (r *runner) start(n int, pass func() ([]float32, error)) {
-	if r.done != nil {
-		<-r.done // the previous window's pass (abandoned after an error)
-	}
-	r.n, r.hf, r.err = n, nil, nil
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		r.hf, r.err = pass()
-	}()
-}
-
-func (r *runner) forward(ctx context.Context, tokens []int32) ([]float32, error) {
-	x, err := r.m.Embed(tokens)
+// newScorer is the scorer of the candidates names, with the corpus rows
+// in the order of labels.
+func newScorer(vocab int, names, labels []string, workers int) (*eval.Scorer, error) {
+	scorer, err := eval.NewScorer(vocab, names, eval.ScorerOptions{Workers: workers})
 	if err != nil {
 		return nil, err
 	}
-	b := &forward.Batch{Lens: []int{len(tokens)}, X: x}
-	if err := r.m.Trunk(b, nil, func(int, []float32) error { return ctx.Err() }); err != nil {
+	if err := scorer.Accumulator().SetOrder(labels); err != nil {
 		return nil, err
 	}
-	return r.m.FinalNorm(b.X)
+	return scorer, nil
 }
 
-// wait waits for the pending pass; the runner is then idle.
-func (r *runner) wait() {
-	if r.done != nil {
-		<-r.done
+// evaluate is eval.Evaluate over runs whose passes go on in the
+// background (runner and the runners built on it): it returns once every
+// run is idle, after an error too.
+func evaluate(ctx context.Context, s *eval.Scorer, ref pass, cands []eval.Model, windows []eval.Window, eo eval.EvalOptions) error {
+	err := eval.Evaluate(ctx, s, ref, cands, windows, eo)
+	ref.wait()
+	for _, c := range cands {
+		c.(pass).wait()
 	}
+	return err
 }
 
-// Logits implements eval.WindowLogits.
-func (r *runner) Logits(dst []float32, lo, hi int) error {
-	r.wait()
-	if r.err != nil {
-		return r.err
-	}
-	H, V := r.m.Config.Hidden, r.m.Config.Vocab
-	if lo < 0 || hi > r.n || lo > hi || len(dst) != (hi-lo)*V {
-		return fmt.Errorf("harness: logits of positions [%d,%d) of a %d-token window into %d values", lo, hi, r.n, len(dst))
-	}
-	return r.m.Logits(r.hf[lo*H:hi*H], func(row0, rows int, lg []float32) error {
-		copy(dst[row0*V:], lg[:rows*V])
-		return nil
-	})
+// pass is a run whose window's pass goes on in the background.
+type pass interface {
+	eval.Model
+	wait()
 }
 
 // selectionText says how the evaluation set is cut into windows.

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/emulator/eval"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
@@ -70,9 +71,9 @@ func perRecord(t *testing.T, file string, n int) (*dataset.Spec, dataset.Options
 func TestReferenceAndSelf(t *testing.T) {
 	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
 	// The shortest code and prose records (418 and 386 tokens), and under
-	// the full build also eval-dev's first code and prose records.
+	// the full run (not -short) also eval-dev's first code and prose records.
 	pick := []int{20, 44}
-	if !pureGo && !testing.Short() {
+	if !testing.Short() {
 		pick = append(pick, 0, 40)
 	}
 	lines := strings.SplitAfter(string(must(os.ReadFile(filepath.Join(dir, "eval-dev.jsonl")))), "\n")
@@ -272,6 +273,42 @@ func TestOptionsRefused(t *testing.T) {
 		mod(&o)
 		if _, err := Run(context.Background(), o); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestSplitOptionsRefused: each rule of a split evaluation's options is
+// refused by Run before anything is read, with a *SplitError naming the
+// rule; its message names the options, or the names a caller gives.
+func TestSplitOptionsRefused(t *testing.T) {
+	dir := testdata.Dir(t, "models", "tiny-qwen36-trained")
+	spec, dopt := perRecord(t, filepath.Join(dir, "eval-dev.jsonl"), 2)
+	parts := t.TempDir()
+	for _, c := range []struct {
+		shard           shard.Spec
+		parts, assemble string
+		rule            SplitRule
+		want, flags     string
+	}{
+		{shard.Spec{Index: 3, Count: 3}, parts, "", SplitBadShard, "harness: Shard 3/3 names no worker", "--shard 3/3 names no worker"},
+		{shard.Spec{Index: 0, Count: 3}, "", "", SplitNoParts, "harness: Shard 0/3 needs Parts,", "--shard 0/3 needs --parts,"},
+		{shard.Spec{}, parts, "", SplitPartsAlone, "harness: Parts is for the workers of a split evaluation (Shard i/N)", "--parts is for the workers of a split evaluation (--shard i/N)"},
+		{shard.Spec{Index: 1, Count: 3}, parts, parts, SplitWorkerMerges, "harness: Assemble merges the workers' parts; give it without Shard", "--assemble merges the workers' parts; give it without --shard"},
+	} {
+		o := Options{Model: filepath.Join(t.TempDir(), "none"), Self: true, Data: spec, DataOptions: dopt, Shard: c.shard, Parts: c.parts, Assemble: c.assemble}
+		_, err := Run(context.Background(), o)
+		var se *SplitError
+		if !errors.As(err, &se) || se.Rule != c.rule || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want rule %d: %q", c.shard, err, c.rule, c.want)
+			continue
+		}
+		if got := se.Message(SplitNames{Shard: "--shard", Parts: "--parts", Assemble: "--assemble"}); !strings.HasPrefix(got, c.flags) {
+			t.Errorf("%+v: message %q, want %q", c.shard, got, c.flags)
+		}
+	}
+	for _, ok := range []Options{{}, {Shard: shard.Spec{Index: 0, Count: 1}}, {Shard: shard.Spec{Index: 2, Count: 3}, Parts: parts}, {Assemble: parts}} {
+		if err := CheckSplit(ok.Shard, ok.Parts, ok.Assemble); err != nil {
+			t.Errorf("%+v: %v", ok, err)
 		}
 	}
 }

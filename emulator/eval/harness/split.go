@@ -29,6 +29,72 @@ import (
 // damaged, duplicated or of another evaluation.
 var ErrParts = errors.New("cannot merge the split evaluation")
 
+// SplitRule is a rule of the options of a split evaluation that a
+// SplitError says was broken.
+type SplitRule int
+
+const (
+	// SplitBadShard: the shard names no worker (index outside 0..count−1).
+	SplitBadShard SplitRule = iota + 1
+	// SplitNoParts: a worker needs the directory it writes its part to.
+	SplitNoParts
+	// SplitPartsAlone: a parts directory is for a worker only.
+	SplitPartsAlone
+	// SplitWorkerMerges: a worker does not also merge the parts.
+	SplitWorkerMerges
+)
+
+// SplitNames are what the three options of a split evaluation are called
+// in a SplitError's message: the fields of Options by default, a command's
+// flags for its users (SplitError.Message).
+type SplitNames struct {
+	Shard, Parts, Assemble string
+}
+
+// SplitError is the refusal of a split evaluation's options: which rule
+// (CheckSplit) they break. Its Message calls the options by the names a
+// caller gives; Error by the fields of Options.
+type SplitError = shard.RuleError[SplitRule, SplitNames]
+
+// splitRules are the split evaluation's rules' messages.
+var splitRules = &shard.Rules[SplitRule, SplitNames]{Pkg: "harness", Names: SplitNames{Shard: "Shard", Parts: "Parts", Assemble: "Assemble"}, Say: splitMessage}
+
+// splitMessage says what breaking rule means for worker s.
+func splitMessage(rule SplitRule, s shard.Spec, names SplitNames) string {
+	switch rule {
+	case SplitBadShard:
+		return fmt.Sprintf("%s %d/%d names no worker", names.Shard, s.Index, s.Count)
+	case SplitNoParts:
+		return fmt.Sprintf("%s %s needs %s, the directory the workers write their scores to", names.Shard, s, names.Parts)
+	case SplitPartsAlone:
+		return fmt.Sprintf("%s is for the workers of a split evaluation (%s i/N)", names.Parts, names.Shard)
+	case SplitWorkerMerges:
+		return fmt.Sprintf("%s merges the workers' parts; give it without %s", names.Assemble, names.Shard)
+	}
+	return fmt.Sprintf("split evaluation rule %d broken", rule)
+}
+
+// CheckSplit checks the options of a split evaluation (Options.Shard,
+// Parts and Assemble): a worker (a shard of several) writes its part to
+// parts; the merge (assemble) is no worker. A *SplitError says which rule
+// is broken.
+func CheckSplit(s shard.Spec, parts, assemble string) error {
+	var rule SplitRule
+	switch {
+	case s != (shard.Spec{}) && !s.Valid():
+		rule = SplitBadShard
+	case s.Count > 1 && parts == "":
+		rule = SplitNoParts
+	case s.Count <= 1 && parts != "":
+		rule = SplitPartsAlone
+	case s.Count > 1 && assemble != "":
+		rule = SplitWorkerMerges
+	default:
+		return nil
+	}
+	return splitRules.Broken(rule, s)
+}
+
 // PartInfo says what a worker of a split evaluation wrote.
 type PartInfo struct {
 	Path            string

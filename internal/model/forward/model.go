@@ -286,6 +286,15 @@ func (m *Model) packedHead() (*kernels.PackedB32, error) {
 	return m.lmPacked, nil
 }
 
+// BatchRows is the rows of one forward batch of a long job (whole
+// sequences or windows, at least one per batch) — the calibration walks
+// and the evaluation: it bounds the activations a layer holds at once, and
+// each layer's weights are read once per batch. The forward pass gives
+// every row the same bits whatever batch it is in
+// (TestBatchRowsSameBytes in calib/textcalib, TestBatchedEvaluationSameTable
+// in emulator/eval/harness), so it does not change what is computed.
+const BatchRows = 8192
+
 // Trunk runs the decoder layers 0..Layers-1 over the batch, one layer's
 // weights at a time; b.X enters as the embeddings and leaves as the last
 // layer's residual stream (before the final norm). hook sees every

@@ -25,13 +25,6 @@ import (
 	"github.com/ttquant/ttquant/internal/model/forward"
 )
 
-// BatchRows is the rows of one forward batch of a walk (whole sequences,
-// at least one per batch): it bounds the activations a layer holds at
-// once. The forward pass gives every row the same bits whatever batch it
-// is in (TestBatchRowsSameBytes in calib/textcalib), so it does not
-// change what a walk computes.
-const BatchRows = 8192
-
 // Walk is a set of calibration sequences walked through a model.
 type Walk struct {
 	Config *model.Config

@@ -1,5 +1,0 @@
-//go:build !purego
-
-package harness
-
-const pureGo = false
