@@ -10,9 +10,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -60,14 +62,18 @@ func (f Faults) Create(final string) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, err
 	}
-	tmp := final + Suffix
-	fh, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	fh, err := os.OpenFile(final+Suffix, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	a := &File{f: fh, final: final, tmp: tmp, h: sha256.New()}
+	return f.open(fh, final), nil
+}
+
+// open is the File writing final through fh, its temporary file.
+func (f Faults) open(fh *os.File, final string) *File {
+	a := &File{f: fh, final: final, tmp: fh.Name(), h: sha256.New()}
 	a.w = f.Wrap(final, io.MultiWriter(fh, a.h))
-	return a, nil
+	return a
 }
 
 func (a *File) Write(p []byte) (int, error) {
@@ -78,7 +84,11 @@ func (a *File) Write(p []byte) (int, error) {
 
 // Commit flushes the file to disk and renames it into place. It returns the
 // size and sha256 of what was written.
-func (a *File) Commit() (int64, string, error) {
+func (a *File) Commit() (int64, string, error) { return a.commit(os.Rename) }
+
+// commit is Commit putting the temporary file in place by place (a rename,
+// or a link that never replaces a file).
+func (a *File) commit(place func(tmp, final string) error) (int64, string, error) {
 	a.done = true
 	if err := a.sync(); err != nil {
 		a.f.Close()
@@ -89,7 +99,7 @@ func (a *File) Commit() (int64, string, error) {
 		os.Remove(a.tmp)
 		return 0, "", fmt.Errorf("%s: %w", a.final, err)
 	}
-	if err := os.Rename(a.tmp, a.final); err != nil {
+	if err := place(a.tmp, a.final); err != nil {
 		os.Remove(a.tmp)
 		return 0, "", err
 	}
@@ -149,6 +159,40 @@ func (f Faults) WriteFile(path string, data []byte) (string, error) {
 	}
 	_, sum, err := a.Commit()
 	return sum, err
+}
+
+// WriteNew writes data to path as WriteFile does, unless a file is there:
+// of several processes writing path at once, the first to finish places
+// its file and the others find it there. created says whether this call
+// placed it. Each call writes to a temporary name of its own and links it
+// into place (a link, unlike a rename, never replaces a file).
+func WriteNew(path string, data []byte) (created bool, err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	fh, err := os.CreateTemp(dir, filepath.Base(path)+".*"+Suffix)
+	if err != nil {
+		return false, err
+	}
+	a := Faults(nil).open(fh, path)
+	if err := fh.Chmod(0o644); err != nil { // CreateTemp makes the file private
+		a.Abort()
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := a.Write(data); err != nil {
+		a.Abort()
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	_, _, err = a.commit(func(tmp, final string) error {
+		err := os.Link(tmp, final)
+		os.Remove(tmp)
+		return err
+	})
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // WriteJSON writes v as indented JSON with a trailing newline, the form of

@@ -303,17 +303,23 @@ func writeHead(dir string, h *measureHead) error {
 		return err
 	}
 	data = append(data, '\n')
-	path := filepath.Join(dir, MeasureHeadName)
-	if old, err := readHead(dir); err == nil {
-		if d := h.differences(old); len(d) > 0 {
-			return fmt.Errorf("selection: %s holds a split measurement of other inputs (a different %s); run every worker with the same flags, or choose another --parts", dir, strings.Join(d, ", "))
+	old, err := readHead(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// Workers started at once all find no head: the first to write
+		// it places it, the others compare theirs with it.
+		var created bool
+		if created, err = atomicfile.WriteNew(filepath.Join(dir, MeasureHeadName), data); err != nil || created {
+			return err
 		}
-		return nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+		old, err = readHead(dir)
+	}
+	if err != nil {
 		return err
 	}
-	_, err = atomicfile.WriteFile(path, data)
-	return err
+	if d := h.differences(old); len(d) > 0 {
+		return fmt.Errorf("selection: %s holds a split measurement of other inputs (a different %s); run every worker with the same flags, or choose another --parts", dir, strings.Join(d, ", "))
+	}
+	return nil
 }
 
 func readHead(dir string) (*measureHead, error) {
