@@ -491,7 +491,17 @@ func (w *StoreWriter) AddWrittenSite(si SiteInfo) error {
 	return nil
 }
 
-func (s *SiteWriter) rowBytes() int64 { return int64(s.info.Cols) * int64(s.w.opt.DType.Bits()/8) }
+func (s *SiteWriter) rowBytes() int64 { return rowBytes(s.info.Cols, s.w.opt.DType) }
+
+// rowBytes is the size of one stored row of cols values in dt.
+func rowBytes(cols int, dt safetensors.DType) int64 { return int64(cols) * int64(dt.Bits()/8) }
+
+// storeDType is the dtype a site's record names, one of the two a store
+// holds (BF16, F32); ok is false for any other.
+func storeDType(name string) (dt safetensors.DType, ok bool) {
+	dt, err := safetensors.ParseDType(name)
+	return dt, err == nil && (dt == safetensors.BF16 || dt == safetensors.F32)
+}
 
 // Write appends rows (a multiple of the site's columns, row-major).
 func (s *SiteWriter) Write(rows []float32) error {
@@ -579,7 +589,7 @@ func createShardFile(dir, name string, prov Provenance, si SiteInfo, opt StoreOp
 		return nil, fmt.Errorf("calib: store: %w", err)
 	}
 	fw.SetMetadata(storeMetadata(prov, si.Layer, si.Site, si.Alignment, first, rows))
-	size := rows * int64(si.Cols) * int64(opt.DType.Bits()/8)
+	size := rows * rowBytes(si.Cols, opt.DType)
 	err = fw.AddFunc("activations", opt.DType, []int64{rows, int64(si.Cols)}, size, func(dst io.Writer) error {
 		return fill(opt.Faults.Wrap(path, dst))
 	})
@@ -851,7 +861,7 @@ func OpenStore(dir string) (*Store, error) {
 		if si.Cols <= 0 || si.Tokens != want {
 			return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, nil, "%d columns and %d rows (%s-aligned, the store's %d tokens in %d sequences give %d)", si.Cols, si.Tokens, si.Alignment, p.Tokens, p.Sequences, want)
 		}
-		if si.DType != "BF16" && si.DType != "F32" {
+		if _, ok := storeDType(si.DType); !ok {
 			return nil, siteErr(ErrStoreIndex, path, sj.Layer, sj.Site, nil, "dtype %q (want BF16 or F32)", si.DType)
 		}
 		if err := checkShardList(path, si); err != nil {
@@ -987,11 +997,8 @@ func (s *Store) Stream(layer int, site string, first, n int64, chunkRows int, fn
 	if chunkRows <= 0 {
 		chunkRows = 4096
 	}
-	esize := int64(2)
-	if si.DType == "F32" {
-		esize = 4
-	}
-	rowBytes := int64(si.Cols) * esize
+	dt, _ := storeDType(si.DType) // checked when the index was read
+	rowBytes := rowBytes(si.Cols, dt)
 	buf := make([]byte, int64(chunkRows)*rowBytes)
 	vals := make([]float32, chunkRows*si.Cols)
 	end := first + n
@@ -1008,6 +1015,7 @@ func (s *Store) Stream(layer int, site string, first, n int64, chunkRows int, fn
 }
 
 func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf []byte, vals []float32, chunkRows int, fn func(int64, []float32) error) error {
+	dt, _ := storeDType(si.DType) // checked when the index was read
 	path := filepath.Join(s.dir, sh.File)
 	f, err := safetensors.Open(path)
 	if err != nil {
@@ -1028,10 +1036,6 @@ func (s *Store) streamShard(si SiteInfo, sh ShardInfo, a, b, rowBytes int64, buf
 			return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "reading rows %d..%d", r, r+k)
 		}
 		v := vals[:k*int64(si.Cols)]
-		dt := safetensors.BF16
-		if si.DType == "F32" {
-			dt = safetensors.F32
-		}
 		if err := safetensors.DecodeFloat32s(v, buf[:nb], dt); err != nil {
 			return siteErr(ErrStoreShard, path, si.Layer, si.Site, err, "")
 		}

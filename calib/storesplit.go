@@ -2,10 +2,14 @@ package calib
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path"
@@ -16,6 +20,8 @@ import (
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/jsonx"
+	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/safetensors"
 )
@@ -104,8 +110,10 @@ func StoreWorkerDir(store string, s shard.Spec) string {
 // at once, a second process with the same index fails at once naming the
 // first.
 func LockStoreWorker(store string, s shard.Spec) (*fslock.Lock, error) {
-	return fslock.AcquireNamed(filepath.Join(store, StorePartialDir), storeWorkerName(s)+".lock")
+	return fslock.AcquireNamed(filepath.Join(store, StorePartialDir), storeLockName(s))
 }
+
+func storeLockName(s shard.Spec) string { return storeWorkerName(s) + ".lock" }
 
 func storeRecordPath(store string, s shard.Spec) string {
 	return filepath.Join(store, StorePartialDir, storeWorkerName(s)+".json")
@@ -249,7 +257,7 @@ func (w *StoreWriter) checkWrittenParts(si SiteInfo) error {
 	if len(si.Shards) != len(plans) {
 		return fmt.Errorf("calib: store: site %s lists %d parts, worker %s has %d", key, len(si.Shards), w.part.spec, len(plans))
 	}
-	rb := int64(si.Cols) * int64(w.opt.DType.Bits()/8)
+	rb := rowBytes(si.Cols, w.opt.DType)
 	for i, p := range plans {
 		sh := si.Shards[i]
 		name := partFile(w.part.spec, si.Layer, si.Site, p.unit)
@@ -288,10 +296,36 @@ func (w *StoreWriter) Sequences() []int {
 	return out
 }
 
-// Split describes a worker's share of a split store build.
+// Split describes a worker's share of a split store build: the units of
+// the build, the worker's units, sequences and tokens.
 type Split struct {
-	Units, WorkerUnits, Sequences int
-	Tokens                        int64
+	Units       int   `json:"units"`
+	WorkerUnits int   `json:"worker_units"`
+	Sequences   int   `json:"sequences"`
+	Tokens      int64 `json:"tokens"`
+}
+
+// SplitShares returns the share of every one of n workers of a split
+// store build of sequences of the given lengths: the partition each
+// worker computes for itself.
+func SplitShares(lens []int, n int) ([]Split, error) {
+	units, err := splitStoreUnits(lens, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Split, n)
+	for _, u := range units {
+		s := &out[u.Worker]
+		s.WorkerUnits++
+		for _, l := range lens[u.First:u.End] {
+			s.Sequences++
+			s.Tokens += int64(l)
+		}
+	}
+	for i := range out {
+		out[i].Units = len(units)
+	}
+	return out, nil
 }
 
 // Split returns the worker's share, or nil for a whole store.
@@ -331,15 +365,9 @@ func readStoreRecords(dir string) ([]*storeWorkerRecord, error) {
 			continue
 		}
 		p := filepath.Join(pdir, e.Name())
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("calib: %w", err)
-		}
 		r := &storeWorkerRecord{}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(r); err != nil {
-			return nil, fmt.Errorf("calib: %s: %w", p, err)
+		if err := jsonx.ReadFile(p, r); err != nil {
+			return nil, fmt.Errorf("calib: %w", err)
 		}
 		if r.Format != storeWorkerFormat || r.Version != storeWorkerVersion {
 			return nil, fmt.Errorf("calib: %s: format %q version %d, want %q version %d", p, r.Format, r.Version, storeWorkerFormat, storeWorkerVersion)
@@ -374,12 +402,12 @@ func (r *storeWorkerRecord) differences(o *storeWorkerRecord) []string {
 		d = append(d, "source model")
 	}
 	if p.Sequences != q.Sequences || p.Tokens != q.Tokens || p.TokenIDsSHA256 != q.TokenIDsSHA256 || !slices.Equal(r.SequenceLengths, o.SequenceLengths) ||
-		!bytes.Equal(compactJSON(p.Data), compactJSON(q.Data)) || p.Synthetic != q.Synthetic {
+		!bytes.Equal(jsonx.Compact(p.Data), jsonx.Compact(q.Data)) || p.Synthetic != q.Synthetic {
 		d = append(d, "calibration data")
 	}
 	if r.DType != o.DType || r.ShardBytes != o.ShardBytes {
 		d = append(d, fmt.Sprintf("store option (dtype %s, shard bytes %d; now %s, %d)", o.DType, o.ShardBytes, r.DType, r.ShardBytes))
-	} else if len(d) == 0 && !bytes.Equal(compactJSON(r.Build), compactJSON(o.Build)) {
+	} else if len(d) == 0 && !bytes.Equal(jsonx.Compact(r.Build), jsonx.Compact(o.Build)) {
 		// The builder's description holds the source and the data too:
 		// said once above when they differ.
 		d = append(d, "build option")
@@ -390,18 +418,10 @@ func (r *storeWorkerRecord) differences(o *storeWorkerRecord) []string {
 	return d
 }
 
-func compactJSON(raw []byte) []byte {
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return raw
-	}
-	return b.Bytes()
-}
-
 // StoreAssembleOptions configure AssembleStore.
 type StoreAssembleOptions struct {
 	Dir     string // the store directory the workers wrote (their --out)
-	Workers int    // parts hashed at once (0: 1)
+	Workers int    // sites written (their parts hashed) at once (0: 1)
 	// Faults as in StoreOptions.
 	Faults atomicfile.Faults
 }
@@ -432,8 +452,10 @@ type StoreAssembly struct {
 // calibration data, options, partition), that every unit's part of every
 // site was produced exactly once by the worker the partition names, and
 // that every part and the sequences file have the size and sha256 recorded;
-// then it writes the shard files from the parts and the index, the bytes
-// one process writes, and removes StorePartialDir. A refusal wraps
+// it writes the shard files from the parts, the bytes one process writes,
+// hashing each part once as it copies it (into StorePartialDir until every
+// part has passed), then moves them into place, writes the index and
+// removes StorePartialDir. A refusal wraps
 // shard.ErrAssemble (and shard.ErrUnitDamaged for a file that differs from
 // its record), names the worker, unit and file, and writes nothing. A
 // directory that holds a store and no records is left as it is.
@@ -464,13 +486,7 @@ func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembl
 	for i, r := range recs {
 		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done}
 	}
-	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, StorePartialDir), func(s shard.Spec) (func(), error) {
-		l, err := LockStoreWorker(dir, s)
-		if err != nil {
-			return nil, err
-		}
-		return func() { l.Release() }, nil
-	})
+	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, StorePartialDir), shard.FileLocks(filepath.Join(dir, StorePartialDir), storeLockName))
 	defer release()
 	if err != nil {
 		return nil, err
@@ -485,25 +501,21 @@ func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembl
 			return nil, fmt.Errorf("%w: worker %d/%d's units are of another build than worker 0/%d's: it has a different %s", shard.ErrAssemble, i, n, n, strings.Join(d, ", "))
 		}
 	}
+	sopt := StoreOptions{ShardBytes: first.ShardBytes, Faults: opt.Faults}
+	var ok bool
+	if sopt.DType, ok = storeDType(first.DType); !ok {
+		return nil, fmt.Errorf("%w: the records give the store dtype %q (want BF16 or F32)", shard.ErrAssemble, first.DType)
+	}
 	a, err := gatherParts(dir, byIndex, n)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.verify(ctx, dir, first, opt.Workers); err != nil {
+	if err := a.check(ctx, dir, first, sopt.DType); err != nil {
 		return nil, err
 	}
-	// Every check has passed: the shards, then the index.
-	sopt := StoreOptions{ShardBytes: first.ShardBytes, Faults: opt.Faults}
-	if sopt.DType, err = safetensors.ParseDType(first.DType); err != nil || (sopt.DType != safetensors.BF16 && sopt.DType != safetensors.F32) {
-		return nil, fmt.Errorf("%w: the records give the store dtype %q (want BF16 or F32)", shard.ErrAssemble, first.DType)
-	}
-	var sites []SiteInfo
-	for _, si := range a.sites {
-		out, err := writeSiteFromParts(ctx, dir, first.Provenance, si, a.parts[siteKey(si)], sopt)
-		if err != nil {
-			return nil, err
-		}
-		sites = append(sites, out)
+	sites, err := a.write(ctx, dir, first.Provenance, sopt, opt.Workers)
+	if err != nil {
+		return nil, err
 	}
 	if err := writeStoreIndex(dir, first.Provenance, first.SequenceLengths, sites, opt.Faults); err != nil {
 		return nil, err
@@ -516,6 +528,40 @@ func AssembleStore(ctx context.Context, opt StoreAssembleOptions) (*StoreAssembl
 		return nil, err
 	}
 	return &StoreAssembly{Store: st, Workers: n, Units: len(first.Units)}, nil
+}
+
+// write writes the shard files of every site from the parts into a
+// directory of the bookkeeping, workers sites at once, each part hashed as
+// it is copied: a part that differs from its record refuses the assembly
+// with nothing of the store written. Only then do the files move into
+// place.
+func (a *assembly) write(ctx context.Context, dir string, prov Provenance, sopt StoreOptions, workers int) ([]SiteInfo, error) {
+	stage := filepath.Join(dir, StorePartialDir, "assembly")
+	if err := os.RemoveAll(stage); err != nil {
+		return nil, fmt.Errorf("calib: %w", err)
+	}
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return nil, fmt.Errorf("calib: %w", err)
+	}
+	sites := make([]SiteInfo, len(a.sites))
+	err := par.For(ctx, len(a.sites), workers, func(i int) error {
+		var err error
+		sites[i], err = a.writeSite(ctx, dir, stage, prov, a.sites[i], sopt)
+		return err
+	})
+	if err != nil {
+		os.RemoveAll(stage)
+		return nil, err
+	}
+	for _, si := range sites {
+		for _, sh := range si.Shards {
+			if err := os.Rename(filepath.Join(stage, sh.File), filepath.Join(dir, sh.File)); err != nil {
+				return nil, fmt.Errorf("calib: %w", err)
+			}
+		}
+	}
+	atomicfile.SyncDir(dir)
+	return sites, nil
 }
 
 func siteKey(si SiteInfo) string { return fmt.Sprintf("%d/%s", si.Layer, si.Site) }
@@ -608,43 +654,66 @@ func gatherParts(dir string, byIndex map[int]*storeWorkerRecord, n int) (*assemb
 	return a, nil
 }
 
-// verify hashes every part and the sequences file against their records.
-func (a *assembly) verify(ctx context.Context, dir string, first *storeWorkerRecord, workers int) error {
+// check hashes the sequences file against worker 0's record and checks
+// the size of every part against its rows (before any byte of the store
+// is written; writeSiteFromParts hashes the parts as it copies them).
+func (a *assembly) check(ctx context.Context, dir string, first *storeWorkerRecord, dt safetensors.DType) error {
 	if first.Sequences == nil || first.Sequences.File != StoreSequencesName {
 		return fmt.Errorf("%w: worker 0/%d's record lists no %s", shard.ErrAssemble, first.Count, StoreSequencesName)
 	}
-	files := []shard.Expected{{What: "worker 0's file " + StoreSequencesName, Path: filepath.Join(dir, StoreSequencesName), Size: first.Sequences.Size, SHA256: first.Sequences.SHA256}}
+	seq := shard.Expected{What: "worker 0's file " + StoreSequencesName, Path: filepath.Join(dir, StoreSequencesName), Size: first.Sequences.Size, SHA256: first.Sequences.SHA256}
+	if err := shard.Verify(ctx, []shard.Expected{seq}, 1, atomicfile.HashFileContext); err != nil {
+		return err
+	}
 	for _, si := range a.sites {
-		rb := int64(si.Cols) * dtypeBytes(si.DType)
+		rb := rowBytes(si.Cols, dt)
 		for _, sh := range a.parts[siteKey(si)] {
-			files = append(files, shard.Expected{What: fmt.Sprintf("unit %s: part %s", a.unit[sh.File], sh.File),
-				Path: filepath.Join(dir, filepath.FromSlash(sh.File)), Size: sh.Tokens * rb, SHA256: sh.SHA256})
+			f := a.expected(dir, sh, rb)
+			fi, err := os.Stat(f.Path)
+			var n int64
+			if err == nil {
+				n = fi.Size()
+			}
+			if err := f.Check(n, "", err); err != nil {
+				return err
+			}
 		}
 	}
-	return shard.Verify(ctx, files, workers, func(_ context.Context, path string) (int64, string, error) { return atomicfile.HashFile(path) })
+	return nil
 }
 
-func dtypeBytes(dt string) int64 {
-	if dt == "F32" {
-		return 4
-	}
-	return 2
+// expected is what the record of part sh of a site of rows of rb bytes
+// says of its file.
+func (a *assembly) expected(dir string, sh ShardInfo, rb int64) shard.Expected {
+	return shard.Expected{What: fmt.Sprintf("unit %s: part %s", a.unit[sh.File], sh.File),
+		Path: filepath.Join(dir, filepath.FromSlash(sh.File)), Size: sh.Tokens * rb, SHA256: sh.SHA256}
 }
 
-// writeSiteFromParts writes the shard files of site si from its parts
+// writeSite writes into stage the shard files of site si from its parts
 // (in row order, covering every row), with the boundaries a single
 // process's SiteWriter gives them, and returns the site with its shards.
-func writeSiteFromParts(ctx context.Context, dir string, prov Provenance, si SiteInfo, parts []ShardInfo, opt StoreOptions) (SiteInfo, error) {
-	rb := int64(si.Cols) * int64(opt.DType.Bits()/8)
+// Each part is read once, in order, and hashed as it is copied: one that
+// differs from its record (shard.Expected.Check) is the error.
+func (a *assembly) writeSite(ctx context.Context, dir, stage string, prov Provenance, si SiteInfo, opt StoreOptions) (SiteInfo, error) {
+	parts := a.parts[siteKey(si)]
+	rb := rowBytes(si.Cols, opt.DType)
 	per := max(1, opt.ShardBytes/rb)
 	p := 0
-	for first := int64(0); first < si.Tokens; first += per {
-		if err := ctx.Err(); err != nil {
-			return si, err
+	var (
+		ph     hash.Hash // part p's hash so far
+		got    int64     // and its bytes read
+		f      *os.File  // part p, open
+		failed error     // a part that differs from its record
+	)
+	defer func() {
+		if f != nil {
+			f.Close()
 		}
+	}()
+	for first := int64(0); first < si.Tokens; first += per {
 		rows := min(per, si.Tokens-first)
 		name := ShardName(si.Layer, si.Site, len(si.Shards))
-		fw, err := createShardFile(dir, name, prov, si, opt, first, rows, func(dst io.Writer) error {
+		fw, err := createShardFile(stage, name, prov, si, opt, first, rows, func(dst io.Writer) error {
 			for r := first; r < first+rows; {
 				for p < len(parts) && parts[p].FirstToken+parts[p].Tokens <= r {
 					p++
@@ -653,17 +722,26 @@ func writeSiteFromParts(ctx context.Context, dir string, prov Provenance, si Sit
 					return fmt.Errorf("calib: site %s: no part holds row %d", siteKey(si), r)
 				}
 				sh := parts[p]
-				k := min(first+rows, sh.FirstToken+sh.Tokens) - r
-				f, err := os.Open(filepath.Join(dir, filepath.FromSlash(sh.File)))
-				if err != nil {
+				if r == sh.FirstToken {
+					var err error
+					if f, err = os.Open(filepath.Join(dir, filepath.FromSlash(sh.File))); err != nil {
+						return err
+					}
+					ph, got = sha256.New(), 0
+				}
+				end := min(first+rows, sh.FirstToken+sh.Tokens)
+				n, err := io.Copy(io.MultiWriter(dst, ph), atomicfile.ContextReader(ctx, io.NewSectionReader(f, (r-sh.FirstToken)*rb, (end-r)*rb)))
+				if got += n; err != nil {
 					return err
 				}
-				_, err = io.Copy(dst, io.NewSectionReader(f, (r-sh.FirstToken)*rb, k*rb))
-				f.Close()
-				if err != nil {
-					return err
+				if end == sh.FirstToken+sh.Tokens || n < (end-r)*rb {
+					f.Close()
+					f = nil
+					if failed = a.expected(dir, sh, rb).Check(got, hex.EncodeToString(ph.Sum(nil)), nil); failed != nil {
+						return failed
+					}
 				}
-				r += k
+				r = end
 			}
 			return nil
 		})
@@ -671,6 +749,9 @@ func writeSiteFromParts(ctx context.Context, dir string, prov Provenance, si Sit
 			return si, err
 		}
 		if err := fw.Close(); err != nil {
+			if failed != nil || ctx.Err() != nil {
+				return si, cmp.Or(failed, ctx.Err())
+			}
 			return si, fmt.Errorf("calib: store: writing %s: %w", name, err)
 		}
 		si.Shards = append(si.Shards, ShardInfo{File: name, FirstToken: first, Tokens: rows})

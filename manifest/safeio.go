@@ -2,8 +2,6 @@ package manifest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,34 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-)
 
-// cancelCheckBytes bounds the bytes read between two checks for
-// cancellation while hashing or reading large files, so an interrupt is
-// answered within a fraction of a second at any disk speed.
-const cancelCheckBytes = 8 << 20
+	"github.com/ttquant/ttquant/internal/atomicfile"
+)
 
 // DefaultMaxManifestBytes caps the size of a manifest that Verify and
 // OpenCheckpoint read. A manifest holds a few hundred bytes per tensor; the
 // largest models supported need a few tens of MiB.
 const DefaultMaxManifestBytes = 64 << 20
-
-// ctxReader is an io.Reader that fails with the context's error once the
-// context is done, and reads at most cancelCheckBytes per call.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	if len(p) > cancelCheckBytes {
-		p = p[:cancelCheckBytes]
-	}
-	return c.r.Read(p)
-}
 
 // OpenRegular opens path for reading only if it is a regular file (after
 // following symbolic links). The open does not block on a named pipe or a
@@ -109,19 +87,11 @@ func HashFileScan(ctx context.Context, path string, scan func(off int64, p []byt
 		return 0, "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	var dst io.Writer = h
+	var also io.Writer
 	if scan != nil {
-		dst = io.MultiWriter(h, &scanWriter{scan: scan})
+		also = &scanWriter{scan: scan}
 	}
-	n, err := io.CopyBuffer(dst, ctxReader{ctx, f}, make([]byte, 1<<20))
-	if err != nil {
-		if ctx.Err() != nil {
-			return n, "", ctx.Err()
-		}
-		return 0, "", fmt.Errorf("%s: %w", path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
+	return atomicfile.HashReader(ctx, path, f, also)
 }
 
 // ReadManifestFile reads a manifest: a regular file of at most max bytes

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/safetensors"
@@ -584,7 +585,7 @@ func checkFile(ctx context.Context, dir string, fe FileEntry, ts []TensorEntry) 
 	if st.Size() != fe.Size {
 		bad("", "size %d bytes, the manifest says %d (truncated or extended)", st.Size(), fe.Size)
 	}
-	r := ctxReader{ctx, f}
+	r := atomicfile.ContextReader(ctx, f)
 	copyBuf := make([]byte, 1<<20)
 	readErr := func(tensor string, err error) ([]Failure, error) {
 		if ctx.Err() != nil {

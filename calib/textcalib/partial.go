@@ -1,8 +1,6 @@
 package textcalib
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,12 +24,6 @@ const PartialDir = calib.StorePartialDir
 // the layer wrote.
 type stepData struct {
 	Sites []calib.SiteInfo `json:"sites"`
-}
-
-func strictJSON(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
 }
 
 // shardFileRE matches the store's shard files and their temporary files.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/model/walk"
@@ -253,11 +254,7 @@ func open(opt Options) (_ *builder, err error) {
 			m.Close()
 		}
 	}()
-	tok, err := tokenizer.Load(opt.Model)
-	if err != nil {
-		return nil, err
-	}
-	res, asked, err := buildData(opt, tok)
+	res, asked, err := buildData(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +381,7 @@ func (b *builder) resume(w *calib.StoreWriter, fresh bool, recs []*walk.Record) 
 	keep := map[string]bool{}
 	for _, r := range recs {
 		var sd stepData
-		if err := strictJSON(r.Data, &sd); err != nil {
+		if err := jsonx.Unmarshal(r.Data, &sd); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", errDamaged, walk.RecordName(r.Layer), err)
 		}
 		for _, si := range sd.Sites {
@@ -672,9 +669,13 @@ func (b *builder) step(ctx context.Context, w *calib.StoreWriter, k int, xp *[]f
 	return sink.close()
 }
 
-// buildData tokenizes and packs the calibration set. It returns the set
-// and the tokens asked for.
-func buildData(opt Options, tok *tokenizer.Tokenizer) (*dataset.Result, int64, error) {
+// buildData loads the model's tokenizer, tokenizes and packs the
+// calibration set. It returns the set and the tokens asked for.
+func buildData(opt Options) (*dataset.Result, int64, error) {
+	tok, err := tokenizer.Load(opt.Model)
+	if err != nil {
+		return nil, 0, err
+	}
 	res, asked, err := dataset.BuildCalibration(opt.Data, tok, opt.DataOptions, opt.AllowShort, func(msg string) { opt.progress("%s", msg) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("textcalib: %w", err)

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ttquant/ttquant/internal/model"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ttquant/ttquant/internal/model"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/model/forward"

@@ -11,10 +11,11 @@ import (
 	"github.com/ttquant/ttquant/internal/shard"
 
 	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/manifest/selection"
 )
 
 func init() {
-	register(&command{name: "assemble", summary: "write the manifest of a build, or the index of a calibration store, split across workers (--shard) once every worker has finished", run: runAssemble})
+	register(&command{name: "assemble", summary: "write the manifest of a build, the index of a calibration store, or the sensitivity file of a select measurement, split across workers (--shard) once every worker has finished", run: runAssemble})
 }
 
 // shardReport is the --json document of one worker of a split build.
@@ -61,7 +62,7 @@ func printShards(e *env, sw *build.ShardWork) {
 func gib(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 
 func runAssemble(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "assemble", "DIR|STORE [--workers N] [--json]")
+	fs := newFlagSet(e, "assemble", "DIR|STORE|PARTS [--workers N] [--json]")
 	workers := addWorkersFlag(fs, "files hashed")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	pos, err := parseInterleaved(fs, args)
@@ -76,6 +77,9 @@ func runAssemble(ctx context.Context, e *env, args []string) error {
 	}
 	if isStoreDir(pos[0]) {
 		return assembleStore(ctx, e, pos[0], *workers, *asJSON)
+	}
+	if selection.IsMeasurementDir(pos[0]) {
+		return assembleMeasurement(ctx, e, pos[0], *workers, *asJSON)
 	}
 	res, err := build.Assemble(ctx, build.AssembleOptions{Dir: pos[0], Workers: *workers})
 	if errors.Is(err, shard.ErrUnitDamaged) {
@@ -132,5 +136,38 @@ func assembleStore(ctx context.Context, e *env, dir string, workers int, asJSON 
 		fmt.Fprintf(e.stdout, "assembled   %s from %d workers (%d units)\n", dir, res.Workers, res.Units)
 	}
 	fmt.Fprintf(e.stdout, "store       %d sites, %d sequences, %d tokens; token ids sha256 %s\n", len(stats.Sites), p.Sequences, p.Tokens, p.TokenIDsSHA256)
+	return nil
+}
+
+// measureAssembleDoc is the --json document of assemble on a split
+// measurement's directory.
+type measureAssembleDoc struct {
+	SchemaVersion int `json:"schema_version"`
+	*selection.MeasureAssembly
+}
+
+// assembleMeasurement finishes a stage of a split select measurement.
+func assembleMeasurement(ctx context.Context, e *env, dir string, workers int, asJSON bool) error {
+	res, err := selection.AssembleMeasurement(ctx, selection.MeasureAssembleOptions{Dir: dir, Workers: workers})
+	if errors.Is(err, shard.ErrUnitDamaged) {
+		return &statusError{status: exitVerifyKO, err: err}
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, measureAssembleDoc{SchemaVersion: schemaVersion, MeasureAssembly: res})
+	}
+	for _, f := range res.Assembled {
+		fmt.Fprintf(e.stdout, "assembled   measurement build %s from %d workers\n", f, res.Workers)
+	}
+	switch {
+	case res.Pending:
+		fmt.Fprintf(e.stdout, "next        the single-change evaluations: run the %d workers again, then ttquant assemble %s\n", res.Workers, dir)
+	case res.Unchanged:
+		fmt.Fprintf(e.stdout, "sensitivity %s already assembled; nothing to do\n", res.SensitivityFile)
+	default:
+		fmt.Fprintf(e.stdout, "sensitivity %s written (%d matrices, %d single changes from %d workers)\n", res.SensitivityFile, len(res.Sensitivity.Tensors), res.Changes, res.Workers)
+	}
 	return nil
 }

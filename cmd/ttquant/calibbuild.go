@@ -50,10 +50,11 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the resulting store statistics as JSON")
 	d := addDataFlags(fs, calibrationSet, 128)
 	sf := addShardFlags(fs, "ttquant assemble STORE")
+	dryRun := fs.Bool("dry-run", false, "print the work and the memory of the build (of each worker with --shard) without reading weights or writing anything")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	if *modelDir == "" || *out == "" {
+	if *modelDir == "" || (*out == "" && !*dryRun) {
 		return usageErrorf("--model and --out are required")
 	}
 	if err := checkWorkers(*workers); err != nil {
@@ -86,6 +87,9 @@ func runCalibBuild(ctx context.Context, e *env, args []string) error {
 		opt.DataOptions.Progress = func(msg string) { pr.println("data: " + msg) }
 		opt.Advance = pr.storeEvent
 		pr.begin()
+	}
+	if *dryRun {
+		return printStoreDryRun(e, opt, *asJSON)
 	}
 	res, err := textcalib.Build(ctx, opt)
 	if err != nil {
@@ -159,4 +163,35 @@ func (p *progress) storeEvent(a textcalib.Advance) {
 	default:
 		p.draw(line, "", false, true)
 	}
+}
+
+// calibDryRunDoc is the --json document of calib build --dry-run.
+type calibDryRunDoc struct {
+	SchemaVersion int             `json:"schema_version"`
+	DryRun        bool            `json:"dry_run"`
+	Work          *textcalib.Work `json:"work"`
+}
+
+// printStoreDryRun prints what a store build (each worker of a split one)
+// would do and hold.
+func printStoreDryRun(e *env, opt textcalib.Options, asJSON bool) error {
+	w, err := textcalib.DryRun(opt)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, calibDryRunDoc{SchemaVersion: schemaVersion, DryRun: true, Work: w})
+	}
+	fmt.Fprintf(e.stdout, "work (dry run: no weight read, nothing written)\n")
+	fmt.Fprintf(e.stdout, "  calibration      %d sequences, %d tokens (%d asked for)\n", w.Sequences, w.Tokens, w.AskedTokens)
+	fmt.Fprintf(e.stdout, "  layers           %d trunk, %d MTP; %d sites\n", w.Layers, w.MTPLayers, w.Sites)
+	fmt.Fprintf(e.stdout, "  store            %s of %s activations\n", humanBytes(w.StoreBytes), w.DType)
+	fmt.Fprintf(e.stdout, "  memory           about %s for one process (estimated from the forward's measured figures at %d tokens)\n", gib(w.MemoryBytes), w.Tokens)
+	if sw := w.Shards; sw != nil {
+		me := sw.Shares[sw.Worker]
+		fmt.Fprintf(e.stdout, "  split            %d units over %d workers; largest worker %d tokens, mean %.0f; worker %d has %d units, %d sequences, %d tokens\n",
+			sw.Units, sw.Workers, sw.MaxTokens, float64(w.Tokens)/float64(sw.Workers), sw.Worker, me.WorkerUnits, me.Sequences, me.Tokens)
+		fmt.Fprintf(e.stdout, "  memory per node  worker %d about %s; every node at most %s (estimated)\n", sw.Worker, gib(me.MemoryBytes), gib(sw.MaxMemoryBytes))
+	}
+	return nil
 }

@@ -121,6 +121,15 @@ func buildError(opt build.BuildOptions, err error) error {
 	return err
 }
 
+// syntheticCalibrationError makes the refusal of a synthetic calibration
+// store a usage error that names the flag accepting it.
+func syntheticCalibrationError(err error) error {
+	if errors.Is(err, build.ErrSyntheticCalibration) {
+		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
+	}
+	return err
+}
+
 // outDirState describes an output directory after an interrupted build.
 func outDirState(dir string) string {
 	ents, err := os.ReadDir(dir)

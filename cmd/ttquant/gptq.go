@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -95,11 +94,8 @@ func runGPTQ(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("%v", err)
 	}
 	res, err := build.GPTQ(ctx, opt)
-	if errors.Is(err, build.ErrSyntheticCalibration) {
-		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
-	}
 	if err != nil {
-		return buildError(opt, err)
+		return buildError(opt, syntheticCalibrationError(err))
 	}
 	if *dryRun {
 		return printGPTQDryRun(ctx, e, opt, res, g.BlockSize, *estimate, bf.asJSON)

@@ -21,6 +21,7 @@ func TestJSONNamesSnakeCase(t *testing.T) {
 		benchDoc{}, calibStatsDoc{}, calibQuantizeDoc{}, calibBuildDoc{}, compareDoc{}, buildReport{}, dataDoc{},
 		demoReport{}, checkDoc{}, exportResult{}, ttnnVerifyReport{}, dryRunReport{}, inspectDoc{}, tensorbinDoc{},
 		planDoc{}, checkpointDoc{}, runDoc{}, testModelDoc{}, tokenizeDoc{}, verifyReport{}, buildInfo{},
+		calibDryRunDoc{}, measureShardDoc{}, measureAssembleDoc{},
 		// eval --json: the result and what it carries as opaque values.
 		eval.Result{}, harness.DataInfo{}, harness.Settings{},
 		// the manifest, which --json documents embed pieces of.

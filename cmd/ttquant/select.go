@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
-	"github.com/ttquant/ttquant/manifest/build"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/manifest/plan"
 	"github.com/ttquant/ttquant/manifest/selection"
 )
@@ -39,7 +39,7 @@ type selectFlags struct {
 	gptq                          *gptqFlags
 	calib, candidates, budget     *string
 	tokenBytes, weights, override *string
-	sensitivity, svg              *string
+	sensitivity, svg, parts       *string
 	bpw                           *float64
 	evalSequences, evalSeqLen     *int
 	allowShort, allowSynthetic    *bool
@@ -62,6 +62,7 @@ func addSelectFlags(fs *flag.FlagSet) *selectFlags {
 	f.sensitivity = fs.String("sensitivity", "", "sensitivity file: read when it exists (no measurement), else measured and written there (default: beside --out)")
 	f.svg = fs.String("svg", "", "Pareto curve picture (default: beside --out, .svg)")
 	f.gptq = addGPTQFlags(fs)
+	f.parts = fs.String("parts", "", "with --shard: the `directory`, shared by the workers, of the measurement builds and the single-change evaluations' records")
 	return f
 }
 
@@ -75,14 +76,14 @@ func runSelect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := selection.Run(ctx, opt)
-	if errors.Is(err, build.ErrSyntheticCalibration) {
-		return usageErrorf("%v (pass --allow-synthetic-calibration to use it anyway)", err)
-	}
-	if err != nil {
-		return err
-	}
 	bf := f.build
+	if opt.Shard.Count > 0 {
+		return measureShard(ctx, e, opt, bf.asJSON)
+	}
+	res, err := selection.Run(ctx, opt)
+	if err != nil {
+		return syntheticCalibrationError(err)
+	}
 	if err := res.Plan.Save(bf.out); err != nil {
 		return err
 	}
@@ -121,6 +122,10 @@ func (f *selectFlags) options(e *env, fs *flag.FlagSet) (selection.RunOptions, e
 	case *f.allowShort && d.data == "":
 		return opt, usageErrorf("--allow-short applies to --data (calibration text) only")
 	}
+	if err := checkSelectSplit(bopt.Shard, d.data != "", *f.parts); err != nil {
+		return opt, err
+	}
+	opt.Shard, opt.Parts = bopt.Shard, *f.parts
 	candidates, err := selection.ParseCandidates(*f.candidates)
 	if err != nil {
 		return opt, usageErrorf("--candidates: %v", err)
@@ -272,4 +277,66 @@ func printSelection(w io.Writer, r *selection.Result, kw *selection.KLWeights, p
 		}
 		fmt.Fprintf(w, "| %d | %s | %s%s | %s | %.3f | %.6g |\n", u.Layer, u.Name, u.Choice, pin, humanBytes(u.Bytes), u.Frequency, u.Error)
 	}
+}
+
+// checkSelectSplit checks the flags of a split measurement by the
+// selection's rules (selection.CheckSplit), naming the flags: --shard
+// needs a calibration store and --parts, --parts needs --shard.
+func checkSelectSplit(sp shard.Spec, fromText bool, parts string) error {
+	var se *selection.SplitError
+	if err := selection.CheckSplit(sp, fromText, parts); errors.As(err, &se) {
+		return usageErrorf("%s", se.Message(selection.SplitNames{Shard: "--shard", Parts: "--parts", Data: "--data", Calib: "--calib"}))
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// measureShard runs one worker's share of a split measurement
+// (selection.RunShard) and reports it.
+func measureShard(ctx context.Context, e *env, opt selection.RunOptions, asJSON bool) error {
+	rep, err := selection.RunShard(ctx, opt)
+	if err != nil {
+		return syntheticCalibrationError(err)
+	}
+	if rep == nil {
+		fmt.Fprintf(e.stdout, "sensitivity %s holds this measurement; nothing to do (run select without --shard)\n", opt.SensitivityFile)
+		return nil
+	}
+	return printMeasureShard(e, rep, asJSON)
+}
+
+// measureShardDoc is the --json document of one worker of a split
+// measurement.
+type measureShardDoc struct {
+	SchemaVersion int                    `json:"schema_version"`
+	Shard         *selection.ShardReport `json:"shard"`
+}
+
+// printMeasureShard reports what one worker of a split measurement did
+// and what comes next.
+func printMeasureShard(e *env, r *selection.ShardReport, asJSON bool) error {
+	if asJSON {
+		return writeJSON(e.stdout, measureShardDoc{SchemaVersion: schemaVersion, Shard: r})
+	}
+	for _, b := range r.Builds {
+		fmt.Fprintf(e.stdout, "worker      %d/%d: measurement build %s, %d files (%d kept from an earlier run)\n", r.Worker, r.Workers, b.Format, b.Files, b.Kept)
+	}
+	if r.Changes > 0 {
+		kept := ""
+		if r.KeptChanges {
+			kept = " (kept from an earlier run)"
+		}
+		fmt.Fprintf(e.stdout, "worker      %d/%d: %d of %d single changes scored%s\n", r.Worker, r.Workers, r.WorkerChanges, r.Changes, kept)
+	}
+	if a := r.Assembled; a != nil {
+		fmt.Fprintf(e.stdout, "sensitivity %s written\n", a.SensitivityFile)
+		return nil
+	}
+	next := "ttquant assemble " + r.Dir + " writes the sensitivity file"
+	if !r.BuildsAssembled && r.Changes == 0 {
+		next = "ttquant assemble " + r.Dir + " assembles the measurement builds"
+	}
+	fmt.Fprintf(e.stdout, "next        %s once every worker has finished\n", next)
+	return nil
 }

@@ -90,6 +90,24 @@ func dirFiles(t *testing.T, dir string) map[string][]byte {
 	return out
 }
 
+// addUnknownField adds a field no reader knows to the JSON record at path.
+func addUnknownField(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]json.RawMessage
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	r["from_a_later_version"] = json.RawMessage("1")
+	data, _ = json.Marshal(r)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sameFiles fails unless got holds exactly want's files with want's bytes.
 func sameFiles(t *testing.T, what string, want, got map[string][]byte) {
 	t.Helper()
@@ -265,6 +283,8 @@ func TestAssembleRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"dense shard dense-00001-of-00001.safetensors layer 0", "out_proj", "10 bytes", "truncated"}, exitVerifyKO},
+		{"unknown field", func(t *testing.T, dir string) { addUnknownField(t, shardRecordPath(dir, 1)) },
+			[]string{"shard-00001-of-00003.json", `unknown field "from_a_later_version"`}, exitError},
 		{"missing part of a dense shard", func(t *testing.T, dir string) {
 			for i := range 3 {
 				data, _ := os.ReadFile(shardRecordPath(dir, i))

@@ -168,6 +168,8 @@ func TestAssembleStoreRefuses(t *testing.T) {
 		{"other options", func(t *testing.T, dir string) {
 			foreign(dir, splitStore(t, storeArgs(model, "--dtype", "F32")))
 		}, []string{"worker 2/3's units are of another build", "option"}, exitError},
+		{"unknown field", func(t *testing.T, dir string) { addUnknownField(t, storeRecordPath(dir, 1)) },
+			[]string{"shard-00001-of-00003.json", `unknown field "from_a_later_version"`}, exitError},
 		{"truncated part", func(t *testing.T, dir string) {
 			parts, _ := filepath.Glob(filepath.Join(dir, calib.StorePartialDir, "shard-00002-of-00003", "parts", "layer001.*.part"))
 			if len(parts) == 0 {
@@ -177,6 +179,24 @@ func TestAssembleStoreRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"unit sequence", "shard-00002-of-00003/parts/layer001.", "10 bytes", "truncated"}, exitVerifyKO},
+		{"overwritten part", func(t *testing.T, dir string) {
+			// The last part of the last site: the assembly has copied
+			// every other part when it finds this one differs.
+			parts, _ := filepath.Glob(filepath.Join(dir, calib.StorePartialDir, "shard-0000*-of-00003", "parts", "*.part"))
+			slices.Sort(parts)
+			if len(parts) == 0 {
+				t.Fatal("no part")
+			}
+			p := parts[len(parts)-1]
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data[len(data)-1] ^= 1
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"unit sequence", ".part has sha256"}, exitVerifyKO},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

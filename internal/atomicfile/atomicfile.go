@@ -6,12 +6,15 @@
 package atomicfile
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -59,14 +62,18 @@ func (f Faults) Create(final string) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, err
 	}
-	tmp := final + Suffix
-	fh, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	fh, err := os.OpenFile(final+Suffix, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	a := &File{f: fh, final: final, tmp: tmp, h: sha256.New()}
+	return f.open(fh, final), nil
+}
+
+// open is the File writing final through fh, its temporary file.
+func (f Faults) open(fh *os.File, final string) *File {
+	a := &File{f: fh, final: final, tmp: fh.Name(), h: sha256.New()}
 	a.w = f.Wrap(final, io.MultiWriter(fh, a.h))
-	return a, nil
+	return a
 }
 
 func (a *File) Write(p []byte) (int, error) {
@@ -77,7 +84,11 @@ func (a *File) Write(p []byte) (int, error) {
 
 // Commit flushes the file to disk and renames it into place. It returns the
 // size and sha256 of what was written.
-func (a *File) Commit() (int64, string, error) {
+func (a *File) Commit() (int64, string, error) { return a.commit(os.Rename) }
+
+// commit is Commit putting the temporary file in place by place (a rename,
+// or a link that never replaces a file).
+func (a *File) commit(place func(tmp, final string) error) (int64, string, error) {
 	a.done = true
 	if err := a.sync(); err != nil {
 		a.f.Close()
@@ -88,7 +99,7 @@ func (a *File) Commit() (int64, string, error) {
 		os.Remove(a.tmp)
 		return 0, "", fmt.Errorf("%s: %w", a.final, err)
 	}
-	if err := os.Rename(a.tmp, a.final); err != nil {
+	if err := place(a.tmp, a.final); err != nil {
 		os.Remove(a.tmp)
 		return 0, "", err
 	}
@@ -150,6 +161,40 @@ func (f Faults) WriteFile(path string, data []byte) (string, error) {
 	return sum, err
 }
 
+// WriteNew writes data to path as WriteFile does, unless a file is there:
+// of several processes writing path at once, the first to finish places
+// its file and the others find it there. created says whether this call
+// placed it. Each call writes to a temporary name of its own and links it
+// into place (a link, unlike a rename, never replaces a file).
+func WriteNew(path string, data []byte) (created bool, err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	fh, err := os.CreateTemp(dir, filepath.Base(path)+".*"+Suffix)
+	if err != nil {
+		return false, err
+	}
+	a := Faults(nil).open(fh, path)
+	if err := fh.Chmod(0o644); err != nil { // CreateTemp makes the file private
+		a.Abort()
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := a.Write(data); err != nil {
+		a.Abort()
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	_, _, err = a.commit(func(tmp, final string) error {
+		err := os.Link(tmp, final)
+		os.Remove(tmp)
+		return err
+	})
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // WriteJSON writes v as indented JSON with a trailing newline, the form of
 // every record a build or a walk keeps for resuming.
 func (f Faults) WriteJSON(path string, v any) error {
@@ -163,14 +208,62 @@ func (f Faults) WriteJSON(path string, v any) error {
 
 // HashFile returns the size and sha256 of a file.
 func HashFile(path string) (int64, string, error) {
+	return HashFileContext(context.Background(), path)
+}
+
+// HashFileContext is HashFile that stops, with ctx's error, once ctx is
+// done (HashReader).
+func HashFileContext(ctx context.Context, path string) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
+	return HashReader(ctx, path, f, nil)
+}
+
+// cancelCheckBytes bounds the bytes read between two checks for
+// cancellation while hashing or copying large files, so an interrupt is
+// answered within a fraction of a second at any disk speed.
+const cancelCheckBytes = 8 << 20
+
+// ctxReader is an io.Reader that fails with the context's error once the
+// context is done, and reads at most cancelCheckBytes per call.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(p) > cancelCheckBytes {
+		p = p[:cancelCheckBytes]
+	}
+	return c.r.Read(p)
+}
+
+// ContextReader returns r reading at most 8 MiB a call and failing with
+// ctx's error once ctx is done, so that a copy through it stops soon
+// after a cancellation.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
+// HashReader reads r to its end (through ContextReader) and returns the
+// number of bytes and their sha256, also writing them to also when it is
+// not nil: one pass over the bytes for the hash and for whatever else must
+// see them. A read error names path; a cancellation is ctx's error.
+func HashReader(ctx context.Context, path string, r io.Reader, also io.Writer) (int64, string, error) {
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	var dst io.Writer = h
+	if also != nil {
+		dst = io.MultiWriter(h, also)
+	}
+	n, err := io.CopyBuffer(dst, ctxReader{ctx, r}, make([]byte, 1<<20))
 	if err != nil {
+		if ctx.Err() != nil {
+			return n, "", ctx.Err()
+		}
 		return 0, "", fmt.Errorf("%s: %w", path, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 )
@@ -51,4 +52,52 @@ func TestFaults(t *testing.T) {
 	if len(seen) != 2 || seen[0] != full || seen[1] != ok {
 		t.Errorf("hook saw %q, want the two final paths", seen)
 	}
+}
+
+// TestWriteNewOnce: of writers of one path started at once, exactly one
+// places its file, whole, and nothing else is left in the directory; a
+// later writer finds the file and leaves it as it is.
+func TestWriteNewOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "head.json")
+	const n = 16
+	created := make(chan int, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			ok, err := WriteNew(path, []byte(strconv.Itoa(i)))
+			if ok {
+				created <- i
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(created)
+	var firsts []int
+	for i := range created {
+		firsts = append(firsts, i)
+	}
+	if len(firsts) != 1 {
+		t.Fatalf("%d writers placed the file, want 1", len(firsts))
+	}
+	check := func(when string) {
+		t.Helper()
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != strconv.Itoa(firsts[0]) {
+			t.Fatalf("%s: %q, %v; want the first writer's %d", when, got, err, firsts[0])
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+			t.Fatalf("%s: %d files in the directory, want 1", when, len(ents))
+		}
+	}
+	check("after the writers")
+	if ok, err := WriteNew(path, []byte("later")); ok || err != nil {
+		t.Fatalf("a later writer: created %v, %v", ok, err)
+	}
+	check("after a later writer")
 }

@@ -38,27 +38,29 @@ var allowed = map[string][]string{
 	// The words the quantizer and the checkpoint format share. A leaf.
 	"internal/quant": {},
 	// Work split across cluster workers: specs and the partition. A leaf.
-	"internal/shard":    {"internal/par"},
+	"internal/shard":    {"internal/par", "internal/fslock"},
 	"internal/progress": {},
 	// A real single-node Slurm cluster for tests. Imports nothing of ours.
 	"internal/slurmtest":  {},
 	"internal/model":      {"safetensors"},
 	"internal/testmodel":  {"safetensors", "internal/rng", "internal/atomicfile"},
 	"gptq":                {"bfp", "internal/kernels"},
-	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock"},
+	"calib":               {"bfp", "safetensors", "gptq", "internal/atomicfile", "internal/jsonx", "internal/kernels", "internal/model", "internal/model/ffn", "internal/quant", "internal/rng", "internal/text/dataset", "internal/shard", "internal/fslock", "internal/par"},
 	"internal/atomicfile": {},
-	"internal/par":        {},
-	"manifest":            {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},
-	"manifest/plan":       {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
+	// The record-reading rule and compaction of embedded JSON. A leaf.
+	"internal/jsonx": {},
+	"internal/par":   {},
+	"manifest":       {"bfp", "safetensors", "internal/atomicfile", "internal/par", "internal/fslock", "internal/quant"},
+	"manifest/plan":  {"bfp", "safetensors", "manifest", "internal/model", "internal/atomicfile"},
 	// Build pipelines: the store build reads a calibration store; the
 	// sequential build runs the forward pass over tokenized text.
-	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/par", "internal/fslock", "internal/shard", "internal/progress"},
+	"manifest/build": {"bfp", "safetensors", "gptq", "calib", "manifest", "manifest/plan", "internal/kernels", "internal/model", "internal/model/ffn", "internal/model/forward", "internal/model/walk", "internal/text", "internal/atomicfile", "internal/jsonx", "internal/par", "internal/fslock", "internal/shard", "internal/progress"},
 	"manifest/ttnn":  {"bfp", "safetensors", "=manifest", "internal/atomicfile", "internal/fslock"},
 	// Precision selection: measures through the store build, weighs the
 	// losses by single-change evaluations in the harness (the forward pass
 	// over held-out text), solves, draws the Pareto curve with the
 	// evaluation's SVG helpers.
-	"manifest/selection": {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "emulator/eval", "emulator/eval/harness", "internal/model/forward", "internal/text"},
+	"manifest/selection": {"safetensors", "gptq", "calib", "manifest", "manifest/plan", "manifest/build", "internal/model", "internal/atomicfile", "internal/fslock", "internal/jsonx", "internal/shard", "emulator/eval", "emulator/eval/harness", "internal/model/forward", "internal/text"},
 	"emulator":           {"bfp", "safetensors", "manifest", "internal/kernels", "internal/par", "emulator/eval"},
 	// The evaluation's scores and tables; its progress estimate is the
 	// one every long command's is.
@@ -83,13 +85,13 @@ var allowed = map[string][]string{
 	// calibration sequences, and its resume files. Used by calibration from
 	// text and by the sequential build; links neither of them, nor the
 	// quantizer, nor the checkpoint format.
-	"internal/model/walk": {"internal/atomicfile", "internal/model", "internal/model/forward"},
+	"internal/model/walk": {"internal/atomicfile", "internal/jsonx", "internal/model", "internal/model/forward"},
 	// The built-in model is data: it imports nothing.
 	"internal/model/builtin": {},
 	// Calibration from text: the store format, the forward pass and the
 	// text pipeline, and the output directory's lock; never the
 	// checkpoint format or its builder.
-	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard", "internal/progress"},
+	"calib/textcalib": {"calib", "safetensors", "internal/atomicfile", "internal/jsonx", "internal/kernels", "internal/model", "internal/model/forward", "internal/model/walk", "internal/text", "internal/fslock", "internal/shard", "internal/progress"},
 }
 
 // allowedInTests are extra module packages that test files may import.

@@ -7,7 +7,8 @@
 // estimated costs, the same way in every process, so the workers agree on who
 // does what without talking to each other.
 //
-// The package imports nothing of the module.
+// The package imports only the module's loop over independent tasks
+// (internal/par) and its file locks (internal/fslock).
 package shard
 
 import (
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ttquant/ttquant/internal/fslock"
 	"github.com/ttquant/ttquant/internal/par"
 )
 
@@ -45,6 +47,36 @@ func (s Spec) IsWhole() bool { return s.Valid() && s.Count == 1 }
 
 // String spells s as the --shard flag takes it: "i/N".
 func (s Spec) String() string { return strconv.Itoa(s.Index) + "/" + strconv.Itoa(s.Count) }
+
+// Rules are the messages of the rules of a split run's options (the
+// worker's shard, the directory the workers share, and the like), rules
+// R and options' names N of the package that checks them: Pkg prefixes
+// Error, Names are the options' names in that package, Say says what
+// breaking a rule means, calling the options by names.
+type Rules[R ~int, N any] struct {
+	Pkg   string
+	Names N
+	Say   func(rule R, s Spec, names N) string
+}
+
+// Broken is the refusal of worker s's options for breaking rule.
+func (r *Rules[R, N]) Broken(rule R, s Spec) *RuleError[R, N] {
+	return &RuleError[R, N]{Rule: rule, Shard: s, rules: r}
+}
+
+// RuleError is the refusal of a split run's options: which rule they
+// break, for which worker. Error calls the options by their names in the
+// package, Message by the names a caller gives (a command's flags).
+type RuleError[R ~int, N any] struct {
+	Rule  R
+	Shard Spec
+	rules *Rules[R, N]
+}
+
+func (e *RuleError[R, N]) Error() string { return e.rules.Pkg + ": " + e.Message(e.rules.Names) }
+
+// Message says what is wrong, calling the options by names.
+func (e *RuleError[R, N]) Message(names N) string { return e.rules.Say(e.Rule, e.Shard, names) }
 
 // ErrSpec is the kind of every error Parse returns.
 var ErrSpec = errors.New("shard: invalid shard")
@@ -359,6 +391,18 @@ func CheckWorkers(recs []Worker, where string, lock func(Spec) (unlock func(), e
 	return n, release, nil
 }
 
+// FileLocks is the lock argument of CheckWorkers for workers whose locks
+// are files in dir, worker s's named name(s) (fslock.AcquireNamed).
+func FileLocks(dir string, name func(Spec) string) func(Spec) (func(), error) {
+	return func(s Spec) (func(), error) {
+		l, err := fslock.AcquireNamed(dir, name(s))
+		if err != nil {
+			return nil, err
+		}
+		return func() { l.Release() }, nil
+	}
+}
+
 // Expected is a file a worker's record lists: what it is (for the errors,
 // e.g. "unit layer 3 expert group 2: file F"), its path, and the size and
 // sha256 recorded.
@@ -370,20 +414,26 @@ type Expected struct {
 
 // Verify hashes every file (hash, at most workers at once) and refuses the
 // first one, in order, that cannot be read or whose size or sha256 is not
-// the one recorded; a file that differs wraps ErrUnitDamaged, every
-// refusal ErrAssemble.
+// the one recorded (Expected.Check).
 func Verify(ctx context.Context, files []Expected, workers int, hash func(ctx context.Context, path string) (int64, string, error)) error {
 	return par.For(ctx, len(files), max(1, workers), func(k int) error {
-		f := files[k]
-		n, sum, err := hash(ctx, f.Path)
-		switch {
-		case err != nil:
-			return fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
-		case n != f.Size:
-			return fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
-		case sum != f.SHA256:
-			return fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
-		}
-		return nil
+		n, sum, err := hash(ctx, files[k].Path)
+		return files[k].Check(n, sum, err)
 	})
+}
+
+// Check compares what was found of f, its size n and sha256 sum or the
+// error of reading it, with its record: a file that differs wraps
+// ErrUnitDamaged, every refusal ErrAssemble. An empty sum is not compared:
+// a size checked before the bytes are read.
+func (f Expected) Check(n int64, sum string, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %s: %w", ErrAssemble, f.What, err)
+	case n != f.Size:
+		return fmt.Errorf("%w: %s is %d bytes, its record says %d (truncated or overwritten): %w", ErrAssemble, f.What, n, f.Size, ErrUnitDamaged)
+	case sum != "" && sum != f.SHA256:
+		return fmt.Errorf("%w: %s has sha256 %.16s…, its record %.16s…: %w", ErrAssemble, f.What, sum, f.SHA256, ErrUnitDamaged)
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package build
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/internal/text/dataset"
@@ -361,33 +361,20 @@ func (s *storeHessians) cached(key string, cols int, compute func() ([]float64, 
 	return e.h, e.n, e.reason, nil
 }
 
-// compactJSON returns data without insignificant white space (nil for
-// none), so that the manifest's bytes do not depend on how it was spelled.
 // contentJSON is the compact JSON of a calibration store's text
 // provenance without its paths and spec as typed (dataset.Provenance's
 // Content), which is what the manifest records; a provenance that does
-// not decode as one is recorded as it is.
+// not decode as one is recorded as it is (compacted, jsonx.Compact).
 func contentJSON(data []byte) json.RawMessage {
 	var p dataset.Provenance
 	if len(data) == 0 || json.Unmarshal(data, &p) != nil {
-		return compactJSON(data)
+		return jsonx.Compact(data)
 	}
 	b, err := json.Marshal(p.Content())
 	if err != nil {
-		return compactJSON(data)
+		return jsonx.Compact(data)
 	}
 	return b
-}
-
-func compactJSON(data []byte) json.RawMessage {
-	if len(data) == 0 {
-		return nil
-	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, data) != nil {
-		return nil
-	}
-	return buf.Bytes()
 }
 
 // ErrStoreModel is wrapped by the error of a GPTQ build whose calibration

@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/manifest"
@@ -164,7 +164,7 @@ func (b *builder) runGPTQLayer(ctx context.Context, layer int, idxs []int, keep 
 	if len(pending) == 0 {
 		if data, err := os.ReadFile(recPath); err == nil {
 			var ls manifest.LayerStats
-			if json.Unmarshal(data, &ls) == nil && ls.Layer == layer {
+			if jsonx.Unmarshal(data, &ls) == nil && ls.Layer == layer {
 				return &ls, nil
 			}
 		}

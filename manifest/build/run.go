@@ -17,6 +17,7 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/par"
 	"github.com/ttquant/ttquant/manifest"
 	"github.com/ttquant/ttquant/manifest/plan"
@@ -246,13 +247,12 @@ func (b *builder) existingManifest(fp fingerprint) (*manifest.Manifest, error) {
 func (b *builder) checkBuildRecord(fp fingerprint) (bool, error) {
 	out := b.opt.Out
 	bpath := filepath.Join(out, manifest.PartialDir, buildRecordName)
-	data, err := os.ReadFile(bpath)
-	if err != nil {
+	if _, err := os.Stat(bpath); err != nil {
 		return false, nil
 	}
 	var have fingerprint
-	if err := json.Unmarshal(data, &have); err != nil {
-		return false, fmt.Errorf("%s: %w", bpath, err)
+	if err := jsonx.ReadFile(bpath, &have); err != nil {
+		return false, err
 	}
 	if d := diffFingerprints(have, fp); len(d) > 0 {
 		if have.Calibration != fp.Calibration && b.seq != nil {
@@ -294,7 +294,7 @@ func readFileRecords(out string) (map[string]*fileRecord, error) {
 			return nil, err
 		}
 		var r fileRecord
-		if json.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
+		if jsonx.Unmarshal(data, &r) != nil || r.File.Name+".json" != e.Name() {
 			continue
 		}
 		recs[r.File.Name] = &r
@@ -526,7 +526,7 @@ func (b *builder) recordedLayerStats() ([]manifest.LayerStats, error) {
 			return nil, err
 		}
 		var ls manifest.LayerStats
-		if err := json.Unmarshal(data, &ls); err != nil {
+		if err := jsonx.Unmarshal(data, &ls); err != nil {
 			return nil, fmt.Errorf("%s: %w", e.Name(), err)
 		}
 		out = append(out, ls)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/model/walk"
@@ -197,11 +198,11 @@ func (b *builder) openSequential(ctx context.Context) error {
 		return err
 	}
 	hash := res.Provenance.Calibration.TokenIDsSHA256
-	s.in = walk.NewInputs(wk, hash, compactJSON(provJSON))
+	s.in = walk.NewInputs(wk, hash, jsonx.Compact(provJSON))
 	s.in.Steps = wk.Layers()
 	s.in.Settings = []walk.Setting{{Name: "held-out sequences", Value: fmt.Sprint(s.held)}, {Name: "asymmetric", Value: fmt.Sprint(b.opt.Asymmetric)}}
 	b.calib = &manifest.CalibInfo{Sequences: int64(len(ids)), Tokens: tokens, HeldOutSequences: int64(s.held), SHA256: hash,
-		Mode: manifest.CalibModeSequential, TokenIDsSHA256: hash, Data: compactJSON(provJSON)}
+		Mode: manifest.CalibModeSequential, TokenIDsSHA256: hash, Data: jsonx.Compact(provJSON)}
 	// Layers past the first MTP layer have no inputs the forward pass can
 	// compute: their experts are rounded, with the reason recorded.
 	for l := range b.gptqLayers {

@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/fslock"
+	"github.com/ttquant/ttquant/internal/jsonx"
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/par"
@@ -473,13 +473,9 @@ func readShardRecords(dir string) ([]*shardRecord, error) {
 			continue
 		}
 		p := filepath.Join(pdir, e.Name())
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
 		var r shardRecord
-		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+		if err := jsonx.ReadFile(p, &r); err != nil {
+			return nil, err
 		}
 		if s := (shard.Spec{Index: r.Index, Count: r.Count}); !s.Valid() || shardRecordName(s) != e.Name() {
 			return nil, fmt.Errorf("%s: the record names worker %d/%d", p, r.Index, r.Count)
@@ -543,12 +539,8 @@ func (b *builder) prepareShard(fp fingerprint) (recs map[string]*fileRecord, fin
 		if !b.owned[i] {
 			continue
 		}
-		data, err := os.ReadFile(recordPath(out, j.file))
-		if err != nil {
-			continue
-		}
 		var r fileRecord
-		if json.Unmarshal(data, &r) == nil && r.File.Name == j.file {
+		if jsonx.ReadFile(recordPath(out, j.file), &r) == nil && r.File.Name == j.file {
 			recs[j.file] = &r
 		}
 	}
@@ -586,9 +578,8 @@ func (b *builder) writeParts(ctx context.Context) ([]*partRecord, error) {
 	err := par.For(ctx, len(b.ownedParts), b.opt.Workers, func(k int) error {
 		st := b.ownedParts[k]
 		p := partPath(b.opt.Out, st.name)
-		if data, err := os.ReadFile(p + ".json"); err == nil {
-			var r partRecord
-			if json.Unmarshal(data, &r) == nil && r.Tensor == st.name && (r.Entry.Finite || b.opt.AllowNonFinite) {
+		if r := (partRecord{}); jsonx.ReadFile(p+".json", &r) == nil {
+			if r.Tensor == st.name && (r.Entry.Finite || b.opt.AllowNonFinite) {
 				if n, sum, err := manifest.HashFileContext(ctx, p); err == nil && n == r.Size && sum == r.SHA256 {
 					recs[k] = &r
 					return nil
@@ -718,13 +709,7 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 	for i, r := range recs {
 		ws[i] = shard.Worker{Index: r.Index, Count: r.Count, Done: r.Done && r.Head != nil}
 	}
-	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, manifest.PartialDir), func(s shard.Spec) (func(), error) {
-		l, err := shardLock(dir, s)
-		if err != nil {
-			return nil, err
-		}
-		return func() { l.Release() }, nil
-	})
+	n, release, err := shard.CheckWorkers(ws, filepath.Join(dir, manifest.PartialDir), shard.FileLocks(filepath.Join(dir, manifest.PartialDir), shardLockName))
 	defer release()
 	if err != nil {
 		return nil, err
@@ -774,14 +759,6 @@ func Assemble(ctx context.Context, opt AssembleOptions) (*BuildResult, error) {
 		Bytes:    dataBytes + int64(len(sums)) + int64(len(data)) + configBytes(first.Head.Configs),
 		Manifest: m, NonFinite: m.TTQuant.NonFinite,
 	}, nil
-}
-
-// sameJSON reports whether a and b encode the same (embedded JSON, such as
-// a store's text provenance, compacted).
-func sameJSON(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(x) == string(y)
 }
 
 // ErrUnitDamaged is wrapped by Assemble's refusal of a file whose size or
@@ -902,10 +879,10 @@ func agreeingWorkers(dir string, recs []*shardRecord, n int) (map[int]*shardReco
 		if first.Build.Tool != r.Build.Tool {
 			d = append(d, fmt.Sprintf("tool (%s %s, now %s %s)", first.Build.Tool.Name, first.Build.Tool.Version, r.Build.Tool.Name, r.Build.Tool.Version))
 		}
-		if len(d) == 0 && !sameJSON(first.Head, r.Head) {
+		if len(d) == 0 && !jsonx.Same(first.Head, r.Head) {
 			d = append(d, "source, plan or calibration description")
 		}
-		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !sameJSON(first.Planned, r.Planned)) {
+		if len(d) == 0 && (!slices.Equal(first.Files, r.Files) || !jsonx.Same(first.Planned, r.Planned)) {
 			d = append(d, "partition of the units")
 		}
 		if len(d) > 0 {

@@ -184,6 +184,7 @@ type heldOut struct {
 	set     *dataset.Set
 	windows []eval.Window
 	labels  []string
+	layers  int // the model's trunk layers
 }
 
 func prepareHeldOut(opt MeasureOptions) (*heldOut, error) {
@@ -204,36 +205,50 @@ func prepareHeldOut(opt MeasureOptions) (*heldOut, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &heldOut{set: set, windows: windows, labels: labels}, nil
+	return &heldOut{set: set, windows: windows, labels: labels, layers: cfg.Layers}, nil
 }
 
-// measureWeights runs the single-change evaluations of opt.Weights on
-// the held-out windows against the measurement build of the change format
-// f (changeFormat) in ckptDir.
-func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho *heldOut, f manifest.StoredFormat, ckptDir string) (*KLWeights, error) {
-	w := opt.Weights
-	cand := Candidate{f, manifest.MethodGPTQ}
-	// The changes: the selectable matrices of each key.
-	type group struct {
-		key     string
-		layers  map[int]bool
-		tensors map[string]bool
-		loss    float64
+// idsSHA256 is the hash of the held-out text's token ids.
+func (h *heldOut) idsSHA256() string { return dataset.HashTokenIDs(h.set.IDs()) }
+
+// changeGroup is one single change of a weight measurement: the
+// selectable matrices of one key (a class, or CLASS@LAYER), their layers
+// and their summed predicted error at weight 1.
+type changeGroup struct {
+	key     string
+	layers  map[int]bool
+	tensors map[string]bool
+	loss    float64
+}
+
+// firstLayer is the first layer the change touches: its run starts there.
+func (g *changeGroup) firstLayer() int {
+	first := -1
+	for l := range g.layers {
+		if first < 0 || l < first {
+			first = l
+		}
 	}
-	var groups []*group
-	byKey := map[string]*group{}
+	return first
+}
+
+// changeGroups lists the single changes of a weight measurement in mode
+// to candidate cand, by key.
+func changeGroups(s *Sensitivity, mode string, cand Candidate) ([]*changeGroup, error) {
+	var groups []*changeGroup
+	byKey := map[string]*changeGroup{}
 	for i := range s.Tensors {
 		t := &s.Tensors[i]
 		if t.Unmeasured != "" || t.MTP {
 			continue
 		}
 		key := RoleClass(t.Role)
-		if w.Mode == WeightsPerClassLayer {
+		if mode == WeightsPerClassLayer {
 			key += "@" + strconv.Itoa(t.Layer)
 		}
 		g := byKey[key]
 		if g == nil {
-			g = &group{key: key, layers: map[int]bool{}, tensors: map[string]bool{}}
+			g = &changeGroup{key: key, layers: map[int]bool{}, tensors: map[string]bool{}}
 			byKey[key] = g
 			groups = append(groups, g)
 		}
@@ -249,19 +264,33 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho 
 		return nil, errors.New("selection: no selectable matrix to measure weights on")
 	}
 	sort.SliceStable(groups, func(a, b int) bool { return groups[a].key < groups[b].key })
+	return groups, nil
+}
 
+// changeResult is what one single-change evaluation found: the mean KL
+// over the held-out positions and its standard error.
+type changeResult struct {
+	Key  string  `json:"key"`
+	KL   float64 `json:"mean_kl"`
+	KLSE float64 `json:"mean_kl_se"`
+}
+
+// evaluateChanges scores the changes of groups on the held-out windows
+// against the measurement build in ckptDir and returns their results, in
+// order, and the positions scored.
+func evaluateChanges(ctx context.Context, opt MeasureOptions, ho *heldOut, ckptDir string, cand Candidate, groups []*changeGroup) ([]changeResult, int64, error) {
+	w := opt.Weights
 	ref, err := forward.Open(opt.Source)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer ref.Close()
 	ref.Resident = true
-	windows, labels, set := ho.windows, ho.labels, ho.set
 	changes := make([]harness.Change, len(groups))
 	for i, g := range groups {
 		ns, err := harness.OpenNativeOnly(ckptDir, func(name string) bool { return g.tensors[name] })
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		var layers []int
 		for l := range g.layers {
@@ -270,24 +299,55 @@ func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho 
 		sort.Ints(layers)
 		changes[i] = harness.Change{Label: g.key, Layers: layers, Src: ns}
 	}
-	w.log("weights: %d single changes to %s on %d windows of %d held-out calibration tokens", len(changes), cand, len(windows), w.SeqLen)
-	rows, err := harness.EvaluateChanges(ctx, ref, changes, windows, labels, harness.ChangeOptions{Workers: opt.Workers,
+	w.log("weights: %d single changes to %s on %d windows of %d held-out calibration tokens", len(changes), cand, len(ho.windows), w.SeqLen)
+	rows, err := harness.EvaluateChanges(ctx, ref, changes, ho.windows, ho.labels, harness.ChangeOptions{Workers: opt.Workers,
 		Progress: func(p eval.Progress) {
 			eta, _ := p.ETA()
 			w.log("weights: window %d/%d (%s elapsed, %s to go)", p.WindowsDone, p.Windows, p.Elapsed.Round(1e8), eta.Round(1e8))
 		}})
 	if err != nil {
-		return nil, fmt.Errorf("selection: measuring the weights: %w", err)
+		return nil, 0, fmt.Errorf("selection: measuring the weights: %w", err)
 	}
-	kw := &KLWeights{Mode: w.Mode, Candidate: cand.String(), Sequences: w.Sequences, SeqLen: w.SeqLen,
-		TokenIDsSHA256: dataset.HashTokenIDs(set.IDs()), Scored: rows[0].Tokens}
+	out := make([]changeResult, len(groups))
 	for i, g := range groups {
-		r := rows[i]
-		c := KLChange{Key: g.key, Tensors: len(g.tensors), Loss: g.loss, KL: r.MeanKL, KLSE: r.MeanKLSE}
+		out[i] = changeResult{Key: g.key, KL: rows[i].MeanKL, KLSE: rows[i].MeanKLSE}
+	}
+	return out, rows[0].Tokens, nil
+}
+
+// klWeights are the weights of the changes of groups from their results
+// (by key), on held-out text whose token ids hash to idsSHA256, of which
+// scored positions were scored.
+func klWeights(w *WeightMeasure, cand Candidate, idsSHA256 string, scored int64, groups []*changeGroup, results map[string]changeResult) *KLWeights {
+	kw := &KLWeights{Mode: w.Mode, Candidate: cand.String(), Sequences: w.Sequences, SeqLen: w.SeqLen,
+		TokenIDsSHA256: idsSHA256, Scored: scored}
+	for _, g := range groups {
+		r := results[g.key]
+		c := KLChange{Key: g.key, Tensors: len(g.tensors), Loss: g.loss, KL: r.KL, KLSE: r.KLSE}
 		if g.loss > 0 {
-			c.Weight = r.MeanKL / g.loss
+			c.Weight = r.KL / g.loss
 		}
 		kw.Changes = append(kw.Changes, c)
 	}
-	return kw, nil
+	return kw
+}
+
+// measureWeights runs the single-change evaluations of opt.Weights on
+// the held-out windows against the measurement build of the change format
+// f (changeFormat) in ckptDir.
+func measureWeights(ctx context.Context, s *Sensitivity, opt MeasureOptions, ho *heldOut, f manifest.StoredFormat, ckptDir string) (*KLWeights, error) {
+	cand := Candidate{f, manifest.MethodGPTQ}
+	groups, err := changeGroups(s, opt.Weights.Mode, cand)
+	if err != nil {
+		return nil, err
+	}
+	res, scored, err := evaluateChanges(ctx, opt, ho, ckptDir, cand, groups)
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]changeResult{}
+	for _, r := range res {
+		byKey[r.Key] = r
+	}
+	return klWeights(opt.Weights, cand, ho.idsSHA256(), scored, groups, byKey), nil
 }

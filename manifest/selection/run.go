@@ -2,9 +2,11 @@ package selection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/manifest/plan"
 )
 
@@ -27,6 +29,11 @@ type RunOptions struct {
 	// directory is made in, and removed from after the measurement
 	// (empty: the system's temporary directory).
 	ScratchIn string
+	// Shard and Parts make the run one worker of a measurement split
+	// across workers, sharing the directory Parts (RunShard); CheckSplit
+	// says which go together. Run is no worker.
+	Shard shard.Spec
+	Parts string
 	// Log receives one line per step.
 	Log func(msg string)
 }
@@ -46,6 +53,12 @@ type RunResult struct {
 // bits-per-weight budget outside the achievable range, an override
 // splitting a unit) comes before the measurement starts.
 func Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
+	if err := opt.checkSplit(); err != nil {
+		return nil, err
+	}
+	if opt.Shard.Count > 0 {
+		return nil, fmt.Errorf("selection: worker %s of a split measurement selects nothing (RunShard runs it)", opt.Shard)
+	}
 	s, err := opt.savedSensitivity(ctx)
 	if err != nil {
 		return nil, err
@@ -70,6 +83,35 @@ func Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 		}
 	}
 	return &RunResult{Result: res, Sensitivity: s, Measured: measured}, nil
+}
+
+// RunShard runs worker opt.Shard's share of the measurement Run would
+// make (MeasureShard), in the directory opt.Parts; the assembly
+// (AssembleMeasurement) writes the sensitivity file once every worker has
+// finished. The same refusals as Run's come before the measurement
+// starts. It returns nil when the sensitivity file already holds this
+// measurement: there is nothing to measure.
+func RunShard(ctx context.Context, opt RunOptions) (*ShardReport, error) {
+	if err := opt.checkSplit(); err != nil {
+		return nil, err
+	}
+	if opt.Shard.Count == 0 {
+		return nil, errors.New("selection: RunShard needs a worker (RunOptions.Shard)")
+	}
+	s, err := opt.savedSensitivity(ctx)
+	if err != nil || s != nil {
+		return nil, err
+	}
+	skel, err := opt.prepare()
+	if err != nil {
+		return nil, err
+	}
+	return MeasureShard(ctx, opt.Measure, skel, ShardOptions{Spec: opt.Shard, Dir: opt.Parts, SensitivityFile: opt.SensitivityFile})
+}
+
+// checkSplit checks the split options by CheckSplit.
+func (opt *RunOptions) checkSplit() error {
+	return CheckSplit(opt.Shard, opt.Measure.Data != nil, opt.Parts)
 }
 
 // selectOptions are the options of Select from the sensitivities s.
@@ -117,10 +159,10 @@ func (opt *RunOptions) savedSensitivity(ctx context.Context) (*Sensitivity, erro
 	return s, nil
 }
 
-// measure measures the sensitivities in a scratch directory of its own,
-// once the budget is known to be achievable (a budget in bytes per token
-// needs the measured routing).
-func (opt *RunOptions) measure(ctx context.Context) (*Sensitivity, error) {
+// prepare is the measurement's skeleton (Prepare), once the budget is
+// known to be achievable (a budget in bytes per token needs the measured
+// routing).
+func (opt *RunOptions) prepare() (*Sensitivity, error) {
 	skel, err := Prepare(opt.Measure)
 	if err != nil {
 		return nil, err
@@ -129,6 +171,15 @@ func (opt *RunOptions) measure(ctx context.Context) (*Sensitivity, error) {
 		if err := CheckBudget(opt.selectOptions(skel)); err != nil {
 			return nil, err
 		}
+	}
+	return skel, nil
+}
+
+// measure measures the sensitivities in a scratch directory of its own.
+func (opt *RunOptions) measure(ctx context.Context) (*Sensitivity, error) {
+	skel, err := opt.prepare()
+	if err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp(opt.ScratchIn, ".select-measure-")
 	if err != nil {

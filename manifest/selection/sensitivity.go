@@ -12,6 +12,7 @@ import (
 	"github.com/ttquant/ttquant/gptq"
 	"github.com/ttquant/ttquant/internal/atomicfile"
 	"github.com/ttquant/ttquant/internal/model"
+	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/text/dataset"
 	"github.com/ttquant/ttquant/internal/text/tokenizer"
 	"github.com/ttquant/ttquant/manifest"
@@ -304,62 +305,17 @@ func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*
 			return nil, err
 		}
 	}
-	s.sizesOnly = false
-	byName := make(map[string]int, len(s.Tensors))
-	for i := range s.Tensors {
-		byName[s.Tensors[i].Name] = i
-	}
-	s.Measured = nil
-	for i := range s.Tensors {
-		s.Tensors[i].Unmeasured = ""
-	}
+	s.beginMeasurement()
 	for _, f := range bfpFormats(opt.Candidates) {
-		base, _ := opt.Base.Validate()
-		mp := measurementPlan(base, f)
-		br, err := build.GPTQ(ctx, build.BuildOptions{Source: opt.Source, Out: measureDir(opt.Scratch, f), Plan: mp,
-			Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, Calib: opt.Calib, Layers: "all", GPTQOptions: opt.GPTQOptions,
-			Data: opt.Data, DataOptions: opt.DataOptions, AllowShortData: opt.AllowShortData,
-			AllowSyntheticCalibration: opt.AllowSyntheticCalibration, Progress: opt.Progress, Family: opt.Family})
+		br, err := build.GPTQ(ctx, measurementBuild(opt, f, measureDir(opt.Scratch, f), shard.Spec{}))
 		if err != nil {
 			return nil, fmt.Errorf("selection: measuring %s: %w", f, err)
 		}
-		tq := br.Manifest.TTQuant
-		if tq.Calibration == nil {
-			return nil, fmt.Errorf("selection: the %s measurement build recorded no calibration", f)
-		}
-		if s.Calibration.SHA256 == "" {
-			s.Calibration = manifest.CalibInfo{Sequences: tq.Calibration.Sequences, Tokens: tq.Calibration.Tokens, SHA256: tq.Calibration.SHA256, Mode: tq.Calibration.Mode}
-			s.Options = tq.Options
-			s.Options.Layers = ""
-		}
-		s.Measured = append(s.Measured, f)
-		for _, ms := range tq.Matrices {
-			i, ok := byName[ms.Tensor]
-			if !ok {
-				continue
-			}
-			t := &s.Tensors[i]
-			if ms.Method != manifest.MethodGPTQ {
-				t.Unmeasured = ms.Fallback
-				if t.Unmeasured == "" {
-					t.Unmeasured = "rounded to nearest in the measurement build"
-				}
-				continue
-			}
-			t.Tokens = ms.Tokens
-			t.Loss[Candidate{f, manifest.MethodGPTQ}.String()] = ms.ProxyLoss
-			t.Loss[Candidate{f, manifest.MethodRTN}.String()] = ms.RTNProxyLoss
+		if err := s.addMeasurement(f, br.Manifest); err != nil {
+			return nil, err
 		}
 	}
-	for i := range s.Tensors {
-		t := &s.Tensors[i]
-		if t.Unmeasured == "" && len(t.Loss) == 0 {
-			t.Unmeasured = "no statistics in the measurement build"
-		}
-		if t.Unmeasured != "" {
-			t.Loss = nil
-		}
-	}
+	s.finishMeasurement()
 	if opt.Weights != nil {
 		f, err := changeFormat(s.Measured)
 		if err != nil {
@@ -375,6 +331,79 @@ func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*
 // measureDir is the measurement build of format f in scratch.
 func measureDir(scratch string, f manifest.StoredFormat) string {
 	return filepath.Join(scratch, "measure-"+string(f))
+}
+
+// measurementBuild is the options of the measurement build of format f
+// into out (worker sp of a split one, or the whole build).
+func measurementBuild(opt MeasureOptions, f manifest.StoredFormat, out string, sp shard.Spec) build.BuildOptions {
+	base, _ := opt.Base.Validate()
+	return build.BuildOptions{Source: opt.Source, Out: out, Plan: measurementPlan(base, f),
+		Workers: opt.Workers, ExpertsPerFile: opt.ExpertsPerFile, Calib: opt.Calib, Layers: "all", GPTQOptions: opt.GPTQOptions,
+		Data: opt.Data, DataOptions: opt.DataOptions, AllowShortData: opt.AllowShortData,
+		AllowSyntheticCalibration: opt.AllowSyntheticCalibration, Progress: opt.Progress, Family: opt.Family, Shard: sp}
+}
+
+// beginMeasurement clears what Prepare guessed of s before the
+// measurement builds' results are added.
+func (s *Sensitivity) beginMeasurement() {
+	s.sizesOnly = false
+	s.Measured = nil
+	for i := range s.Tensors {
+		s.Tensors[i].Unmeasured = ""
+		if s.Tensors[i].Loss == nil {
+			s.Tensors[i].Loss = map[string]float64{}
+		}
+	}
+}
+
+// addMeasurement adds the proxy losses the measurement build of format f
+// recorded in its manifest m.
+func (s *Sensitivity) addMeasurement(f manifest.StoredFormat, m *manifest.Manifest) error {
+	tq := m.TTQuant
+	if tq.Calibration == nil {
+		return fmt.Errorf("selection: the %s measurement build recorded no calibration", f)
+	}
+	if s.Calibration.SHA256 == "" {
+		s.Calibration = manifest.CalibInfo{Sequences: tq.Calibration.Sequences, Tokens: tq.Calibration.Tokens, SHA256: tq.Calibration.SHA256, Mode: tq.Calibration.Mode}
+		s.Options = tq.Options
+		s.Options.Layers = ""
+	}
+	s.Measured = append(s.Measured, f)
+	byName := make(map[string]int, len(s.Tensors))
+	for i := range s.Tensors {
+		byName[s.Tensors[i].Name] = i
+	}
+	for _, ms := range tq.Matrices {
+		i, ok := byName[ms.Tensor]
+		if !ok {
+			continue
+		}
+		t := &s.Tensors[i]
+		if ms.Method != manifest.MethodGPTQ {
+			t.Unmeasured = ms.Fallback
+			if t.Unmeasured == "" {
+				t.Unmeasured = "rounded to nearest in the measurement build"
+			}
+			continue
+		}
+		t.Tokens = ms.Tokens
+		t.Loss[Candidate{f, manifest.MethodGPTQ}.String()] = ms.ProxyLoss
+		t.Loss[Candidate{f, manifest.MethodRTN}.String()] = ms.RTNProxyLoss
+	}
+	return nil
+}
+
+// finishMeasurement marks the matrices no build measured.
+func (s *Sensitivity) finishMeasurement() {
+	for i := range s.Tensors {
+		t := &s.Tensors[i]
+		if t.Unmeasured == "" && len(t.Loss) == 0 {
+			t.Unmeasured = "no statistics in the measurement build"
+		}
+		if t.Unmeasured != "" {
+			t.Loss = nil
+		}
+	}
 }
 
 // CalibrationIdentity is the identity a build records for the calibration
@@ -400,12 +429,18 @@ func CalibrationIdentity(ctx context.Context, opt MeasureOptions) (string, error
 
 // Save writes s as indented JSON (write-then-rename).
 func (s *Sensitivity) Save(path string) error {
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := s.marshal()
 	if err != nil {
 		return err
 	}
-	_, err = atomicfile.WriteFile(path, append(b, '\n'))
+	_, err = atomicfile.WriteFile(path, b)
 	return err
+}
+
+// marshal is the bytes Save writes.
+func (s *Sensitivity) marshal() ([]byte, error) {
+	b, err := json.MarshalIndent(s, "", "  ")
+	return append(b, '\n'), err
 }
 
 // LoadSensitivity reads a sensitivity file; unknown fields, another kind

@@ -51,31 +51,27 @@ type SplitNames struct {
 	Shard, Parts, Assemble string
 }
 
-// optionNames are the split options' names in Options.
-var optionNames = SplitNames{Shard: "Shard", Parts: "Parts", Assemble: "Assemble"}
-
 // SplitError is the refusal of a split evaluation's options: which rule
-// (CheckSplit) they break.
-type SplitError struct {
-	Rule  SplitRule
-	Shard shard.Spec
-}
+// (CheckSplit) they break. Its Message calls the options by the names a
+// caller gives; Error by the fields of Options.
+type SplitError = shard.RuleError[SplitRule, SplitNames]
 
-func (e *SplitError) Error() string { return "harness: " + e.Message(optionNames) }
+// splitRules are the split evaluation's rules' messages.
+var splitRules = &shard.Rules[SplitRule, SplitNames]{Pkg: "harness", Names: SplitNames{Shard: "Shard", Parts: "Parts", Assemble: "Assemble"}, Say: splitMessage}
 
-// Message says what is wrong, calling the options by names.
-func (e *SplitError) Message(names SplitNames) string {
-	switch e.Rule {
+// splitMessage says what breaking rule means for worker s.
+func splitMessage(rule SplitRule, s shard.Spec, names SplitNames) string {
+	switch rule {
 	case SplitBadShard:
-		return fmt.Sprintf("%s %d/%d names no worker", names.Shard, e.Shard.Index, e.Shard.Count)
+		return fmt.Sprintf("%s %d/%d names no worker", names.Shard, s.Index, s.Count)
 	case SplitNoParts:
-		return fmt.Sprintf("%s %s needs %s, the directory the workers write their scores to", names.Shard, e.Shard, names.Parts)
+		return fmt.Sprintf("%s %s needs %s, the directory the workers write their scores to", names.Shard, s, names.Parts)
 	case SplitPartsAlone:
 		return fmt.Sprintf("%s is for the workers of a split evaluation (%s i/N)", names.Parts, names.Shard)
 	case SplitWorkerMerges:
 		return fmt.Sprintf("%s merges the workers' parts; give it without %s", names.Assemble, names.Shard)
 	}
-	return fmt.Sprintf("split evaluation rule %d broken", e.Rule)
+	return fmt.Sprintf("split evaluation rule %d broken", rule)
 }
 
 // CheckSplit checks the options of a split evaluation (Options.Shard,
@@ -96,7 +92,7 @@ func CheckSplit(s shard.Spec, parts, assemble string) error {
 	default:
 		return nil
 	}
-	return &SplitError{Rule: rule, Shard: s}
+	return splitRules.Broken(rule, s)
 }
 
 // PartInfo says what a worker of a split evaluation wrote.

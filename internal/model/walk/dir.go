@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/ttquant/ttquant/internal/atomicfile"
+	"github.com/ttquant/ttquant/internal/jsonx"
 )
 
 // Dir is the directory where a walk keeps what a resumed walk needs:
@@ -183,7 +184,7 @@ func readJSON(path string, v any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := strictJSON(raw, v); err != nil {
+	if err := jsonx.Unmarshal(raw, v); err != nil {
 		return false, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
 	}
 	return true, nil
@@ -410,10 +411,4 @@ func (d Dir) readStream(sf *StreamFile, n int64) ([]float32, error) {
 		return nil, fmt.Errorf("%w: %s: sha256 %s, its record says %s", ErrDamaged, path, got, sf.SHA256)
 	}
 	return x, nil
-}
-
-func strictJSON(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
 }
