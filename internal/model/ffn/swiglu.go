@@ -109,7 +109,10 @@ func (s *Scratch) Intermediate(w *ExpertWeights, x []float32, rows, hidden, inte
 	return s.g
 }
 
-// gateUp sets the scratch's g to silu(x·Gateᵀ) ⊙ (x·Upᵀ) with the products p.
+// gateUp sets the scratch's g to silu(x·Gateᵀ) ⊙ (x·Upᵀ) with the products p,
+// the SwiGLU on the kernels' workers when there is enough of it (each
+// element is computed alone, so the split changes no bit): the
+// exponentials of an expert's intermediate cost a tenth of its products.
 func (s *Scratch) gateUp(p *SwiGLUProducts, w *ExpertWeights, x []float32, rows, hidden, inter int) error {
 	s.g = Grow(s.g, rows*inter)
 	s.u = Grow(s.u, rows*inter)
@@ -119,25 +122,10 @@ func (s *Scratch) gateUp(p *SwiGLUProducts, w *ExpertWeights, x []float32, rows,
 	if err := Mul(p.Up, s.u, inter, x, rows, hidden, w.Up, inter); err != nil {
 		return err
 	}
-	swiGLUShared(s.g, s.g, s.u)
-	return nil
-}
-
-// swiGLUShared is SwiGLU on the kernels' workers when there is enough of
-// it (each element is computed alone, so the split changes no bit): the
-// exponentials of an expert's intermediate cost a tenth of its products.
-func swiGLUShared(dst, g, u []float32) {
-	const chunk = 1 << 14
-	n := len(g)
-	w := kernels.Workers()
-	if w <= 1 || n < 2*chunk {
-		SwiGLU(dst, g, u)
-		return
-	}
-	kernels.ParallelFor((n+chunk-1)/chunk, w, func(t, _ int) {
-		lo, hi := t*chunk, min(n, (t+1)*chunk)
-		SwiGLU(dst[lo:hi], g[lo:hi], u[lo:hi])
+	kernels.ParallelRows(rows, inter, func(r0, r1 int) {
+		SwiGLU(s.g[r0*inter:r1*inter], s.g[r0*inter:r1*inter], s.u[r0*inter:r1*inter])
 	})
+	return nil
 }
 
 // IntermediatePacked is Intermediate with gate and up already packed by
