@@ -2,6 +2,7 @@ package ffn
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -124,5 +125,67 @@ func TestCheckRefusesBadShapes(t *testing.T) {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: error %q does not name it", name, err)
 		}
+	}
+}
+
+// readerList is an ExpertReader over experts in memory, reading into the
+// caller's buffers.
+type readerList struct{ ExpertList }
+
+func (l readerList) ReadExpert(e int, dst *ExpertWeights) error {
+	w, err := l.Expert(e)
+	if err != nil {
+		return err
+	}
+	dst.Gate = append(Grow(dst.Gate, 0), w.Gate...)
+	dst.Up = append(Grow(dst.Up, 0), w.Up...)
+	dst.Down = append(Grow(dst.Down, 0), w.Down...)
+	return nil
+}
+
+// TestRunScratchReusedSameBits: with a RunScratch kept between calls, an
+// ExpertReader source and products that keep float32 (through the
+// evaluation inside the wave's tasks), Run gives the plain block's bits,
+// and a call in the steady state allocates no expert buffers.
+func TestRunScratchReusedSameBits(t *testing.T) {
+	l := randBlock(3)
+	const tokens = 41
+	x := randMatrix(&rng.SplitMix64{State: 9}, tokens*l.Config.Hidden, 1)
+	want := plainMoE(t, l, x, tokens)
+	r, err := Route(x, tokens, l.Router, l.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Experts = readerList{l.Experts.(ExpertList)}
+	f32 := func(int, *ExpertWeights) (*SwiGLUProducts, error) { return nil, nil }
+	var rs RunScratch
+	for _, opt := range []Options{{Workers: 3, Scratch: &rs}, {Workers: 2, Scratch: &rs}, {Workers: 3, Scratch: &rs, Products: f32}} {
+		for range 2 {
+			got, err := l.Run(x, tokens, r, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("workers %d, products %v: element %d: %g, plain %g", opt.Workers, opt.Products != nil, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	// In the steady state the routed loop allocates nothing: a call
+	// with the scratch allocates at least the wave's expert buffers (24
+	// KiB each) less than one without.
+	alloc := func(opt Options) uint64 {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		if _, err := l.Run(x, tokens, r, opt); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&m1)
+		return m1.TotalAlloc - m0.TotalAlloc
+	}
+	kept, fresh := alloc(Options{Workers: 2, Scratch: &rs}), alloc(Options{Workers: 2})
+	if kept+2*24<<10 > fresh {
+		t.Errorf("a steady-state Run allocated %d bytes, one without a kept scratch %d", kept, fresh)
 	}
 }

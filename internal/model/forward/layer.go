@@ -28,6 +28,9 @@ type Layer struct {
 	gdnFused bool    // GDN.In was unfused from in_proj_qkvz and in_proj_ba
 	lin      Linears // the Model's products (nil: float32)
 	kv       KVStore // the Model's key-value rounding (nil: none)
+	// moeRun keeps the MoE block's routed-expert buffers from one batch
+	// to the next (nil: each run its own).
+	moeRun *ffn.RunScratch
 }
 
 // AttentionWeights are the weights of a gated full-attention block.
@@ -164,6 +167,7 @@ func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, e
 		}
 		moe.Experts = es
 		l.MoE = moe
+		l.moeRun = &ffn.RunScratch{}
 	} else {
 		I := int64(cfg.Intermediate)
 		l.MLP = &ffn.ExpertWeights{
