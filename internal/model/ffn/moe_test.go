@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/rng"
 )
@@ -128,8 +129,47 @@ func TestCheckRefusesBadShapes(t *testing.T) {
 	}
 }
 
+// unstacked returns a copy of w whose gate and up are separate buffers.
+func unstacked(w *ExpertWeights) *ExpertWeights {
+	return &ExpertWeights{Gate: append([]float32(nil), w.Gate...), Up: append([]float32(nil), w.Up...), Down: w.Down}
+}
+
+// TestStackedGateUpSameBits: the one product over stacked gate and up rows
+// gives the bits of the two products, for row counts around the kernels'
+// 6-row tiles, widths off their 16-column slivers, depths over several
+// 256-value blocks, one and two workers, and a product large enough for
+// the column split.
+func TestStackedGateUpSameBits(t *testing.T) {
+	defer kernels.SetWorkers(kernels.SetWorkers(0))
+	r := rng.SplitMix64{State: 21}
+	for _, sh := range []struct{ rows, hidden, inter int }{
+		{1, 64, 32}, {5, 300, 17}, {7, 513, 48}, {13, 256, 40}, {64, 2048, 512}, {145, 600, 33},
+	} {
+		w := &ExpertWeights{Gate: randMatrix(&r, sh.inter*sh.hidden, 0.1), Up: randMatrix(&r, sh.inter*sh.hidden, 0.1),
+			Down: randMatrix(&r, sh.hidden*sh.inter, 0.1)}
+		sep := unstacked(w)
+		w.StackGateUp()
+		if w.StackedGateUp() == nil || sep.StackedGateUp() != nil {
+			t.Fatal("StackGateUp did not stack, or separate buffers were taken as stacked")
+		}
+		x := randMatrix(&r, sh.rows*sh.hidden, 1)
+		for _, workers := range []int{1, 2} {
+			kernels.SetWorkers(workers)
+			var a, b Scratch
+			ya, _ := a.Run(w, x, sh.rows, sh.hidden, sh.inter, nil, nil, nil)
+			yb, _ := b.Run(sep, x, sh.rows, sh.hidden, sh.inter, nil, nil, nil)
+			for i := range ya {
+				if math.Float32bits(ya[i]) != math.Float32bits(yb[i]) {
+					t.Fatalf("%+v, %d workers: element %d: stacked %g, separate %g", sh, workers, i, ya[i], yb[i])
+				}
+			}
+		}
+	}
+}
+
 // readerList is an ExpertReader over experts in memory, reading into the
-// caller's buffers.
+// caller's buffers with gate and up stacked, as the forward pass's reader
+// does.
 type readerList struct{ ExpertList }
 
 func (l readerList) ReadExpert(e int, dst *ExpertWeights) error {
@@ -137,8 +177,10 @@ func (l readerList) ReadExpert(e int, dst *ExpertWeights) error {
 	if err != nil {
 		return err
 	}
-	dst.Gate = append(Grow(dst.Gate, 0), w.Gate...)
-	dst.Up = append(Grow(dst.Up, 0), w.Up...)
+	gu := Grow(dst.StackedGateUp(), 2*len(w.Gate))
+	copy(gu, w.Gate)
+	copy(gu[len(w.Gate):], w.Up)
+	dst.Gate, dst.Up = gu[:len(w.Gate)], gu[len(w.Gate):]
 	dst.Down = append(Grow(dst.Down, 0), w.Down...)
 	return nil
 }
