@@ -551,6 +551,12 @@ type runner struct {
 	n    int
 	err  error
 	done chan struct{}
+	// lg holds the logits of positions [b0, b1) of the window. Every
+	// product reads the whole LM head, and eval.Evaluate asks for a few
+	// positions at a time, so the runner computes forward.LogitChunk
+	// positions at once and serves the next requests from them.
+	lg     []float32
+	b0, b1 int
 }
 
 func newRunner(m *forward.Model) *runner { return &runner{m: m} }
@@ -568,6 +574,7 @@ func (r *runner) start(n int, pass func() ([]float32, error)) {
 		<-r.done // the previous window's pass (abandoned after an error)
 	}
 	r.n, r.hf, r.err = n, nil, nil
+	r.b0, r.b1 = 0, 0
 	r.done = make(chan struct{})
 	go func() {
 		defer close(r.done)
@@ -604,10 +611,26 @@ func (r *runner) Logits(dst []float32, lo, hi int) error {
 	if lo < 0 || hi > r.n || lo > hi || len(dst) != (hi-lo)*V {
 		return fmt.Errorf("harness: logits of positions [%d,%d) of a %d-token window into %d values", lo, hi, r.n, len(dst))
 	}
-	return r.m.Logits(r.hf[lo*H:hi*H], func(row0, rows int, lg []float32) error {
-		copy(dst[row0*V:], lg[:rows*V])
-		return nil
-	})
+	if hi-lo >= forward.LogitChunk {
+		return r.m.LogitRows(dst, r.hf[lo*H:hi*H])
+	}
+	for p := lo; p < hi; {
+		if p < r.b0 || p >= r.b1 {
+			b1 := min(r.n, p+forward.LogitChunk)
+			if cap(r.lg) < (b1-p)*V {
+				r.lg = make([]float32, forward.LogitChunk*V)
+			}
+			r.b0, r.b1 = 0, 0
+			if err := r.m.LogitRows(r.lg[:(b1-p)*V], r.hf[p*H:b1*H]); err != nil {
+				return err
+			}
+			r.b0, r.b1 = p, b1
+		}
+		q := min(hi, r.b1)
+		copy(dst[(p-lo)*V:], r.lg[(p-r.b0)*V:(q-r.b0)*V])
+		p = q
+	}
+	return nil
 }
 
 // selectionText says how the evaluation set is cut into windows.

@@ -351,31 +351,15 @@ type LogitsFunc func(row0, rows int, logits []float32) error
 func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 	H, V := m.Config.Hidden, m.Config.Vocab
 	n := len(hf) / H
-	var p Linear
-	var packed *kernels.PackedB32
-	if m.Linears != nil {
-		lm, err := m.head()
-		if err != nil {
-			return err
-		}
-		lw := &LinearWeight{Layer: -1, Role: RoleLMHead, Expert: -1, Out: V, In: H, Rows: linearRows(m.lmHeadName(), V), W: lm}
-		if p, err = m.Linears.Linear(lw); err != nil {
-			return fmt.Errorf("forward: %s: %w", lw.Name(), err)
-		}
-	}
-	if p == nil {
-		var err error
-		if packed, err = m.packedHead(); err != nil {
-			return err
-		}
+	hp, err := m.headProduct()
+	if err != nil {
+		return err
 	}
 	buf := make([]float32, min(n, LogitChunk)*V)
 	for r0 := 0; r0 < n; r0 += LogitChunk {
 		rows := min(LogitChunk, n-r0)
 		lg := buf[:rows*V]
-		if packed != nil {
-			kernels.SgemmPacked(false, rows, 1, hf[r0*H:], H, packed, 0, lg, V)
-		} else if err := p.MatMulT(lg, V, hf[r0*H:(r0+rows)*H], rows); err != nil {
+		if err := hp.mul(lg, hf[r0*H:(r0+rows)*H], rows, H, V); err != nil {
 			return err
 		}
 		if err := f(r0, rows, lg); err != nil {
@@ -383,6 +367,63 @@ func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 		}
 	}
 	return nil
+}
+
+// LogitRows sets dst, [rows, Vocab], to the logits of the rows of hf
+// (already final-normed) in one product. The float32 product reads the
+// whole packed head once per call, so a caller that fetches logits a few
+// positions at a time does better to ask for more rows at once, its
+// memory bounded by the rows it asks for.
+func (m *Model) LogitRows(dst, hf []float32) error {
+	H, V := m.Config.Hidden, m.Config.Vocab
+	rows := len(hf) / H
+	if len(hf) != rows*H || len(dst) != rows*V {
+		return fmt.Errorf("forward: logits of %d hidden values into %d: want whole rows of %d and %d", len(hf), len(dst), H, V)
+	}
+	hp, err := m.headProduct()
+	if err != nil {
+		return err
+	}
+	return hp.mul(dst, hf, rows, H, V)
+}
+
+// headProduct is the LM head's product: the Linears' (p), or the float32
+// head packed once for the Model.
+type headProduct struct {
+	p      Linear
+	packed *kernels.PackedB32
+}
+
+// headProduct asks the Linears for the LM head's product, or packs the
+// float32 head on first use.
+func (m *Model) headProduct() (headProduct, error) {
+	var hp headProduct
+	if m.Linears != nil {
+		lm, err := m.head()
+		if err != nil {
+			return hp, err
+		}
+		H, V := m.Config.Hidden, m.Config.Vocab
+		lw := &LinearWeight{Layer: -1, Role: RoleLMHead, Expert: -1, Out: V, In: H, Rows: linearRows(m.lmHeadName(), V), W: lm}
+		if hp.p, err = m.Linears.Linear(lw); err != nil {
+			return hp, fmt.Errorf("forward: %s: %w", lw.Name(), err)
+		}
+	}
+	if hp.p == nil {
+		var err error
+		hp.packed, err = m.packedHead()
+		return hp, err
+	}
+	return hp, nil
+}
+
+// mul sets dst (rows × V) to the logits of the rows × H hidden states hf.
+func (hp headProduct) mul(dst, hf []float32, rows, H, V int) error {
+	if hp.packed != nil {
+		kernels.SgemmPacked(false, rows, 1, hf, H, hp.packed, 0, dst, V)
+		return nil
+	}
+	return hp.p.MatMulT(dst, V, hf, rows)
 }
 
 // mtpWeights returns the MTP head's own tensors, read on first use.
