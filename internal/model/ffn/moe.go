@@ -288,11 +288,15 @@ func (l *MoE) AddShared(out, y, x []float32, tokens int) {
 func (l *MoE) SharedGates(x []float32, tokens int) []float32 {
 	h := l.Config.Hidden
 	g := make([]float32, tokens)
-	for t := range g {
-		g[t] = 1
-		if l.SharedGate != nil {
-			g[t] = Sigmoid(Dot64(x[t*h:(t+1)*h], l.SharedGate))
+	if l.SharedGate == nil {
+		for t := range g {
+			g[t] = 1
 		}
+		return g
+	}
+	kernels.Dot64T(tokens, 1, h, x, h, l.SharedGate, h, g, 1)
+	for t, v := range g {
+		g[t] = Sigmoid(v)
 	}
 	return g
 }

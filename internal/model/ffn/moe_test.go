@@ -63,7 +63,11 @@ func plainMoE(t *testing.T, l *MoE, x []float32, tokens int) []float32 {
 			}
 		}
 		y := sc.Forward(l.Shared, xt, 1, h, c.SharedInter)
-		g := Sigmoid(Dot64(xt, l.SharedGate))
+		var s float64
+		for i, v := range xt {
+			s += float64(v) * float64(l.SharedGate[i])
+		}
+		g := Sigmoid(float32(s))
 		for i, v := range y {
 			o[i] += g * v
 		}
