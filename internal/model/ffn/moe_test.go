@@ -75,17 +75,27 @@ func plainMoE(t *testing.T, l *MoE, x []float32, tokens int) []float32 {
 	return out
 }
 
-// TestRunAnyWorkersEqualsPlain: Run gives the plain per-token block's bits
-// for every number of experts evaluated at once.
-func TestRunAnyWorkersEqualsPlain(t *testing.T) {
+// plainTokens is the batch of plainCase.
+const plainTokens = 41
+
+// plainCase is randBlock(3) on plainTokens random rows: the block, the
+// rows, their routing and the plain per-token block's output.
+func plainCase(t *testing.T) (*MoE, []float32, *Routing, []float32) {
 	l := randBlock(3)
-	const tokens = 41
-	x := randMatrix(&rng.SplitMix64{State: 9}, tokens*l.Config.Hidden, 1)
-	want := plainMoE(t, l, x, tokens)
-	r, err := Route(x, tokens, l.Router, l.Config)
+	x := randMatrix(&rng.SplitMix64{State: 9}, plainTokens*l.Config.Hidden, 1)
+	want := plainMoE(t, l, x, plainTokens)
+	r, err := Route(x, plainTokens, l.Router, l.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, x, r, want
+}
+
+// TestRunAnyWorkersEqualsPlain: Run gives the plain per-token block's bits
+// for every number of experts evaluated at once.
+func TestRunAnyWorkersEqualsPlain(t *testing.T) {
+	l, x, r, want := plainCase(t)
+	const tokens = plainTokens
 	for _, w := range []int{1, 2, 3, 4, 10, 16} {
 		got, err := l.Run(x, tokens, r, Options{Workers: w})
 		if err != nil {
@@ -194,14 +204,8 @@ func (l readerList) ReadExpert(e int, dst *ExpertWeights) error {
 // evaluation inside the wave's tasks), Run gives the plain block's bits,
 // and a call in the steady state allocates no expert buffers.
 func TestRunScratchReusedSameBits(t *testing.T) {
-	l := randBlock(3)
-	const tokens = 41
-	x := randMatrix(&rng.SplitMix64{State: 9}, tokens*l.Config.Hidden, 1)
-	want := plainMoE(t, l, x, tokens)
-	r, err := Route(x, tokens, l.Router, l.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, x, r, want := plainCase(t)
+	const tokens = plainTokens
 	l.Experts = readerList{l.Experts.(ExpertList)}
 	f32 := func(int, *ExpertWeights) (*SwiGLUProducts, error) { return nil, nil }
 	var rs RunScratch
