@@ -12,6 +12,7 @@ import (
 
 	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/gptq"
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
 	"github.com/ttquant/ttquant/internal/model/ffn"
 	"github.com/ttquant/ttquant/internal/quant"
@@ -448,11 +449,11 @@ func jobIDs(cfg model.MoEConfig, opt LayerOptions, heldOut int) ([]int, error) {
 	return ids, nil
 }
 
+// checkFinite reports the first NaN or infinity of the cols-wide rows x
+// by token and feature.
 func checkFinite(x []float32, cols int) error {
-	for i, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return fmt.Errorf("token %d feature %d is %v", i/cols, i%cols, v)
-		}
+	if i := kernels.FirstNonFinite32(x); i >= 0 {
+		return fmt.Errorf("token %d feature %d is %v", i/cols, i%cols, x[i])
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func NewGramAccumulator(n int) *GramAccumulator {
 	}
 	lower := matPool64.Get(n * n)
 	// Only the lower triangle is ever read.
-	parallelRows(n, n/2, func(r0, r1 int) {
+	ParallelRows(n, n/2, func(r0, r1 int) {
 		for i := r0; i < r1; i++ {
 			clear(lower[i*n : i*n+i+1])
 		}

@@ -150,7 +150,8 @@ func TestAxpySubRowsTwins(t *testing.T) {
 
 // TestAllFinite32 puts a NaN or an infinity at every position class of the
 // vector loop, its tail and the parallel chunks, and checks that it is
-// found, and that finite extremes are not reported.
+// found (FirstNonFinite32 at its index, also with a second one after it),
+// and that finite extremes are not reported.
 func TestAllFinite32(t *testing.T) {
 	for _, n := range []int{0, 1, 7, 8, 9, 40, 1<<16 + 13, 3 << 16} {
 		x := make([]float32, n)
@@ -161,7 +162,7 @@ func TestAllFinite32(t *testing.T) {
 			x[n/2] = math.MaxFloat32
 			x[n-1] = -math.MaxFloat32
 		}
-		if !AllFinite32(x) || !allFinite32Go(x) {
+		if !AllFinite32(x) || !allFinite32Go(x) || FirstNonFinite32(x) != -1 {
 			t.Fatalf("n=%d: finite values reported as not finite", n)
 		}
 		for _, pos := range []int{0, n / 3, n - 1} {
@@ -173,6 +174,16 @@ func TestAllFinite32(t *testing.T) {
 				x[pos] = bad
 				if AllFinite32(x) || allFinite32Go(x) {
 					t.Fatalf("n=%d: %v at %d not found", n, bad, pos)
+				}
+				if got := FirstNonFinite32(x); got != pos {
+					t.Fatalf("n=%d: %v at %d reported at %d", n, bad, pos, got)
+				}
+				if pos+1 < n { // a later one does not hide the first
+					x[n-1] = bad
+					if got := FirstNonFinite32(x); got != pos {
+						t.Fatalf("n=%d: %v at %d and %d reported at %d", n, bad, pos, n-1, got)
+					}
+					x[n-1] = -math.MaxFloat32
 				}
 				x[pos] = old
 			}

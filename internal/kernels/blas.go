@@ -286,19 +286,56 @@ func axpySubRows32Go(a, x, y []float32, ldy int) {
 
 // AllFinite32 reports whether no value of x is NaN or ±Inf, scanning
 // ranges of x on up to Workers() goroutines.
-func AllFinite32(x []float32) bool {
+func AllFinite32(x []float32) bool { return FirstNonFinite32(x) < 0 }
+
+// FirstNonFinite32 returns the index of the first NaN or ±Inf of x, or -1
+// when every value is finite, scanning ranges of x on up to Workers()
+// goroutines (a range after one that holds a non-finite value is not
+// scanned).
+func FirstNonFinite32(x []float32) int {
 	const chunk = 1 << 16
 	n := (len(x) + chunk - 1) / chunk
 	if n <= 1 {
-		return allFinite32(x)
+		return firstNonFinite32(x)
 	}
-	var bad atomic.Bool
+	var first atomic.Int64
+	first.Store(int64(len(x)))
 	ParallelFor(n, Workers(), func(t, _ int) {
-		if !bad.Load() && !allFinite32(x[t*chunk:min((t+1)*chunk, len(x))]) {
-			bad.Store(true)
+		lo := t * chunk
+		if int64(lo) >= first.Load() {
+			return
+		}
+		i := firstNonFinite32(x[lo:min(lo+chunk, len(x))])
+		for i >= 0 {
+			old := first.Load()
+			if int64(lo+i) >= old || first.CompareAndSwap(old, int64(lo+i)) {
+				break
+			}
 		}
 	})
-	return !bad.Load()
+	if f := int(first.Load()); f < len(x) {
+		return f
+	}
+	return -1
+}
+
+// firstNonFinite32 is FirstNonFinite32 on the calling goroutine: blocks
+// of x pass allFinite32, and only a block that fails is searched value by
+// value.
+func firstNonFinite32(x []float32) int {
+	const block = 1024
+	for b := 0; b < len(x); b += block {
+		blk := x[b:min(len(x), b+block)]
+		if allFinite32(blk) {
+			continue
+		}
+		for i, v := range blk {
+			if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
+				return b + i
+			}
+		}
+	}
+	return -1
 }
 
 // allFinite32Go is the pure-Go form of allFinite32: a value is finite

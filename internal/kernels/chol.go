@@ -429,7 +429,7 @@ func trtriStep[T float32 | float64](n int, a []T, lda, j int, dinv, p, r []T, si
 	if j > 0 {
 		top = jb
 	}
-	parallelRows(top+rest, jb, func(i0, i1 int) {
+	ParallelRows(top+rest, jb, func(i0, i1 int) {
 		for i := i0; i < i1; i++ {
 			if i < top {
 				copy(r[i*j:i*j+j], a[(j+i)*lda:(j+i)*lda+j])
@@ -699,7 +699,7 @@ func cholInvUpperRev[T float32 | float64](n int, r []T, ldr int, u []T, ldu int)
 	}
 	// U[i][j] = M[n-1-i][n-1-j] for j ≥ i: row i of U is row n-1-i of M
 	// read backwards; the strict lower part of U is zero.
-	parallelRows(n, n, func(r0, r1 int) {
+	ParallelRows(n, n, func(r0, r1 int) {
 		for i := r0; i < r1; i++ {
 			src := r[(n-1-i)*ldr : (n-1-i)*ldr+n-i]
 			row := u[i*ldu : i*ldu+n]
@@ -756,7 +756,7 @@ func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) er
 	// u, which holds nothing needed (so rows can be done in any order and
 	// concurrently); the diagonal is reversed in place; then the strict
 	// lower part is cleared.
-	parallelRows(n, n/2, func(r0, r1 int) {
+	ParallelRows(n, n/2, func(r0, r1 int) {
 		for i := r0; i < r1; i++ {
 			src := u[(n-1-i)*ldu:]
 			row := u[i*ldu : i*ldu+n]
@@ -769,7 +769,7 @@ func cholInvUpper[T float32 | float64](n int, h []T, ldh int, u []T, ldu int) er
 		x, y := i*ldu+i, (n-1-i)*ldu+n-1-i
 		u[x], u[y] = u[y], u[x]
 	}
-	parallelRows(n, n/2, func(r0, r1 int) {
+	ParallelRows(n, n/2, func(r0, r1 int) {
 		for i := max(r0, 1); i < r1; i++ {
 			clear(u[i*ldu : i*ldu+i])
 		}

@@ -420,3 +420,19 @@ func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
 	}
 	quantErr32Go(x[n8:], q[n8:], e[n8:], acc[n8:], d, d2)
 }
+
+//go:noescape
+func dot64TileAVX2(k int, x *float64, pn *float64, acc *[dotMR * dotNR]float64)
+
+// dot64Tile is dot64TileGo with the vector multiply and add of the
+// assembly (the same two roundings per step, lanes over the panel's
+// columns).
+func dot64Tile(k int, x, pn []float64, acc *[dotMR * dotNR]float64) {
+	if !useAsm || k == 0 {
+		dot64TileGo(k, x, pn, acc)
+		return
+	}
+	_ = x[dotMR*k-1]
+	_ = pn[dotNR*k-1]
+	dot64TileAVX2(k, unsafe.SliceData(x), unsafe.SliceData(pn), acc)
+}

@@ -860,3 +860,67 @@ tloop:
 tdone:
 	VZEROUPPER
 	RET
+
+// func dot64TileAVX2(k int, x *float64, pn *float64, acc *[32]float64)
+// acc[r*8+j] = sum over p = 0..k-1 (k >= 1) of x[r*k+p]*pn[p*8+j] for
+// r < 4, j < 8, from +0, each product rounded (VMULPD) before the
+// addition (VADDPD): the four rows of x broadcast, the panel's eight
+// columns in two vectors.
+TEXT ·dot64TileAVX2(SB), NOSPLIT, $0-32
+	MOVQ k+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ pn+16(FP), DI
+	MOVQ acc+24(FP), DX
+	MOVQ CX, R8
+	SHLQ $3, R8
+	LEAQ (SI)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	VXORPD Y4, Y4, Y4
+	VXORPD Y5, Y5, Y5
+	VXORPD Y6, Y6, Y6
+	VXORPD Y7, Y7, Y7
+d64loop:
+	VMOVUPD (DI), Y8
+	VMOVUPD 32(DI), Y9
+	VBROADCASTSD (SI), Y10
+	VMULPD Y8, Y10, Y11
+	VADDPD Y11, Y0, Y0
+	VMULPD Y9, Y10, Y12
+	VADDPD Y12, Y1, Y1
+	VBROADCASTSD (R9), Y13
+	VMULPD Y8, Y13, Y14
+	VADDPD Y14, Y2, Y2
+	VMULPD Y9, Y13, Y15
+	VADDPD Y15, Y3, Y3
+	VBROADCASTSD (R10), Y10
+	VMULPD Y8, Y10, Y11
+	VADDPD Y11, Y4, Y4
+	VMULPD Y9, Y10, Y12
+	VADDPD Y12, Y5, Y5
+	VBROADCASTSD (R11), Y13
+	VMULPD Y8, Y13, Y14
+	VADDPD Y14, Y6, Y6
+	VMULPD Y9, Y13, Y15
+	VADDPD Y15, Y7, Y7
+	ADDQ $8, SI
+	ADDQ $8, R9
+	ADDQ $8, R10
+	ADDQ $8, R11
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  d64loop
+	VMOVUPD Y0, (DX)
+	VMOVUPD Y1, 32(DX)
+	VMOVUPD Y2, 64(DX)
+	VMOVUPD Y3, 96(DX)
+	VMOVUPD Y4, 128(DX)
+	VMOVUPD Y5, 160(DX)
+	VMOVUPD Y6, 192(DX)
+	VMOVUPD Y7, 224(DX)
+	VZEROUPPER
+	RET

@@ -60,3 +60,5 @@ func maxExponents32(x []float32, exp []uint8) { maxExponents32Go(x, exp) }
 func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
 	quantErr32Go(x, q, e, acc, d, d2)
 }
+
+func dot64Tile(k int, x, pn []float64, acc *[dotMR * dotNR]float64) { dot64TileGo(k, x, pn, acc) }

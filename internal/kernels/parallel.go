@@ -77,11 +77,11 @@ func parallelForSide(n, workers int, f func(task, worker int), side func()) {
 	wg.Wait()
 }
 
-// parallelRows runs f over contiguous ranges covering [0, n) on up to
+// ParallelRows runs f over contiguous ranges covering [0, n) on up to
 // Workers() goroutines, or on the calling goroutine alone when n·rowWork
 // (elements touched) is too small to be worth it. f must treat the rows
 // of different ranges independently; the split never changes results.
-func parallelRows(n, rowWork int, f func(r0, r1 int)) {
+func ParallelRows(n, rowWork int, f func(r0, r1 int)) {
 	w := Workers()
 	if w <= 1 || n <= 1 || float64(n)*float64(rowWork) < 1<<15 {
 		f(0, n)

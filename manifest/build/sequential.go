@@ -615,10 +615,16 @@ func (s *sequential) mixer(ctx context.Context, sl *seqStep) (*forward.Layer, er
 // experts), then advances the streams by the block with every value the
 // checkpoint stores; the source stream goes through the source layer
 // (the whole layer for the held-out sequences of a symmetric build).
+//
+// fl, the layer as the mixer left it, is loaded again only after a dense
+// tensor of the block was decided: the routed experts are not held by a
+// Layer but read through the overlay whenever the block runs, so their
+// stored values need no new load.
 func (s *sequential) mlp(ctx context.Context, sl *seqStep, fl *forward.Layer, jobs []int, keep func(int) bool, commit func(int, *fileRecord) error) (*manifest.LayerStats, error) {
 	asym := s.b.opt.Asymmetric
 	var expertStats *manifest.LayerStats
 	experts := s.b.gptqLayers[sl.l]
+	stale := false // a dense tensor of the block was decided after fl was loaded
 	if len(sl.st.mlpIn) > 0 || len(sl.st.down) > 0 || experts {
 		rows, err := s.walk.MLPInput(ctx, fl, sl.x, sl.lens)
 		if err != nil {
@@ -638,12 +644,15 @@ func (s *sequential) mlp(ctx context.Context, sl *seqStep, fl *forward.Layer, jo
 		if err := s.quantize(ctx, sl.st.down); err != nil {
 			return nil, err
 		}
+		stale = len(sl.st.mlpIn) > 0 || len(sl.st.down) > 0
 		if experts {
 			// The routed experts see the router and shared expert as
 			// stored.
-			fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l)
-			if err != nil {
-				return nil, err
+			if stale {
+				if fl, err = forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l); err != nil {
+					return nil, err
+				}
+				stale = false
 			}
 			if expertStats, err = s.experts(ctx, sl.l, fl, rows, trows, sl.calibRows, jobs, keep, commit); err != nil {
 				return nil, err
@@ -652,13 +661,16 @@ func (s *sequential) mlp(ctx context.Context, sl *seqStep, fl *forward.Layer, jo
 		sl.sites.drop(calib.SiteMoE)
 	}
 	// The layer's output with every value the checkpoint stores.
-	fl, err := forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l)
-	if err != nil {
-		return nil, err
+	if stale {
+		var err error
+		if fl, err = forward.LoadLayer(forward.Overlay{s.w, s.src}, s.cfg, sl.l); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.walk.Each(ctx, sl.x, sl.lens, func(b *forward.Batch, _ int) error { return fl.ForwardMLP(b, nil) }); err != nil {
 		return nil, err
 	}
+	var err error
 	switch {
 	case asym:
 		err = s.walk.Each(ctx, sl.xref, sl.lens, func(b *forward.Batch, _ int) error { return sl.rl.ForwardMLP(b, nil) })

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ttquant/ttquant/emulator/eval"
+	"github.com/ttquant/ttquant/internal/model/forward"
 	"github.com/ttquant/ttquant/internal/shard"
 	"github.com/ttquant/ttquant/internal/testdata"
 	"github.com/ttquant/ttquant/internal/text/dataset"
@@ -354,5 +355,50 @@ func TestOverlapFromManifest(t *testing.T) {
 	var oe *OverlapError
 	if _, err := Run(ctx, opt); !errors.As(err, &oe) || oe.Info.SharedTokens == 0 || !strings.Contains(err.Error(), "the manifest of ckpt") {
 		t.Fatalf("evaluation on the calibration text: error %v, want an OverlapError naming the manifest", err)
+	}
+}
+
+// TestRunnerLogitBlocks: the runner computes logits a block of
+// forward.LogitChunk positions at a time and serves requests from it;
+// requests of every size and alignment (within a block, across blocks, at
+// the window's end, longer than a block, repeated after a jump back) get
+// the bits of the model's own Logits over the window, window after window.
+func TestRunnerLogitBlocks(t *testing.T) {
+	m, err := forward.Open(testdata.Dir(t, "models", "tiny-qwen36-trained"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	V := m.Config.Vocab
+	r := newRunner(m)
+	for _, n := range []int{150, 40} {
+		tokens := make([]int32, n)
+		for i := range tokens {
+			tokens[i] = int32((i*37 + n) % V)
+		}
+		wl, err := r.Forward(context.Background(), tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.wait()
+		want := make([]float32, 0, n*V)
+		if err := m.Logits(r.hf, func(_, rows int, lg []float32) error {
+			want = append(want, lg[:rows*V]...)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range [][2]int{{0, 16}, {16, 17}, {17, 60}, {60, 70}, {5, 9}, {70, n}, {0, n}, {n - 1, n}, {0, 1}} {
+			lo, hi := min(c[0], n), min(c[1], n)
+			dst := make([]float32, (hi-lo)*V)
+			if err := wl.Logits(dst, lo, hi); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range dst {
+				if math.Float32bits(v) != math.Float32bits(want[lo*V+i]) {
+					t.Fatalf("window of %d, positions [%d,%d): value %d is %g, want %g", n, lo, hi, i, v, want[lo*V+i])
+				}
+			}
+		}
 	}
 }

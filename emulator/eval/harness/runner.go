@@ -24,6 +24,12 @@ type runner struct {
 	hf        []float32
 	err       error
 	done      chan struct{}
+	// lg holds the logits of positions [b0, b1) of window lw of the pass.
+	// Every product reads the whole LM head, and eval.Evaluate asks for a
+	// few positions at a time, so the runner computes forward.LogitChunk
+	// positions at once and serves the next requests from them.
+	lg         []float32
+	lw, b0, b1 int
 }
 
 func newRunner(m *forward.Model) *runner { return &runner{m: m} }
@@ -53,6 +59,7 @@ func (r *runner) start(windows [][]int32, pass func() ([]float32, error)) []eval
 		views[i] = windowOf{r, i}
 	}
 	r.hf, r.err = nil, nil
+	r.b0, r.b1 = 0, 0
 	r.done = make(chan struct{})
 	go func() {
 		defer close(r.done)
@@ -114,11 +121,27 @@ func (w windowOf) Logits(dst []float32, lo, hi int) error {
 	if lo < 0 || hi > n || lo > hi || len(dst) != (hi-lo)*V {
 		return fmt.Errorf("harness: logits of positions [%d,%d) of a %d-token window into %d values", lo, hi, n, len(dst))
 	}
-	base := r.off[w.i]
-	return r.m.Logits(r.hf[(base+lo)*H:(base+hi)*H], func(row0, rows int, lg []float32) error {
-		copy(dst[row0*V:], lg[:rows*V])
-		return nil
-	})
+	hf := r.hf[r.off[w.i]*H : (r.off[w.i]+n)*H]
+	if hi-lo >= forward.LogitChunk {
+		return r.m.LogitRows(dst, hf[lo*H:hi*H])
+	}
+	for p := lo; p < hi; {
+		if r.lw != w.i || p < r.b0 || p >= r.b1 {
+			b1 := min(n, p+forward.LogitChunk)
+			if cap(r.lg) < (b1-p)*V {
+				r.lg = make([]float32, forward.LogitChunk*V)
+			}
+			r.b0, r.b1 = 0, 0
+			if err := r.m.LogitRows(r.lg[:(b1-p)*V], hf[p*H:b1*H]); err != nil {
+				return err
+			}
+			r.lw, r.b0, r.b1 = w.i, p, b1
+		}
+		q := min(hi, r.b1)
+		copy(dst[(p-lo)*V:], r.lg[(p-r.b0)*V:(q-r.b0)*V])
+		p = q
+	}
+	return nil
 }
 
 // batchTokens is the batch of an option (0: forward.BatchRows).

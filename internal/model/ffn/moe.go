@@ -2,6 +2,7 @@ package ffn
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/internal/model"
@@ -83,6 +84,30 @@ type Options struct {
 	// weights w) or of the shared expert (e = -1); a nil result is float32.
 	// It may be called concurrently.
 	Products func(e int, w *ExpertWeights) (*SwiGLUProducts, error)
+	// Scratch, when not nil, keeps the buffers of the routed experts'
+	// loop from one Run to the next (nil: the call's own).
+	Scratch *RunScratch
+}
+
+// RunScratch holds the buffers of MoE.Run's routed-expert loop between
+// calls: per task of a wave the gathered rows, the intermediate products
+// and, in float32, the expert's weights as an ExpertReader reads them. It
+// serves one Run at a time; a Run that finds it in use works with buffers
+// of its own. The zero value is ready to use.
+type RunScratch struct {
+	mu    sync.Mutex
+	tasks []routedTask
+}
+
+// routedTask is one task of a wave of the routed loop: expert e's weights
+// (w, read into buf when the source is an ExpertReader), its rows and
+// products (sc), its output y, or the error that stopped it.
+type routedTask struct {
+	sc  Scratch
+	buf ExpertWeights
+	w   *ExpertWeights
+	y   []float32
+	err error
 }
 
 // Forward runs the block on tokens×hidden activations x in float32 and
@@ -128,14 +153,17 @@ func (l *MoE) Run(x []float32, tokens int, r *Routing, opt Options) ([]float32, 
 	if W <= 0 {
 		W = max(1, kernels.Workers())
 	}
-	scr := make([]Scratch, W) // one per task of a wave
-	var err error
-	if opt.Products == nil {
-		err = l.routed32(out, x, r, scr)
+	rs := opt.Scratch
+	if rs == nil || !rs.mu.TryLock() {
+		rs = &RunScratch{}
 	} else {
-		err = l.routedProducts(out, x, r, scr, opt)
+		defer rs.mu.Unlock()
 	}
-	if err != nil {
+	if len(rs.tasks) < W {
+		rs.tasks = append(rs.tasks, make([]routedTask, W-len(rs.tasks))...)
+	}
+	tasks := rs.tasks[:W]
+	if err := l.routed(out, x, r, tasks, opt.Products); err != nil {
 		return nil, err
 	}
 	if cfg.SharedInter == 0 {
@@ -143,11 +171,12 @@ func (l *MoE) Run(x []float32, tokens int, r *Routing, opt Options) ([]float32, 
 	}
 	var p *SwiGLUProducts
 	if opt.Products != nil {
+		var err error
 		if p, err = opt.Products(-1, l.Shared); err != nil {
 			return nil, err
 		}
 	}
-	y, err := scr[0].Run(l.Shared, x, tokens, H, cfg.SharedInter, nil, p, nil)
+	y, err := tasks[0].sc.Run(l.Shared, x, tokens, H, cfg.SharedInter, nil, p, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -155,33 +184,65 @@ func (l *MoE) Run(x []float32, tokens int, r *Routing, opt Options) ([]float32, 
 	return out, nil
 }
 
-// routed32 adds the routed experts' float32 outputs to out: waves of
-// len(scr) experts read and gathered at once, then evaluated one by one
-// with the kernels' workers.
-func (l *MoE) routed32(out, x []float32, r *Routing, scr []Scratch) error {
+// routed adds the routed experts' outputs to out in expert order, waves of
+// len(ts) experts: each task of a wave reads its expert and gathers its
+// rows of x, and with products (not nil) evaluates the expert there too,
+// one goroutine per expert. In float32 the wave's experts are evaluated
+// after it, one by one, each product on all of the kernels' workers.
+func (l *MoE) routed(out, x []float32, r *Routing, ts []routedTask, products func(int, *ExpertWeights) (*SwiGLUProducts, error)) error {
 	cfg := l.Config
-	H, W := cfg.Hidden, len(scr)
-	ws := make([]ExpertWeights, W) // reused wave after wave by an ExpertReader
-	use := make([]*ExpertWeights, W)
-	errs := make([]error, W)
+	H, W := cfg.Hidden, len(ts)
 	for e0 := 0; e0 < cfg.Experts; e0 += W {
-		e1 := min(cfg.Experts, e0+W)
-		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
-			use[t], errs[t] = l.load(e0+t, x, r, &scr[t], &ws[t])
+		n := min(cfg.Experts-e0, W)
+		kernels.ParallelFor(n, W, func(t, _ int) { // per task: a worker may run two tasks of a wave
+			ts[t].start(l, e0+t, x, r, products)
 		})
-		for t := 0; t < e1-e0; t++ {
-			if errs[t] != nil {
-				return errs[t]
+		for t := range ts[:n] {
+			tk := &ts[t]
+			if tk.err != nil {
+				return tk.err
 			}
-			if use[t] == nil {
+			if tk.w == nil {
 				continue
 			}
 			toks, wts := r.ExpertTokens(e0 + t)
-			y, _ := scr[t].Run(use[t], scr[t].X, len(toks), H, cfg.ExpertInter, nil, nil, nil) // float32 products cannot fail
-			ScatterAdd(out, y, H, toks, wts)
+			if products == nil {
+				tk.y, _ = tk.sc.Run(tk.w, tk.sc.X, len(toks), H, cfg.ExpertInter, nil, nil, nil) // float32 products cannot fail
+			}
+			ScatterAdd(out, tk.y, H, toks, wts)
+			tk.w, tk.y = nil, nil
 		}
 	}
 	return nil
+}
+
+// start is a wave's part of expert e: its weights read and its rows of x
+// gathered (nothing when it has no tokens), and with products the expert
+// evaluated. Products may keep the weights they are given, so those are
+// read fresh (ExpertSource.Expert); in float32 they go into the task's
+// buffer when the source is an ExpertReader.
+func (tk *routedTask) start(l *MoE, e int, x []float32, r *Routing, products func(int, *ExpertWeights) (*SwiGLUProducts, error)) {
+	tk.w, tk.y, tk.err = nil, nil, nil
+	buf := &tk.buf
+	if products != nil {
+		buf = nil
+	}
+	w, err := l.load(e, x, r, &tk.sc, buf)
+	if w == nil || err != nil {
+		tk.err = err
+		return
+	}
+	tk.w = w
+	if products == nil {
+		return
+	}
+	p, err := products(e, w)
+	if err != nil {
+		tk.err = err
+		return
+	}
+	cfg := l.Config
+	tk.y, tk.err = tk.sc.Run(w, tk.sc.X, len(tk.sc.X)/cfg.Hidden, cfg.Hidden, cfg.ExpertInter, nil, p, nil)
 }
 
 // load reads routed expert e (into buf when buf is not nil and the source
@@ -210,47 +271,6 @@ func (l *MoE) load(e int, x []float32, r *Routing, sc *Scratch, buf *ExpertWeigh
 	return w, nil
 }
 
-// routedProducts adds the routed experts' outputs with opt.Products to
-// out, len(scr) experts evaluated at once.
-func (l *MoE) routedProducts(out, x []float32, r *Routing, scr []Scratch, opt Options) error {
-	cfg := l.Config
-	H, W := cfg.Hidden, len(scr)
-	ys := make([][]float32, W)
-	errs := make([]error, W)
-	for e0 := 0; e0 < cfg.Experts; e0 += W {
-		e1 := min(cfg.Experts, e0+W)
-		kernels.ParallelFor(e1-e0, W, func(t, _ int) {
-			ys[t], errs[t] = l.expert(e0+t, x, r, &scr[t], opt) // per task: a worker may run two tasks of a wave
-		})
-		for t := 0; t < e1-e0; t++ {
-			if errs[t] != nil {
-				return errs[t]
-			}
-			if ys[t] != nil {
-				toks, wts := r.ExpertTokens(e0 + t)
-				ScatterAdd(out, ys[t], H, toks, wts)
-			}
-		}
-	}
-	return nil
-}
-
-// expert evaluates routed expert e on its tokens of x with opt.Products
-// (nil when it has none). Its weights are read fresh (ExpertSource.Expert):
-// products may keep what they are given.
-func (l *MoE) expert(e int, x []float32, r *Routing, sc *Scratch, opt Options) ([]float32, error) {
-	w, err := l.load(e, x, r, sc, nil)
-	if w == nil || err != nil {
-		return nil, err
-	}
-	p, err := opt.Products(e, w)
-	if err != nil {
-		return nil, err
-	}
-	cfg := l.Config
-	return sc.Run(w, sc.X, len(sc.X)/cfg.Hidden, cfg.Hidden, cfg.ExpertInter, nil, p, nil)
-}
-
 // AddShared adds the gated shared expert's output y (tokens×hidden, the
 // shared expert or a quantized copy of it evaluated on x) to out.
 func (l *MoE) AddShared(out, y, x []float32, tokens int) {
@@ -268,11 +288,15 @@ func (l *MoE) AddShared(out, y, x []float32, tokens int) {
 func (l *MoE) SharedGates(x []float32, tokens int) []float32 {
 	h := l.Config.Hidden
 	g := make([]float32, tokens)
-	for t := range g {
-		g[t] = 1
-		if l.SharedGate != nil {
-			g[t] = Sigmoid(Dot64(x[t*h:(t+1)*h], l.SharedGate))
+	if l.SharedGate == nil {
+		for t := range g {
+			g[t] = 1
 		}
+		return g
+	}
+	kernels.Dot64T(tokens, 1, h, x, h, l.SharedGate, h, g, 1)
+	for t, v := range g {
+		g[t] = Sigmoid(v)
 	}
 	return g
 }

@@ -34,16 +34,6 @@ func SwiGLU(dst, g, u []float32) {
 	}
 }
 
-// Dot64 is Σ a[i]·b[i] accumulated in float64 in index order, rounded to
-// float32 (the router's logits and the shared-expert gate).
-func Dot64(a, b []float32) float32 {
-	var s float64
-	for i, v := range a {
-		s += float64(v) * float64(b[i])
-	}
-	return float32(s)
-}
-
 // Grow returns b resliced to n values, or a new slice when b is too small.
 // The values are not cleared.
 func Grow(b []float32, n int) []float32 {

@@ -28,7 +28,8 @@ type Routing struct {
 // the router matrix router ([experts, hidden], row-major):
 //
 //	logits = x·routerᵀ    (each dot product accumulated in float64, in
-//	                       feature order, then rounded to float32)
+//	                       feature order, then rounded to float32:
+//	                       kernels.Dot64T)
 //	p      = softmax(logits) in float32: exp(l−max) summed in expert order
 //	top-k  by probability, ties going to the lower expert index
 //	weight = p, or p / Σ_topk p (summed best first, float32) when
@@ -48,52 +49,26 @@ func Route(x []float32, tokens int, router []float32, cfg model.MoEConfig) (*Rou
 	}
 	r := &Routing{Tokens: tokens, Experts: ne, TopK: k,
 		Choice: make([]int32, tokens*k), Weight: make([]float32, tokens*k)}
+	logits := make([]float32, tokens*ne)
+	kernels.Dot64T(tokens, ne, h, x, h, router, h, logits, ne)
 	// Tokens are independent: route blocks of them concurrently. Every
 	// token's arithmetic is the same whichever goroutine does it.
 	const block = 256
 	nblocks := (tokens + block - 1) / block
 	workers := min(runtime.GOMAXPROCS(0), nblocks)
-	r64 := make([]float64, len(router))
-	for i, v := range router {
-		r64[i] = float64(v)
-	}
-	type scratch struct {
-		logits, probs []float32
-		x64           []float64
-	}
-	ws := make([]scratch, workers)
-	for i := range ws {
-		ws[i] = scratch{make([]float32, ne), make([]float32, ne), make([]float64, h)}
-	}
+	probs := make([]float32, workers*ne)
 	kernels.ParallelFor(nblocks, workers, func(b, w int) {
-		s := &ws[w]
 		for t := b * block; t < min(tokens, (b+1)*block); t++ {
-			for i, v := range x[t*h : (t+1)*h] {
-				s.x64[i] = float64(v)
-			}
-			routeToken(r, t, s.x64, r64, cfg, s.logits, s.probs)
+			routeToken(r, t, logits[t*ne:(t+1)*ne], cfg, probs[w*ne:(w+1)*ne])
 		}
 	})
 	r.index()
 	return r, nil
 }
 
-// routeToken routes token t with activations xt (router and xt widened to
-// float64, which is exact).
-func routeToken(r *Routing, t int, xt, router []float64, cfg model.MoEConfig, logits, probs []float32) {
-	h, ne, k := cfg.Hidden, cfg.Experts, cfg.TopK
-	e := 0
-	for ; e+4 <= ne; e += 4 {
-		logits[e], logits[e+1], logits[e+2], logits[e+3] = dot64x4(xt,
-			router[e*h:(e+1)*h], router[(e+1)*h:(e+2)*h], router[(e+2)*h:(e+3)*h], router[(e+3)*h:(e+4)*h])
-	}
-	for ; e < ne; e++ {
-		var s float64
-		for i, v := range xt {
-			s += v * router[e*h+i]
-		}
-		logits[e] = float32(s)
-	}
+// routeToken routes token t from its router logits.
+func routeToken(r *Routing, t int, logits []float32, cfg model.MoEConfig, probs []float32) {
+	k := cfg.TopK
 	softmax32(probs, logits)
 	ch := r.Choice[t*k : (t+1)*k]
 	wt := r.Weight[t*k : (t+1)*k]
@@ -108,24 +83,6 @@ func routeToken(r *Routing, t int, xt, router []float64, cfg model.MoEConfig, lo
 			wt[j] /= sum
 		}
 	}
-}
-
-// dot64x4 is Dot64 of x with four vectors at once: four independent
-// sequential sums (each exactly as dot64 computes it), interleaved so
-// that their additions overlap.
-//
-// Each product of two float32 values is exact in float64, so the result is
-// the same whether or not the compiler fuses multiply and add.
-func dot64x4(x, a, b, c, d []float64) (float32, float32, float32, float32) {
-	a, b, c, d = a[:len(x)], b[:len(x)], c[:len(x)], d[:len(x)]
-	var sa, sb, sc, sd float64
-	for i, xv := range x {
-		sa += xv * a[i]
-		sb += xv * b[i]
-		sc += xv * c[i]
-		sd += xv * d[i]
-	}
-	return float32(sa), float32(sb), float32(sc), float32(sd)
 }
 
 // softmax32 writes the float32 softmax of l into p: subtract the maximum,

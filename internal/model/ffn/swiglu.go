@@ -31,6 +31,36 @@ func (w *ExpertWeights) Check(what string, hidden, inter int) error {
 	return nil
 }
 
+// StackedGateUp returns Gate and Up as one [2·inter, hidden] matrix, the
+// gate rows first, when Up directly follows Gate in memory (as
+// StackGateUp and the forward pass's expert reader place them), else nil.
+// The float32 SwiGLU then computes both in one product: a column of a
+// product depends only on its row of x and its column of the weights, so
+// the result is that of two products, bit for bit. Gate's capacity then
+// reaches over Up: both are read-only.
+func (w *ExpertWeights) StackedGateUp() []float32 {
+	n := len(w.Gate)
+	if n == 0 || len(w.Up) != n || cap(w.Gate) < 2*n {
+		return nil
+	}
+	gu := w.Gate[:2*n]
+	if &gu[n] != &w.Up[0] {
+		return nil
+	}
+	return gu
+}
+
+// StackGateUp moves Gate and Up into one buffer (see StackedGateUp) unless
+// they already share one.
+func (w *ExpertWeights) StackGateUp() {
+	if len(w.Gate) != len(w.Up) || w.StackedGateUp() != nil {
+		return
+	}
+	n := len(w.Gate)
+	gu := append(append(make([]float32, 0, 2*n), w.Gate...), w.Up...)
+	w.Gate, w.Up = gu[:n], gu[n:]
+}
+
 // fits reports whether the three matrices have the shapes Check wants.
 func (w *ExpertWeights) fits(hidden, inter int) bool {
 	return w != nil && len(w.Gate) == inter*hidden && len(w.Up) == inter*hidden && len(w.Down) == hidden*inter
@@ -66,7 +96,9 @@ func Mul(p Product, dst []float32, ldd int, x []float32, rows, in int, w []float
 // for the caller (gathered token rows, typically); the others belong to the
 // methods. The zero value is ready to use.
 type Scratch struct {
-	X       []float32
+	X []float32
+	// g is the input of down_proj; u the up product, or gate and up side
+	// by side (rows × 2·inter) from one product over stacked weights.
 	g, u, y []float32
 }
 
@@ -109,9 +141,25 @@ func (s *Scratch) Intermediate(w *ExpertWeights, x []float32, rows, hidden, inte
 	return s.g
 }
 
-// gateUp sets the scratch's g to silu(x·Gateᵀ) ⊙ (x·Upᵀ) with the products p.
+// gateUp sets the scratch's g to silu(x·Gateᵀ) ⊙ (x·Upᵀ) with the products p:
+// one float32 product over the stacked gate and up rows when w has them
+// (StackedGateUp), else one product each. The SwiGLU runs on the kernels'
+// workers when there is enough of it (each element is computed alone, so
+// the split changes no bit): the exponentials of an expert's intermediate
+// cost a tenth of its products.
 func (s *Scratch) gateUp(p *SwiGLUProducts, w *ExpertWeights, x []float32, rows, hidden, inter int) error {
 	s.g = Grow(s.g, rows*inter)
+	if gu := w.StackedGateUp(); gu != nil && p.Gate == nil && p.Up == nil {
+		s.u = Grow(s.u, rows*2*inter)
+		MatMulT(s.u, 2*inter, x, rows, hidden, gu, 2*inter)
+		kernels.ParallelRows(rows, inter, func(r0, r1 int) {
+			for r := r0; r < r1; r++ {
+				gr := s.u[r*2*inter : (r+1)*2*inter]
+				SwiGLU(s.g[r*inter:(r+1)*inter], gr[:inter], gr[inter:])
+			}
+		})
+		return nil
+	}
 	s.u = Grow(s.u, rows*inter)
 	if err := Mul(p.Gate, s.g, inter, x, rows, hidden, w.Gate, inter); err != nil {
 		return err
@@ -119,25 +167,10 @@ func (s *Scratch) gateUp(p *SwiGLUProducts, w *ExpertWeights, x []float32, rows,
 	if err := Mul(p.Up, s.u, inter, x, rows, hidden, w.Up, inter); err != nil {
 		return err
 	}
-	swiGLUShared(s.g, s.g, s.u)
-	return nil
-}
-
-// swiGLUShared is SwiGLU on the kernels' workers when there is enough of
-// it (each element is computed alone, so the split changes no bit): the
-// exponentials of an expert's intermediate cost a tenth of its products.
-func swiGLUShared(dst, g, u []float32) {
-	const chunk = 1 << 14
-	n := len(g)
-	w := kernels.Workers()
-	if w <= 1 || n < 2*chunk {
-		SwiGLU(dst, g, u)
-		return
-	}
-	kernels.ParallelFor((n+chunk-1)/chunk, w, func(t, _ int) {
-		lo, hi := t*chunk, min(n, (t+1)*chunk)
-		SwiGLU(dst[lo:hi], g[lo:hi], u[lo:hi])
+	kernels.ParallelRows(rows, inter, func(r0, r1 int) {
+		SwiGLU(s.g[r0*inter:r1*inter], s.g[r0*inter:r1*inter], s.u[r0*inter:r1*inter])
 	})
+	return nil
 }
 
 // IntermediatePacked is Intermediate with gate and up already packed by

@@ -271,7 +271,7 @@ func (l *Layer) moe(h []float32, n int, hook Hook) ([]float32, error) {
 			}
 		}
 	}
-	opt := ffn.Options{Workers: kernels.Workers()}
+	opt := ffn.Options{Workers: kernels.Workers(), Scratch: l.moeRun}
 	if l.lin != nil {
 		opt.Products = l.moeProducts
 	}

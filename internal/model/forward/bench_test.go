@@ -60,6 +60,7 @@ func synthLayer(cfg *model.Config, i int) *Layer {
 	}
 	I, S := cfg.ExpertInter, cfg.SharedInter
 	e := &ffn.ExpertWeights{Gate: synth(13, I*H, s), Up: synth(14, I*H, s), Down: synth(15, H*I, s)}
+	e.StackGateUp() // as LoadLayer and the expert reader hold them
 	list := make(ffn.ExpertList, cfg.Experts)
 	for k := range list {
 		list[k] = e
@@ -69,6 +70,7 @@ func synthLayer(cfg *model.Config, i int) *Layer {
 		Router: synth(16, cfg.Experts*H, s*4), Experts: list,
 		Shared:     &ffn.ExpertWeights{Gate: synth(17, S*H, s), Up: synth(18, S*H, s), Down: synth(19, H*S, s)},
 		SharedGate: synth(20, H, s)}
+	l.MoE.Shared.StackGateUp()
 	return l
 }
 

@@ -28,6 +28,9 @@ type Layer struct {
 	gdnFused bool    // GDN.In was unfused from in_proj_qkvz and in_proj_ba
 	lin      Linears // the Model's products (nil: float32)
 	kv       KVStore // the Model's key-value rounding (nil: none)
+	// moeRun keeps the MoE block's routed-expert buffers from one batch
+	// to the next (nil: each run its own).
+	moeRun *ffn.RunScratch
 }
 
 // AttentionWeights are the weights of a gated full-attention block.
@@ -154,6 +157,9 @@ func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, e
 				Up:   get(m+"shared_expert.up_proj.weight", S, H),
 				Down: get(m+"shared_expert.down_proj.weight", H, S),
 			}
+			if read && firstErr == nil {
+				moe.Shared.StackGateUp()
+			}
 			if _, ok := src.Shape(m + "shared_expert_gate.weight"); ok {
 				moe.SharedGate = get(m+"shared_expert_gate.weight", 1, H)
 			}
@@ -164,12 +170,16 @@ func loadLayer(src WeightSource, cfg *model.Config, i int, read bool) (*Layer, e
 		}
 		moe.Experts = es
 		l.MoE = moe
+		l.moeRun = &ffn.RunScratch{}
 	} else {
 		I := int64(cfg.Intermediate)
 		l.MLP = &ffn.ExpertWeights{
 			Gate: get(m+"gate_proj.weight", I, H),
 			Up:   get(m+"up_proj.weight", I, H),
 			Down: get(m+"down_proj.weight", H, I),
+		}
+		if read && firstErr == nil {
+			l.MLP.StackGateUp()
 		}
 	}
 	if firstErr != nil {
@@ -275,7 +285,9 @@ func (s *expertSource) ReadExpert(e int, w *ffn.ExpertWeights) error {
 		return fmt.Errorf("forward: expert %d outside 0..%d", e, s.n-1)
 	}
 	h, in := s.h, s.in
-	w.Gate, w.Up, w.Down = ffn.Grow(w.Gate, in*h), ffn.Grow(w.Up, in*h), ffn.Grow(w.Down, h*in)
+	// Gate and up in one buffer, for the one product of the two.
+	gu := ffn.Grow(w.StackedGateUp(), 2*in*h)
+	w.Gate, w.Up, w.Down = gu[:in*h], gu[in*h:], ffn.Grow(w.Down, h*in)
 	read := func(name string, dst []float32, start int64) error {
 		if err := s.src.Read(name, dst, start); err != nil {
 			return err
@@ -293,12 +305,8 @@ func (s *expertSource) ReadExpert(e int, w *ffn.ExpertWeights) error {
 		}
 		return nil
 	}
-	gu, dn := s.prefix+"experts.gate_up_proj", s.prefix+"experts.down_proj"
-	base := int64(e) * int64(2*in*h)
-	if err := read(gu, w.Gate, base); err != nil {
-		return err
-	}
-	if err := read(gu, w.Up, base+int64(in*h)); err != nil {
+	gup, dn := s.prefix+"experts.gate_up_proj", s.prefix+"experts.down_proj"
+	if err := read(gup, gu, int64(e)*int64(2*in*h)); err != nil { // gate rows, then up rows
 		return err
 	}
 	if err := read(dn, w.Down, int64(e)*int64(h*in)); err != nil {

@@ -38,13 +38,28 @@ type Model struct {
 	mu        sync.Mutex
 	layers    map[int]*Layer
 	finalNorm []float32
-	lmHead    []float32
-	// lmPacked is the float32 LM head packed for the kernels, made by the
-	// first float32 Logits call; without Linears lmHead is dropped then
-	// (read again only if CheckFinite or other numerics ask for it).
-	lmPacked *kernels.PackedB32
-	mtp      *mtpWeights
+	lm        lmHead
+	mtp       *mtpWeights
 }
+
+// lmHead is what a Model holds of its LM head: the float32 values, read on
+// first use, and the packing for the kernels that the first float32
+// Logits call makes. Without Linears the packing replaces the values in
+// memory (state headPacked).
+type lmHead struct {
+	state  headState
+	w      []float32          // held in headRead
+	packed *kernels.PackedB32 // made by packedHead, then held in either state
+}
+
+// headState says which form of the LM head a Model holds.
+type headState uint8
+
+const (
+	headUnread headState = iota // nothing read yet
+	headRead                    // the float32 values (and, with Linears, the packing once made)
+	headPacked                  // the packing alone: the values were dropped when it was made
+)
 
 type mtpWeights struct {
 	fc               []float32 // [H, 2H]
@@ -224,8 +239,9 @@ func (m *Model) Embed(ids []int32) ([]float32, error) {
 	return x, nil
 }
 
-// head returns the LM head, read on first use (and again if the float32
-// Logits dropped it for its packed copy), with the final norm.
+// head returns the LM head's float32 values, with the final norm: read on
+// first use and kept, or read again (and not kept) when the packing has
+// replaced them.
 func (m *Model) head() ([]float32, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -233,19 +249,21 @@ func (m *Model) head() ([]float32, error) {
 }
 
 func (m *Model) headLocked() ([]float32, error) {
-	if m.lmHead != nil {
-		return m.lmHead, nil
+	if m.lm.state == headRead {
+		return m.lm.w, nil
 	}
 	if err := m.normLocked(); err != nil {
 		return nil, err
 	}
 	c := m.Config
-	lm, err := readTensor(m.Src, m.lmHeadName(), int64(c.Vocab), int64(c.Hidden))
+	w, err := readTensor(m.Src, m.lmHeadName(), int64(c.Vocab), int64(c.Hidden))
 	if err != nil {
 		return nil, err
 	}
-	m.lmHead = lm
-	return lm, nil
+	if m.lm.state == headUnread {
+		m.lm.state, m.lm.w = headRead, w
+	}
+	return w, nil
 }
 
 // normLocked reads the final norm on first use; m.mu is held.
@@ -262,28 +280,28 @@ func (m *Model) normLocked() error {
 }
 
 // packedHead returns the float32 LM head packed for kernels.SgemmPacked,
-// packed on first use from the head, which is then dropped (without
-// Linears): the packing replaces it in memory (both are held while it is
-// made). Every float32
+// packed on first use from the head's values, which are then dropped
+// (headPacked) unless Linears may ask for them at every call: the packing
+// replaces them in memory (both are held while it is made). Every float32
 // Logits call reads the packing instead of repacking the head inside its
 // products, which for the few rows of a decoding step or an evaluation
 // chunk cost several times the arithmetic.
 func (m *Model) packedHead() (*kernels.PackedB32, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lmPacked != nil {
-		return m.lmPacked, nil
+	if m.lm.packed != nil {
+		return m.lm.packed, nil
 	}
-	lm, err := m.headLocked()
+	w, err := m.headLocked()
 	if err != nil {
 		return nil, err
 	}
 	H, V := m.Config.Hidden, m.Config.Vocab
-	m.lmPacked = kernels.PackB32(true, H, V, lm, H)
+	m.lm.packed = kernels.PackB32(true, H, V, w, H)
 	if m.Linears == nil {
-		m.lmHead = nil // kept when other numerics may ask for it at every call
+		m.lm.state, m.lm.w = headPacked, nil
 	}
-	return m.lmPacked, nil
+	return m.lm.packed, nil
 }
 
 // BatchRows is the rows of one forward batch of a long job (whole
@@ -342,31 +360,15 @@ type LogitsFunc func(row0, rows int, logits []float32) error
 func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 	H, V := m.Config.Hidden, m.Config.Vocab
 	n := len(hf) / H
-	var p Linear
-	var packed *kernels.PackedB32
-	if m.Linears != nil {
-		lm, err := m.head()
-		if err != nil {
-			return err
-		}
-		lw := &LinearWeight{Layer: -1, Role: RoleLMHead, Expert: -1, Out: V, In: H, Rows: linearRows(m.lmHeadName(), V), W: lm}
-		if p, err = m.Linears.Linear(lw); err != nil {
-			return fmt.Errorf("forward: %s: %w", lw.Name(), err)
-		}
-	}
-	if p == nil {
-		var err error
-		if packed, err = m.packedHead(); err != nil {
-			return err
-		}
+	hp, err := m.headProduct()
+	if err != nil {
+		return err
 	}
 	buf := make([]float32, min(n, LogitChunk)*V)
 	for r0 := 0; r0 < n; r0 += LogitChunk {
 		rows := min(LogitChunk, n-r0)
 		lg := buf[:rows*V]
-		if packed != nil {
-			kernels.SgemmPacked(false, rows, 1, hf[r0*H:], H, packed, 0, lg, V)
-		} else if err := p.MatMulT(lg, V, hf[r0*H:(r0+rows)*H], rows); err != nil {
+		if err := hp.mul(lg, hf[r0*H:(r0+rows)*H], rows, H, V); err != nil {
 			return err
 		}
 		if err := f(r0, rows, lg); err != nil {
@@ -374,6 +376,63 @@ func (m *Model) Logits(hf []float32, f LogitsFunc) error {
 		}
 	}
 	return nil
+}
+
+// LogitRows sets dst, [rows, Vocab], to the logits of the rows of hf
+// (already final-normed) in one product. The float32 product reads the
+// whole packed head once per call, so a caller that fetches logits a few
+// positions at a time does better to ask for more rows at once, its
+// memory bounded by the rows it asks for.
+func (m *Model) LogitRows(dst, hf []float32) error {
+	H, V := m.Config.Hidden, m.Config.Vocab
+	rows := len(hf) / H
+	if len(hf) != rows*H || len(dst) != rows*V {
+		return fmt.Errorf("forward: logits of %d hidden values into %d: want whole rows of %d and %d", len(hf), len(dst), H, V)
+	}
+	hp, err := m.headProduct()
+	if err != nil {
+		return err
+	}
+	return hp.mul(dst, hf, rows, H, V)
+}
+
+// headProduct is the LM head's product: the Linears' (p), or the float32
+// head packed once for the Model.
+type headProduct struct {
+	p      Linear
+	packed *kernels.PackedB32
+}
+
+// headProduct asks the Linears for the LM head's product, or packs the
+// float32 head on first use.
+func (m *Model) headProduct() (headProduct, error) {
+	var hp headProduct
+	if m.Linears != nil {
+		lm, err := m.head()
+		if err != nil {
+			return hp, err
+		}
+		H, V := m.Config.Hidden, m.Config.Vocab
+		lw := &LinearWeight{Layer: -1, Role: RoleLMHead, Expert: -1, Out: V, In: H, Rows: linearRows(m.lmHeadName(), V), W: lm}
+		if hp.p, err = m.Linears.Linear(lw); err != nil {
+			return hp, fmt.Errorf("forward: %s: %w", lw.Name(), err)
+		}
+	}
+	if hp.p == nil {
+		var err error
+		hp.packed, err = m.packedHead()
+		return hp, err
+	}
+	return hp, nil
+}
+
+// mul sets dst (rows × V) to the logits of the rows × H hidden states hf.
+func (hp headProduct) mul(dst, hf []float32, rows, H, V int) error {
+	if hp.packed != nil {
+		kernels.SgemmPacked(false, rows, 1, hf, H, hp.packed, 0, dst, V)
+		return nil
+	}
+	return hp.p.MatMulT(dst, V, hf, rows)
 }
 
 // mtpWeights returns the MTP head's own tensors, read on first use.

@@ -125,3 +125,37 @@ func TestDumpOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestLMHeadStates: the head is read on first use; the first float32
+// Logits call packs it and, without Linears, drops its values, which
+// CheckFinite then reads again without keeping them; with Linears the
+// values stay beside the packing.
+func TestLMHeadStates(t *testing.T) {
+	dir := writeModel(t, testmodel.Micro(), testmodel.Default)
+	noop := func(int, int, []float32) error { return nil }
+	m := openModel(t, dir)
+	if m.lm.state != headUnread || m.lm.w != nil || m.lm.packed != nil {
+		t.Fatalf("a new model holds a head: %+v", m.lm)
+	}
+	hf := make([]float32, 3*m.Config.Hidden)
+	if err := m.Logits(hf, noop); err != nil {
+		t.Fatal(err)
+	}
+	if m.lm.state != headPacked || m.lm.w != nil || m.lm.packed == nil {
+		t.Fatalf("after float32 logits: state %d, values held %v, packing %v", m.lm.state, m.lm.w != nil, m.lm.packed != nil)
+	}
+	if err := m.CheckFinite(); err != nil {
+		t.Fatal(err)
+	}
+	if m.lm.state != headPacked || m.lm.w != nil {
+		t.Fatalf("CheckFinite kept the dropped values: state %d", m.lm.state)
+	}
+	m = openModel(t, dir)
+	m.Linears = failingLinears{LinearRole(99)} // float32 for every matrix
+	if err := m.Logits(hf, noop); err != nil {
+		t.Fatal(err)
+	}
+	if m.lm.state != headRead || m.lm.w == nil || m.lm.packed == nil {
+		t.Fatalf("with Linears: state %d, values held %v, packing %v", m.lm.state, m.lm.w != nil, m.lm.packed != nil)
+	}
+}

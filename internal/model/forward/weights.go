@@ -2,9 +2,9 @@ package forward
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
+	"github.com/ttquant/ttquant/internal/kernels"
 	"github.com/ttquant/ttquant/safetensors"
 )
 
@@ -173,29 +173,9 @@ func readTensor(src WeightSource, name string, shape ...int64) ([]float32, error
 
 // checkFinite reports the first NaN or infinity of v (element off+i of
 // tensor name).
-//
-// Every routed expert's weights pass through it at every layer step, so it
-// scans blocks without a branch per value: a float32 is NaN or infinite
-// exactly when its exponent field is all ones, and adding one unit of the
-// exponent to that field then carries into the sign bit (the sum is at
-// most 0x80000000). Only a block whose OR of those sums has the sign bit
-// set is searched value by value.
 func checkFinite(name string, v []float32, off int64) error {
-	const block = 1024
-	for b := 0; b < len(v); b += block {
-		blk := v[b:min(len(v), b+block)]
-		var acc uint32
-		for _, x := range blk {
-			acc |= math.Float32bits(x)&0x7f800000 + 0x00800000
-		}
-		if acc&0x80000000 == 0 {
-			continue
-		}
-		for i, x := range blk {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return &WeightError{Tensor: name, Problem: fmt.Sprintf("non-finite value %v at element %d", x, off+int64(b+i))}
-			}
-		}
+	if i := kernels.FirstNonFinite32(v); i >= 0 {
+		return &WeightError{Tensor: name, Problem: fmt.Sprintf("non-finite value %v at element %d", v[i], off+int64(i))}
 	}
 	return nil
 }

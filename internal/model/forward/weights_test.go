@@ -22,7 +22,7 @@ func TestCopyView(t *testing.T) {
 	}
 }
 
-// TestCheckFinite: the block scan finds every NaN and infinity, at the
+// TestCheckFinite: the kernel scan finds every NaN and infinity, at the
 // element it names, and lets the extreme finite values (largest, negative,
 // subnormal, negative zero) pass.
 func TestCheckFinite(t *testing.T) {
