@@ -73,7 +73,7 @@ func ParseCandidates(s string) ([]Candidate, error) {
 }
 
 // bfpFormats lists the BFP formats among cs, in StoredFormats order (the
-// formats Measure builds).
+// formats MeasurePrepared builds).
 func bfpFormats(cs []Candidate) []manifest.StoredFormat {
 	var fs []manifest.StoredFormat
 	for _, f := range manifest.StoredFormats {

@@ -2,8 +2,9 @@
 // that the native checkpoint fits one budget (stored bytes, bits per
 // weight, or bytes read per decoded token) with the least predicted error.
 //
-// Measure runs the GPTQ build of manifest/build (from a calibration store,
-// or sequentially from calibration text) once per BFP format among the
+// MeasurePrepared (after Prepare; Run does both) runs the GPTQ build of
+// manifest/build (from a calibration store, or sequentially from
+// calibration text) once per BFP format among the
 // candidates and keeps, per matrix, the proxy losses the GPTQ solver
 // reports (½·tr(ΔW·H·ΔWᵀ) for GPTQ and for round to nearest), weighted by
 // the matrix's share of the calibration tokens; with WeightMeasure it then

@@ -268,20 +268,11 @@ func Prepare(opt MeasureOptions) (*Sensitivity, error) {
 	return s, nil
 }
 
-// Measure runs one store build per BFP format among the candidates and
-// returns every quantized matrix's proxy losses and sizes (and, with
-// opt.Weights, the measured weights).
-func Measure(ctx context.Context, opt MeasureOptions) (*Sensitivity, error) {
-	s, err := Prepare(opt)
-	if err != nil {
-		return nil, err
-	}
-	return MeasurePrepared(ctx, opt, s)
-}
-
-// MeasurePrepared is Measure of what Prepare returned for the same
-// options (which it completes and returns): the model is not hashed nor
-// the plans resolved again.
+// MeasurePrepared runs one GPTQ build per BFP format among the candidates
+// and completes what Prepare returned for the same options with every
+// quantized matrix's proxy losses (and, with opt.Weights, the measured
+// weights): the model is not hashed nor the plans resolved again. Run is
+// the whole selection around it.
 func MeasurePrepared(ctx context.Context, opt MeasureOptions, s *Sensitivity) (*Sensitivity, error) {
 	if opt.ExpertsPerFile == 0 {
 		opt.ExpertsPerFile = manifest.DefaultExpertsPerFile
