@@ -34,7 +34,7 @@ import (
 //     head); each worker scores its own on the held-out windows and writes
 //     their results to its record; AssembleMeasurement merges the records.
 //
-// The sensitivity file the assembly writes is the bytes Measure saves for
+// The sensitivity file the assembly writes is the bytes MeasurePrepared's result saves for
 // the same inputs. A measurement from calibration text (sequential
 // builds) is not split.
 
@@ -254,7 +254,7 @@ func MeasureShard(ctx context.Context, opt MeasureOptions, s *Sensitivity, so Sh
 	if w := opt.Weights; w != nil {
 		head.Weights = &weightsAsked{Mode: w.Mode, Sequences: w.Sequences, SeqLen: w.SeqLen}
 	}
-	// The held-out text before any long work, as Measure does.
+	// The held-out text before any long work, as MeasurePrepared does.
 	var ho *heldOut
 	if opt.Weights != nil {
 		if ho, err = prepareHeldOut(opt); err != nil {
@@ -523,7 +523,7 @@ type MeasureAssembly struct {
 // earlier run and the workers have scored their changes, it checks the
 // workers' records (every worker finished, the same measurement, every
 // change scored once, by the worker the partition names) and writes the
-// sensitivity file, the bytes Measure saves. A refusal wraps
+// sensitivity file, the bytes a single process saves. A refusal wraps
 // shard.ErrAssemble, names the worker and the change, and writes nothing.
 func AssembleMeasurement(ctx context.Context, opt MeasureAssembleOptions) (*MeasureAssembly, error) {
 	if opt.Dir == "" || opt.Workers < 0 {
