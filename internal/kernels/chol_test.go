@@ -463,3 +463,73 @@ func TestInvFactorFirstBlockFails(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanSameBits: the factorizations skipping the masked products of
+// their triangular operands (gemmPlan.span) give the bits of the full
+// chains, in both precisions, on one and two workers. Besides plain SPD
+// matrices, banded ones (two off-diagonals) whose off-diagonal entries
+// are tiny (1e-25, 1e-160) next to the diagonal, so that the fill-in of
+// the factors underflows and many chains are signed zeros.
+func TestSpanSameBits(t *testing.T) {
+	defer func() { fullChains = false }()
+	defer SetWorkers(SetWorkers(0))
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{97, 200, 301, 520} {
+		ld := n + 1
+		a := randSPD(r, n, ld, 1e3)
+		for _, coupling := range []float64{1, 1e-25, 1e-160} {
+			for _, w := range []int{1, 2} {
+				SetWorkers(w)
+				run := func(full bool) (out [][]float64) {
+					fullChains = full
+					h := make([]float64, len(a))
+					for i, v := range a {
+						if d := i/ld - i%ld; coupling != 1 && d != 0 {
+							v *= coupling
+							if d > 2 || d < -2 {
+								v = 0
+							}
+						}
+						h[i] = v
+					}
+					h32 := to32(h)
+					u := make([]float64, n*ld)
+					u32 := make([]float32, n*ld)
+					errs := []error{CholInvUpper(n, h, ld, u, ld), CholInvUpper32(n, h32, ld, u32, ld)}
+					l, l32 := append([]float64(nil), h...), append([]float32(nil), h32...)
+					errs = append(errs, Dpotrf(n, l, ld), Spotrf(n, l32, ld))
+					li, li32 := append([]float64(nil), l...), append([]float32(nil), l32...)
+					errs = append(errs, Dtrtri(n, li, ld), Strtri(n, li32, ld), Dpotri(n, l, ld), Spotri(n, l32, ld))
+					out = [][]float64{u, widen(u32), l, widen(l32), li, widen(li32)}
+					for _, err := range errs {
+						out = append(out, []float64{errCode(err)})
+					}
+					return out
+				}
+				want, got := run(true), run(false)
+				for k := range want {
+					for i := range want[k] {
+						if math.Float64bits(got[k][i]) != math.Float64bits(want[k][i]) {
+							t.Fatalf("n=%d coupling %g workers %d: result %d [%d] = %v with spans, %v with full chains", n, coupling, w, k, i, got[k][i], want[k][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func widen(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+func errCode(err error) float64 {
+	if err != nil {
+		return 1
+	}
+	return 0
+}
