@@ -975,7 +975,7 @@ func (s *solver[T]) store(f *Factor, qt []T, q []float32, tileExtra []float64, p
 		// block rather than once per column (rows cols·4 bytes apart
 		// share cache sets, so 16 row streams at once keep evicting each
 		// other).
-		var qb, wb [tb * tb]T
+		var qb [tb * tb]T
 		for rt := p * nrt / procs; rt < (p+1)*nrt/procs; rt++ {
 			r0, r1 := rt*tb, min(rt*tb+tb, rows)
 			nr := r1 - r0
@@ -986,30 +986,47 @@ func (s *solver[T]) store(f *Factor, qt []T, q []float32, tileExtra []float64, p
 				for kk := range perm {
 					copy(qb[kk*tb:kk*tb+nr], qt[(k0+kk)*rows+r0:(k0+kk)*rows+r1])
 				}
+				// With the proxy loss, also each column's Σ_r Δ₀[r][c]²
+				// over the tile's rows in order (the sums of a
+				// column-at-a-time loop), the columns' sums side by side
+				// so that their additions overlap.
+				var sq [tb]float64
 				for r := 0; r < nr; r++ {
-					qrow := q[(r0+r)*cols : (r0+r+1)*cols]
+					row := (r0 + r) * cols
+					if !s.opt.ActOrder {
+						// Columns in their own order: contiguous runs.
+						qrow := q[row+k0 : row+k1]
+						if !incremental {
+							for kk := range qrow {
+								qrow[kk] = float32(qb[kk*tb+r])
+							}
+							continue
+						}
+						wrow := s.w0[row+k0 : row+k1]
+						wrow = wrow[:len(qrow)]
+						for kk := range qrow {
+							v := qb[kk*tb+r]
+							qrow[kk] = float32(v)
+							d := float64(wrow[kk]) - float64(v)
+							sq[kk] += d * d
+						}
+						continue
+					}
+					qrow, wrow := q[row:row+cols], s.w0[row:row+cols]
 					for kk, c := range perm {
-						qrow[c] = float32(qb[kk*tb+r])
+						v := qb[kk*tb+r]
+						qrow[c] = float32(v)
+						if incremental {
+							d := float64(wrow[c]) - float64(v)
+							sq[kk] += d * d
+						}
 					}
 				}
 				if !incremental {
 					continue
 				}
-				for r := 0; r < nr; r++ {
-					wrow := s.w0[(r0+r)*cols : (r0+r+1)*cols]
-					for kk, c := range perm {
-						wb[kk*tb+r] = wrow[c]
-					}
-				}
-				// Per column, the rows in order: the sums of the
-				// column-at-a-time loop.
 				for kk, c := range perm {
-					var sq float64
-					for r := 0; r < nr; r++ {
-						d := float64(wb[kk*tb+r]) - float64(qb[kk*tb+r])
-						sq += d * d
-					}
-					ex += f.extra[c] * sq
+					ex += f.extra[c] * sq[kk]
 				}
 			}
 			if incremental {

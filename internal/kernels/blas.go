@@ -151,14 +151,14 @@ func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 // on the calling goroutine while the other workers start on the product
 // (see gemmPlan.side).
 func sgemmMasked(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, boff int, c []float32, ldc int, lowerC bool, side func()) {
-	sgemmMaskedA(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
+	sgemmMaskedA(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil, false)
 }
 
 // sgemmMaskedA is sgemmMasked with op(A) packed once for several
-// products (see gemmPlan.preA) and optionally op(B) packed beforehand
-// (gemmPlan.preB).
-func sgemmMaskedA(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, boff int, c []float32, ldc int, lowerC bool, side func(), preA []float32, fillA bool, preB []float32) {
-	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side, preA: preA, fillA: fillA, preB: preB,
+// products (see gemmPlan.preA), optionally op(B) packed beforehand
+// (gemmPlan.preB), and clearC when C holds no −0 (gemmPlan.clearC).
+func sgemmMaskedA(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, am mask, b []float32, ldb int, bm mask, boff int, c []float32, ldc int, lowerC bool, side func(), preA []float32, fillA bool, preB []float32, clearC bool) {
+	pl := gemmPlan[float32]{m: m, n: n, k: k, alpha: alpha, side: side, preA: preA, fillA: fillA, preB: preB, clearC: clearC,
 		a:      operand[float32]{data: a, ld: lda, trans: transA, mask: am},
 		b:      operand[float32]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,
@@ -172,14 +172,12 @@ func sgemmMaskedA(transA, transB bool, m, n, k int, alpha float32, a []float32, 
 // on the calling goroutine while the other workers start on the product
 // (see gemmPlan.side).
 func dgemmMasked(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, boff int, c []float64, ldc int, lowerC bool, side func()) {
-	dgemmMaskedA(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
+	dgemmMaskedA(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil, false)
 }
 
-// dgemmMaskedA is dgemmMasked with op(A) packed once for several
-// products (see gemmPlan.preA) and optionally op(B) packed beforehand
-// (gemmPlan.preB).
-func dgemmMaskedA(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, boff int, c []float64, ldc int, lowerC bool, side func(), preA []float64, fillA bool, preB []float64) {
-	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha, side: side, preA: preA, fillA: fillA, preB: preB,
+// dgemmMaskedA is sgemmMaskedA in float64.
+func dgemmMaskedA(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, am mask, b []float64, ldb int, bm mask, boff int, c []float64, ldc int, lowerC bool, side func(), preA []float64, fillA bool, preB []float64, clearC bool) {
+	pl := gemmPlan[float64]{m: m, n: n, k: k, alpha: alpha, side: side, preA: preA, fillA: fillA, preB: preB, clearC: clearC,
 		a:      operand[float64]{data: a, ld: lda, trans: transA, mask: am},
 		b:      operand[float64]{data: b, ld: ldb, trans: transB, mask: bm, off: boff},
 		lowerC: lowerC,

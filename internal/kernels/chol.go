@@ -82,27 +82,30 @@ func finite[T float32 | float64](x T) bool {
 
 // gemmMasked runs the packed product C += (alpha·op(A))·op(B) with operand
 // masks and optionally only the lower triangle of C, in T's precision.
-func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool, side func()) {
-	gemmMaskedOff(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, 0, c, ldc, lowerC, side)
+// clearC says that C holds no −0 where the product adds (a cleared
+// buffer), which lets the chains skip the masked products at their ends
+// as well as at their starts (gemmPlan.span).
+func gemmMasked[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, c []T, ldc int, lowerC bool, side func(), clearC bool) {
+	gemmMaskedOff(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, 0, c, ldc, lowerC, side, clearC)
 }
 
 // gemmMaskedOff is gemmMasked with B's mask shifted by boff columns
 // (operand.off).
-func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func()) {
-	gemmMaskedPre(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil)
+func gemmMaskedOff[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), clearC bool) {
+	gemmMaskedPre(transA, transB, m, n, k, alpha, a, lda, am, b, ldb, bm, boff, c, ldc, lowerC, side, nil, false, nil, clearC)
 }
 
 // gemmMaskedPre is gemmMaskedOff with a shared packed A (gemmPlan.preA).
-func gemmMaskedPre[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), preA []T, fillA bool, preB []T) {
+func gemmMaskedPre[T float32 | float64](transA, transB bool, m, n, k int, alpha T, a []T, lda int, am mask, b []T, ldb int, bm mask, boff int, c []T, ldc int, lowerC bool, side func(), preA []T, fillA bool, preB []T, clearC bool) {
 	switch cc := any(c).(type) {
 	case []float64:
 		pa, _ := any(preA).([]float64)
 		pb, _ := any(preB).([]float64)
-		dgemmMaskedA(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb)
+		dgemmMaskedA(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, am, any(b).([]float64), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb, clearC)
 	case []float32:
 		pa, _ := any(preA).([]float32)
 		pb, _ := any(preB).([]float32)
-		sgemmMaskedA(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb)
+		sgemmMaskedA(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, am, any(b).([]float32), ldb, bm, boff, cc, ldc, lowerC, side, pa, fillA, pb, clearC)
 	}
 }
 
@@ -273,7 +276,7 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		// L21 = A21·L11⁻ᵀ = A21·Tᵀ.
 		a21 := a[(j+jb)*lda+j:]
 		clear(p[:rest*jb])
-		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil)
+		gemmMasked(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, p, jb, false, nil, true)
 		// L21 is written back into A21 from p; the products below read
 		// it from p (the same values), so the copy needs no parallel
 		// region of its own: the calling goroutine does it.
@@ -291,18 +294,18 @@ func potrf[T float32 | float64](n int, a []T, lda int, dinv []T) error {
 		// element receives the same chain either way.
 		next, jb2 := j+jb, min(nb, rest)
 		if !lookahead || rest == jb2 {
-			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil)
+			gemmMasked(false, true, rest, rest, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil, false)
 			copyBack()
 			continue
 		}
-		gemmMasked(false, true, rest, jb2, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil)
+		gemmMasked(false, true, rest, jb2, jb, -1, p, jb, maskNone, p, jb, maskNone, a[next*lda+next:], lda, true, nil, false)
 		p31 := p[jb2*jb:]
 		var err error
 		gemmMasked(false, true, rest-jb2, rest-jb2, jb, -1, p31, jb, maskNone, p31, jb, maskNone, a[(next+jb2)*lda+next+jb2:], lda, true,
 			func() {
 				copyBack()
 				t, err = diag(next, jb2)
-			})
+			}, false)
 		if err != nil {
 			return err
 		}
@@ -451,12 +454,12 @@ func trtriStep[T float32 | float64](n int, a []T, lda, j int, dinv, p, r []T, si
 	}
 	if j > 0 {
 		// X[j, :j] = L_jj⁻¹ · (accumulated row block).
-		gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil)
+		gemmMasked(false, false, jb, j, jb, 1, a[j*lda+j:], lda, maskLower, r, j, maskNone, a[j*lda:], lda, false, nil, true)
 	}
 	if rest > 0 {
 		// Rows below: −= panel · X[j block row, :j+jb], one product;
 		// the block X_jj is lower triangular (B's mask shifted by j).
-		gemmMaskedOff(false, false, rest, j+jb, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskLower, j, a[(j+jb)*lda:], lda, false, side)
+		gemmMaskedOff(false, false, rest, j+jb, jb, -1, p, jb, maskNone, a[j*lda:], lda, maskLower, j, a[(j+jb)*lda:], lda, false, side, false)
 	} else if side != nil {
 		side()
 	}
@@ -488,7 +491,7 @@ func potri[T float32 | float64](n int, a []T, lda int) error {
 		copy(li[r*n:r*n+r+1], a[r*lda:r*lda+r+1])
 		clear(a[r*lda : r*lda+r+1])
 	}
-	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true, nil)
+	gemmMasked(true, false, n, n, n, 1, li, n, maskUpper, li, n, maskLower, a, lda, true, nil, false)
 	return nil
 }
 
@@ -643,7 +646,7 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 		t := dinv[j*nb : j*nb+jb*jb]
 		a21 := a[(j+jb)*lda+j:]
 		xw := j + jb // width of block row j of the inverse
-		gemmMaskedPre(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, 0, p, jb, false, nil, nil, false, tp[step%2])
+		gemmMaskedPre(false, true, rest, jb, jb, 1, a21, lda, maskNone, t, jb, maskUpper, 0, p, jb, false, nil, nil, false, tp[step%2], true)
 		// −L21, packed as the update's A, is also the A of the product
 		// below: packed once, when both products' B fit one packed
 		// panel (n ≤ blockN).
@@ -657,12 +660,12 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 					clear(a21[i*lda : i*lda+jb])
 				}
 				clear(xb[:jb*xw])
-			}, pa, true, nil)
+			}, pa, true, nil, false)
 		// Block row j of the inverse, formed in x (leading dimension
 		// xw): X[j, :j] = L_jj⁻¹ · (accumulated block row), then the
 		// diagonal block L_jj⁻¹ itself.
 		if j > 0 {
-			gemmMasked(false, false, jb, j, jb, 1, t, jb, maskLower, a[j*lda:], lda, maskNone, xb, xw, false, nil)
+			gemmMasked(false, false, jb, j, jb, 1, t, jb, maskLower, a[j*lda:], lda, maskNone, xb, xw, false, nil, true)
 		}
 		for i := 0; i < jb; i++ {
 			copy(xb[i*xw+j:i*xw+j+i+1], t[i*jb:i*jb+i+1])
@@ -685,7 +688,7 @@ func invFactorInPlace[T float32 | float64](n int, r []T, ldr int) (err error) {
 					packUpperT(tn, jb2, tp[(step+1)%2])
 				}
 				clear(pn[:(rest-jb2)*jb2])
-			}, pa, false, nil)
+			}, pa, false, nil, false)
 		if derr != nil {
 			return derr
 		}

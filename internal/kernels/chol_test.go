@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -462,4 +463,94 @@ func TestInvFactorFirstBlockFails(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sameBitsMatrices returns n×n SPD matrices (leading dimension ld) that
+// exercise signed zeros: a plain one; banded ones (two off-diagonals)
+// with tiny off-diagonal entries (1e-25, 1e-160) next to the diagonal,
+// whose fill-in underflows; and one whose off-diagonal entries are all
+// the smallest negative float32 subnormal next to a diagonal of 16, so
+// that in float32 every product with an off-diagonal entry rounds to −0
+// and whole chains end as −0.
+func sameBitsMatrices(r *rand.Rand, n, ld int) map[string][]float64 {
+	a := randSPD(r, n, ld, 1e3)
+	out := map[string][]float64{"plain": a}
+	for _, coupling := range []float64{1e-25, 1e-160} {
+		h := append([]float64(nil), a...)
+		for i := range h {
+			if d := i/ld - i%ld; d != 0 {
+				h[i] *= coupling
+				if d > 2 || d < -2 {
+					h[i] = 0
+				}
+			}
+		}
+		out[fmt.Sprintf("banded %g", coupling)] = h
+	}
+	h := make([]float64, len(a))
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			h[i*ld+j] = -float64(math.SmallestNonzeroFloat32)
+		}
+		h[i*ld+i] = 16
+	}
+	out["subnormal"] = h
+	return out
+}
+
+// TestSpanSameBits: the factorizations skipping the masked products of
+// their triangular operands (gemmPlan.span) give the bits of the full
+// chains, in both precisions, on one and two workers, over the matrices
+// of sameBitsMatrices.
+func TestSpanSameBits(t *testing.T) {
+	defer func() { fullChains = false }()
+	defer SetWorkers(SetWorkers(0))
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{97, 200, 301, 520} {
+		ld := n + 1
+		for name, h := range sameBitsMatrices(r, n, ld) {
+			for _, w := range []int{1, 2} {
+				SetWorkers(w)
+				run := func(full bool) (out [][]float64) {
+					fullChains = full
+					h32 := to32(h)
+					u := make([]float64, n*ld)
+					u32 := make([]float32, n*ld)
+					errs := []error{CholInvUpper(n, h, ld, u, ld), CholInvUpper32(n, h32, ld, u32, ld)}
+					l, l32 := append([]float64(nil), h...), append([]float32(nil), h32...)
+					errs = append(errs, Dpotrf(n, l, ld), Spotrf(n, l32, ld))
+					li, li32 := append([]float64(nil), l...), append([]float32(nil), l32...)
+					errs = append(errs, Dtrtri(n, li, ld), Strtri(n, li32, ld), Dpotri(n, l, ld), Spotri(n, l32, ld))
+					out = [][]float64{u, widen(u32), l, widen(l32), li, widen(li32)}
+					for _, err := range errs {
+						out = append(out, []float64{errCode(err)})
+					}
+					return out
+				}
+				want, got := run(true), run(false)
+				for k := range want {
+					for i := range want[k] {
+						if math.Float64bits(got[k][i]) != math.Float64bits(want[k][i]) {
+							t.Fatalf("n=%d %s workers %d: result %d [%d] = %v with spans, %v with full chains", n, name, w, k, i, got[k][i], want[k][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func widen(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+func errCode(err error) float64 {
+	if err != nil {
+		return 1
+	}
+	return 0
 }

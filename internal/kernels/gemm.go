@@ -91,6 +91,11 @@ type gemmPlan[T float32 | float64] struct {
 	fillA bool
 	// preB, when not nil, holds op(B) packed whole (see packedSize).
 	preB []T
+	// clearC says that C holds no negative zero where the product adds
+	// to it (a cleared buffer): then the masked-out products at the end
+	// of a tile's chains are skipped as well as those at the start (see
+	// span).
+	clearC bool
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -111,6 +116,55 @@ func (pl *gemmPlan[T]) skipTile(i, mv, j, pc, kc int) bool {
 		return pc+kc-1 < i
 	}
 	return false
+}
+
+// span returns the part [p0, p1) of the inner block [pc, pc+kc) over
+// which the micro-tile at rows [i, i+mv), columns [j, j+nv) has products
+// that the operand masks do not zero for every element; the tile's
+// chains run over it alone (a triangular operand then costs half a
+// dense one, as in a blocked TRMM). Both builds skip the same terms, and
+// skipping changes no bit. A chain starts from +0, and a product the mask
+// zeroes is a signed zero: before the first unmasked one, fma(±0, +0)
+// keeps the chain at +0, so leading terms are always skipped. After the
+// last one a signed zero leaves a non-zero chain as it is and can only
+// turn a chain of −0 into +0; that difference disappears when the chain
+// is added to C unless C holds −0 there, so trailing terms are skipped
+// when clearC. (Masked zeros times a non-finite value would give NaN
+// rather than nothing; such a value also meets unmasked weights in
+// other tiles, so a non-finite input still gives non-finite output.)
+func (pl *gemmPlan[T]) span(i, mv, j, nv, pc, kc int) (p0, p1 int) {
+	p1 = kc
+	if fullChains {
+		return
+	}
+	switch pl.a.mask {
+	case maskUpper: // op(A)[r][c] zero for c < r: rows from i
+		p0 = max(p0, i-pc)
+	case maskLower: // zero for c > r: rows up to i+mv-1
+		if pl.clearC {
+			p1 = min(p1, i+mv-pc)
+		}
+	}
+	switch pl.b.mask {
+	case maskLower: // op(B)[r][c] zero for c > r+off: columns from j
+		p0 = max(p0, j-pl.b.off-pc)
+	case maskUpper: // zero for c < r+off: columns up to j+nv-1
+		if pl.clearC {
+			p1 = min(p1, j+nv-pl.b.off-pc)
+		}
+	}
+	p0 = min(p0, kc)
+	return p0, max(p1, p0)
+}
+
+// fullChains turns span off (every chain runs over the whole inner
+// block), for the tests that compare the two.
+var fullChains bool
+
+// trims reports whether span can be shorter than the inner block.
+func (pl *gemmPlan[T]) trims() bool {
+	return pl.a.mask == maskUpper || pl.b.mask == maskLower ||
+		(pl.clearC && (pl.a.mask == maskLower || pl.b.mask == maskUpper))
 }
 
 // packA packs op(A)[ic:ic+mc, pc:pc+kc] as mr-row slivers, each stored
@@ -363,6 +417,9 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 			panic(fmt.Sprintf("kernels: shared packed A does not fit the product %d×%d×%d", m, n, k))
 		}
 	}
+	// The wide tiles run the whole inner block; products whose masks
+	// shorten the chains (span) run the mr×nr tiles.
+	pair := pl.tile2 != nil && !pl.trims()
 	apBufs := make([]*[]T, min(workers, nRow*nCol))
 	defer func() {
 		for _, b := range apBufs {
@@ -440,7 +497,7 @@ func (pl *gemmPlan[T]) runPacked(pre []T) {
 				// panel streams in order, C is walked row-wise.
 				for ir := 0; ir < mcc; {
 					i := ic + ir
-					if pl.tile2 != nil && ir+2*mr <= mcc {
+					if pair && ir+2*mr <= mcc {
 						pl.rowPair(kc, ap[(ir/mr)*mr*kc:(ir/mr+2)*mr*kc], panel, i, jc, pc, s0, s1)
 						ir += 2 * mr
 						continue
@@ -615,7 +672,13 @@ func (pl *gemmPlan[T]) rowSliver(kc int, as, panel []T, i, jc, pc, s0, s1 int) {
 		if pl.skipTile(i, mv, j, pc, kc) {
 			continue
 		}
-		pl.tile(kc, as, panel[sl*nr*kc:(sl+1)*nr*kc], i, j, mv, min(nr, pl.n-j))
+		nv := min(nr, pl.n-j)
+		bs := panel[sl*nr*kc : (sl+1)*nr*kc]
+		if p0, p1 := pl.span(i, mv, j, nv, pc, kc); p1-p0 < kc {
+			pl.tile(p1-p0, as[p0*mr:p1*mr], bs[p0*nr:p1*nr], i, j, mv, nv)
+			continue
+		}
+		pl.tile(kc, as, bs, i, j, mv, nv)
 	}
 }
 
