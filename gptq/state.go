@@ -191,11 +191,7 @@ func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 		ch.cols[0] = w
 		chooseRows(&st.ec, &ch.es, ch.cols[:1], nil, bfp.GroupSize, exps)
 		cand := ch.es.cand[:n]
-		for i, e := range exps {
-			for r := i * bfp.GroupSize; r < min((i+1)*bfp.GroupSize, n); r++ {
-				cand[r] = e
-			}
-		}
+		spreadExps(cand, exps, bfp.GroupSize, 0)
 		bfpRoundVec(st.rd, w, q, cand)
 		return
 	}

@@ -148,3 +148,50 @@ func quantErr32Go(x, q, e []float32, acc []float64, d, d2 float32) {
 		e[i] = diff / d
 	}
 }
+
+// BFPMaxCands is the largest number of candidate exponents BFPErrAcc32
+// tries at once.
+const BFPMaxCands = 3
+
+// BFPErrAcc32 adds to acc the squared rounding errors of candidate shared
+// exponents, weighted by wt: acc[k] belongs to the candidate k steps below
+// the exponent given (len(acc) from 1 to BFPMaxCands). Value i of x
+// belongs to group g = i/per (per ≥ 1; per = 1: each value its own
+// group); with e = exps[g]−k, when exps[g] ≥ k and BFPFastExp(e, w), q is
+// x[i] rounded onto e as BFPRound32 rounds it, d = float64(x[i]) −
+// float64(q), and acc[k][g] += (wt·d)·d, each product rounded and none
+// fused. A group's values are added in their order. Entries whose
+// candidate the vector rule does not cover are left as they are.
+// Assembly and pure-Go builds give the same bits.
+func BFPErrAcc32(x []float32, exps []uint8, per int, w uint, wt float64, acc [][]float64) {
+	checkBFP("BFPErrAcc32", len(x), len(x), w)
+	if per < 1 || len(acc) < 1 || len(acc) > BFPMaxCands {
+		panic(fmt.Sprintf("kernels: BFPErrAcc32: %d values per group, %d candidates", per, len(acc)))
+	}
+	ng := (len(x) + per - 1) / per
+	if len(exps) < ng {
+		panic(fmt.Sprintf("kernels: BFPErrAcc32: %d exponents for %d groups", len(exps), ng))
+	}
+	for k, a := range acc {
+		if len(a) < ng {
+			panic(fmt.Sprintf("kernels: BFPErrAcc32: candidate %d has %d sums for %d groups", k, len(a), ng))
+		}
+	}
+	bfpErrAcc32(x, exps[:ng], per, uint32(w), wt, acc)
+}
+
+func bfpErrAcc32Go(x []float32, exps []uint8, per int, w uint32, wt float64, acc [][]float64) {
+	for k, a := range acc {
+		for i, v := range x {
+			g := i / per
+			// exps[g] < k wraps around to far above 254.
+			e := uint32(exps[g]) - uint32(k)
+			if e < w || e > 254 {
+				continue
+			}
+			q := math.Float32frombits(bfpRoundOne(math.Float32bits(v), e, w))
+			d := float64(v) - float64(q)
+			a[g] += float64(wt * d * d)
+		}
+	}
+}

@@ -51,6 +51,10 @@ func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) { axpyTriGo
 func bfpRound32(x, q []float32, exps []uint8, w uint32) bool { return bfpRound32Go(x, q, exps, w) }
 func bfpRoundGroups32(x, q []float32, w uint32) bool         { return bfpRoundGroups32Go(x, q, w) }
 
+func bfpErrAcc32(x []float32, exps []uint8, per int, w uint32, wt float64, acc [][]float64) {
+	bfpErrAcc32Go(x, exps, per, w, wt, acc)
+}
+
 func axpySubRows32(a, x, y []float32, ldy int) { axpySubRows32Go(a, x, y, ldy) }
 
 func allFinite32(x []float32) bool { return allFinite32Go(x) }
