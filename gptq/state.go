@@ -185,8 +185,12 @@ func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 			ch.gexp, ch.cols = make([]uint8, ng), make([][]T, 1)
 		}
 		exps := ch.gexp[:ng]
-		for i := range exps {
-			exps[i] = maxExponent(w[i*bfp.GroupSize : min((i+1)*bfp.GroupSize, n)])
+		if w32, ok := any(w).([]float32); ok {
+			kernels.GroupMaxExponents32(w32, exps)
+		} else {
+			for i := range exps {
+				exps[i] = maxExponent(w[i*bfp.GroupSize : min((i+1)*bfp.GroupSize, n)])
+			}
 		}
 		ch.cols[0] = w
 		chooseRows(&st.ec, &ch.es, ch.cols[:1], nil, bfp.GroupSize, exps)

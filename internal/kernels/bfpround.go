@@ -130,6 +130,26 @@ func maxExponents32Go(x []float32, exp []uint8) {
 	}
 }
 
+// GroupMaxExponents32 sets exps[g] to the largest exponent field among
+// x[16g : min(16g+16, len(x))], for every group g of x: the shared
+// exponent of each BFP group (bfp.SharedExponent).
+func GroupMaxExponents32(x []float32, exps []uint8) {
+	if ng := (len(x) + 15) / 16; len(exps) < ng {
+		panic(fmt.Sprintf("kernels: GroupMaxExponents32: %d exponents for %d groups", len(exps), ng))
+	}
+	groupMaxExponents32(x, exps)
+}
+
+func groupMaxExponents32Go(x []float32, exps []uint8) {
+	for g := 0; g*16 < len(x); g++ {
+		var m uint32
+		for _, v := range x[g*16 : min(g*16+16, len(x))] {
+			m = max(m, math.Float32bits(v)>>23&0xff)
+		}
+		exps[g] = uint8(m)
+	}
+}
+
 // QuantErr32 is GPTQ's per-column error step in float32: for i < len(x),
 // with δ = x[i] − q[i], it sets e[i] = δ/d and adds float64(δ·δ/d2)/2 to
 // acc[i] (every float32 operation rounded, none fused).

@@ -99,6 +99,24 @@ bfpvloop:
 	VZEROUPPER
 	RET
 
+// GROUPMAXEXP loads the group of 16 values at (SI) into Y0 and Y1 and
+// leaves the largest exponent field among them in every dword of X6.
+// Y2, Y3 and Y7 are clobbered.
+#define GROUPMAXEXP \
+	VMOVDQU      (SI), Y0       \
+	VMOVDQU      32(SI), Y1     \
+	VPSLLD       $1, Y0, Y2     \
+	VPSRLD       $24, Y2, Y2    \
+	VPSLLD       $1, Y1, Y3     \
+	VPSRLD       $24, Y3, Y3    \
+	VPMAXUD      Y3, Y2, Y6     \
+	VEXTRACTI128 $1, Y6, X7     \
+	VPMAXUD      X7, X6, X6     \
+	VPSHUFD      $0x4e, X6, X7  \
+	VPMAXUD      X7, X6, X6     \
+	VPSHUFD      $0xb1, X6, X7  \
+	VPMAXUD      X7, X6, X6
+
 // func bfpRoundGroups32AVX2(x, q *float32, n int, p *[5]uint32) bool
 // n a positive multiple of 16; each group of 16 is rounded onto the
 // largest exponent field among its values.
@@ -110,19 +128,7 @@ TEXT ·bfpRoundGroups32AVX2(SB), NOSPLIT, $0-33
 	BFPSETUP
 	SHRQ $4, CX
 bfpgloop:
-	VMOVDQU      (SI), Y0
-	VMOVDQU      32(SI), Y1
-	VPSLLD       $1, Y0, Y2
-	VPSRLD       $24, Y2, Y2
-	VPSLLD       $1, Y1, Y3
-	VPSRLD       $24, Y3, Y3
-	VPMAXUD      Y3, Y2, Y6
-	VEXTRACTI128 $1, Y6, X7
-	VPMAXUD      X7, X6, X6
-	VPSHUFD      $0x4e, X6, X7
-	VPMAXUD      X7, X6, X6
-	VPSHUFD      $0xb1, X6, X7
-	VPMAXUD      X7, X6, X6
+	GROUPMAXEXP
 	VPBROADCASTD X6, Y6
 	VPMINUD      Y6, Y4, Y4
 	VPMAXUD      Y6, Y13, Y13
@@ -226,6 +232,24 @@ qeloop:
 	ADDQ         $64, BX
 	DECQ         CX
 	JNZ          qeloop
+	VZEROUPPER
+	RET
+
+// func groupMaxExponents32AVX2(x *float32, exps *uint8, ng int)
+// exps[g] = the largest exponent field of x[16g : 16g+16], for g < ng
+// (positive).
+TEXT ·groupMaxExponents32AVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ exps+8(FP), DI
+	MOVQ ng+16(FP), CX
+gmloop:
+	GROUPMAXEXP
+	VMOVD X6, AX
+	MOVB  AL, (DI)
+	ADDQ  $64, SI
+	INCQ  DI
+	DECQ  CX
+	JNZ   gmloop
 	VZEROUPPER
 	RET
 

@@ -180,8 +180,9 @@ func TestAllFinite32(t *testing.T) {
 	}
 }
 
-// TestMaxExponentsAndQuantErrTwins checks MaxExponents32 and QuantErr32
-// against their pure-Go twins bit for bit, on every length class of the
+// TestMaxExponentsAndQuantErrTwins checks MaxExponents32,
+// GroupMaxExponents32 and QuantErr32 against their pure-Go twins bit for
+// bit, on every length class of the
 // vector loops and their tails, with zeros, subnormals, infinities and
 // values whose squares underflow or overflow.
 func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
@@ -208,6 +209,19 @@ func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
 		for i := range got {
 			if w := max(exp[i], uint8(math.Float32bits(x[i])>>23&0xff)); got[i] != w || want[i] != w {
 				t.Fatalf("n=%d: exponent[%d] = %d (Go twin %d), want %d", n, i, got[i], want[i], w)
+			}
+		}
+		ng := (n + 15) / 16
+		gG, gW := make([]uint8, ng), make([]uint8, ng)
+		GroupMaxExponents32(x, gG)
+		groupMaxExponents32Go(x, gW)
+		for g := range gG {
+			var w uint8
+			for _, v := range x[g*16 : min(g*16+16, n)] {
+				w = max(w, uint8(math.Float32bits(v)>>23&0xff))
+			}
+			if gG[g] != w || gW[g] != w {
+				t.Fatalf("n=%d: group %d exponent %d (Go twin %d), want %d", n, g, gG[g], gW[g], w)
 			}
 		}
 		d := float32(r.Float64()*2 + 0.01)

@@ -446,6 +446,21 @@ func maxExponents32AVX2(x *float32, exp *uint8, n32 int)
 //go:noescape
 func quantErr32AVX2(x, q, e *float32, acc *float64, n8 int, d, d2 float32)
 
+//go:noescape
+func groupMaxExponents32AVX2(x *float32, exps *uint8, ng int)
+
+// groupMaxExponents32 is groupMaxExponents32Go, the whole groups in
+// assembly.
+func groupMaxExponents32(x []float32, exps []uint8) {
+	ng := len(x) / 16
+	if useAsm && ng > 0 {
+		groupMaxExponents32AVX2(unsafe.SliceData(x), unsafe.SliceData(exps), ng)
+	} else {
+		ng = 0
+	}
+	groupMaxExponents32Go(x[ng*16:], exps[ng:])
+}
+
 // maxExponents32 is maxExponents32Go, 32 values at a time in assembly.
 func maxExponents32(x []float32, exp []uint8) {
 	n32 := len(x) &^ 31

@@ -61,6 +61,8 @@ func allFinite32(x []float32) bool { return allFinite32Go(x) }
 
 func maxExponents32(x []float32, exp []uint8) { maxExponents32Go(x, exp) }
 
+func groupMaxExponents32(x []float32, exps []uint8) { groupMaxExponents32Go(x, exps) }
+
 func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
 	quantErr32Go(x, q, e, acc, d, d2)
 }
