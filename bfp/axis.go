@@ -21,6 +21,12 @@ const (
 	AxisOutput Axis = "output"
 )
 
+// DefaultAxis is the axis taken where an optional axis is not given (a
+// plan rule without one, calib.LayerOptions' zero Axis): the output axis,
+// whose packed [in, out] matrix is what tt-metal's linear reads, so that
+// such a tensor exports to ttnn without moving exponent groups.
+const DefaultAxis = AxisOutput
+
 // ParseAxis returns the axis named s: "input" or "output", or "in" and
 // "out" (any case, surrounding space ignored). The error for anything else
 // wraps ErrUnknownAxis.

@@ -53,8 +53,8 @@ const DefaultMinTokensFraction = 0.005
 type LayerOptions struct {
 	// Format of the expert matrices: bfp.BFP4 by default.
 	Format bfp.Format
-	// Axis along which 16 values share an exponent: bfp.AxisInput by
-	// default.
+	// Axis along which 16 values share an exponent: bfp.DefaultAxis (the
+	// output axis, as in plans and on the command line) when zero.
 	Axis bfp.Axis
 	// Method for the routed and shared experts, quant.GPTQ (the
 	// default) or quant.RTN.
@@ -130,7 +130,7 @@ func (o LayerOptions) withDefaults(tokens int) (LayerOptions, error) {
 		o.Format = bfp.BFP4
 	}
 	if o.Axis == "" {
-		o.Axis = bfp.AxisInput
+		o.Axis = bfp.DefaultAxis
 	}
 	if o.Method == "" {
 		o.Method = quant.GPTQ

@@ -120,7 +120,7 @@ func TestQuantizeMoELayerHeldOut(t *testing.T) {
 		if r.Expert != SharedExpert {
 			w, _ = l.Experts.Expert(r.Expert)
 		}
-		g := gptq.NewBFPGrid(rep.formatValue(t), bfp.AxisInput)
+		g := gptq.NewBFPGrid(rep.formatValue(t), bfp.DefaultAxis)
 		q := &ffn.ExpertWeights{}
 		q.Gate, _ = gptq.RTN(w.Gate, len(w.Gate)/cfg.Hidden, cfg.Hidden, g)
 		q.Up, _ = gptq.RTN(w.Up, len(w.Up)/cfg.Hidden, cfg.Hidden, g)
@@ -229,7 +229,7 @@ func TestStarvedExperts(t *testing.T) {
 					switch pol {
 					case StarvedRTN:
 						rows := []int{32, 32, 64}[i]
-						want, _ := gptq.RTN([][]float32{w.Gate, w.Up, w.Down}[i], rows, len(got)/rows, gptq.NewBFPGrid(bfpDefault, bfp.AxisInput))
+						want, _ := gptq.RTN([][]float32{w.Gate, w.Up, w.Down}[i], rows, len(got)/rows, gptq.NewBFPGrid(bfpDefault, bfp.DefaultAxis))
 						if m.Method != quant.RTN || m.Hessian != HessianNone || m.Fallback == nil || !errors.Is(m.Fallback, ErrStarved) || !reflect.DeepEqual(got, want) {
 							t.Errorf("expert %d %s: %+v, or values differ from RTN", e, m.Name, m)
 						}
@@ -361,7 +361,7 @@ func TestExpertOrder(t *testing.T) {
 	}
 	n := len(toks)
 	w, _ := l.Experts.Expert(e)
-	g := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput)
+	g := gptq.NewBFPGrid(bfp.BFP4, bfp.DefaultAxis)
 	opt := gptq.DefaultOptions()
 	hgu := gptq.NewHessian(64)
 	hgu.Add(xe, n)
@@ -432,7 +432,8 @@ func TestGridPerMatrix(t *testing.T) {
 	cfg := model.MoEConfig{Hidden: 64, Experts: 4, TopK: 2, ExpertInter: 16, SharedInter: 16, NormTopK: true}
 	l := testLayer(cfg, 9)
 	cal, held := activations(t, 0, 512, 64, 4), activations(t, 512, 64, 64, 4)
-	b4, b8 := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput), gptq.NewBFPGrid(bfp.BFP8, bfp.AxisOutput)
+	// b4 is the default grid, b8 on the other axis.
+	b4, b8 := gptq.NewBFPGrid(bfp.BFP4, bfp.DefaultAxis), gptq.NewBFPGrid(bfp.BFP8, bfp.AxisInput)
 	grids := make([]ExpertGrids, cfg.Experts)
 	for e := range grids {
 		grids[e] = ExpertGrids{Gate: b4, Up: b4, Down: b8}
@@ -445,9 +446,9 @@ func TestGridPerMatrix(t *testing.T) {
 	}
 	for _, st := range append(rep.Experts, *rep.Shared) {
 		for _, m := range st.Matrices {
-			want := "BFP4_b input-axis"
+			want := "BFP4_b output-axis"
 			if m.Name == "down_proj" || st.Expert == SharedExpert {
-				want = "BFP8_b output-axis"
+				want = "BFP8_b input-axis"
 			}
 			if m.Grid != want {
 				t.Errorf("expert %d %s: grid %q, want %q", st.Expert, m.Name, m.Grid, want)
@@ -551,7 +552,7 @@ func TestRTNExponentRule(t *testing.T) {
 	g := gptq.DefaultOptions()
 	g.Exponent = gptq.ExpTTMetal
 	_, res := collect(t, l, activations(t, 0, 256, 64, 1), activations(t, 256, 64, 64, 1), LayerOptions{Method: quant.RTN, GPTQ: &g})
-	grid := gptq.NewBFPGrid(bfp.BFP4, bfp.AxisInput)
+	grid := gptq.NewBFPGrid(bfp.BFP4, bfp.DefaultAxis)
 	changed := false
 	for _, r := range res {
 		w, err := l.Experts.Expert(r.Expert)

@@ -1,10 +1,12 @@
 package gptq
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
 	"github.com/ttquant/ttquant/bfp"
+	"github.com/ttquant/ttquant/internal/kernels"
 )
 
 // ExponentRule selects how a BFP grid chooses the shared exponent of a
@@ -185,7 +187,8 @@ func (sc *expScratch[T]) size(n, cands int) {
 // column, the output axis), weight wts[j] per column (nil: 1), and on entry
 // exp[i] holds its largest exponent; on return exp[i] holds the choice. The
 // errors are summed in the order choose sums them (columns, then rows of
-// the group), so the result is choose's exactly.
+// the group), so the result is choose's exactly. Candidates outside the
+// fast rule are never chosen, so their errors are not computed.
 func chooseRows[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float64, per int, exp []uint8) {
 	if c.steps == 0 {
 		return
@@ -199,17 +202,49 @@ func chooseRows[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float6
 	sc.size(n, nc)
 	errs := sc.err[:nc*ng]
 	clear(errs)
-	tmp, cand := sc.tmp[:n], sc.cand[:n]
-	for k := 0; k < nc; k++ {
-		ek := errs[k*ng : (k+1)*ng]
-		for i, e := range exp {
-			if int(e) >= k {
-				e -= uint8(k)
+	if x32, ok := any(xs).([][]float32); ok {
+		// kernels.BFPErrAcc32 sums the same terms in the same order:
+		// (wj·d)·d with wj = 1 is d·d exactly.
+		var ek [kernels.BFPMaxCands][]float64
+		for k := range nc {
+			ek[k] = errs[k*ng : (k+1)*ng]
+		}
+		for j, x := range x32 {
+			wj := 1.0
+			if wts != nil {
+				wj = wts[j]
 			}
-			for r := i * per; r < min((i+1)*per, n); r++ {
-				cand[r] = e
+			kernels.BFPErrAcc32(x, exp, per, uint(c.rd.w), wj, ek[:nc])
+		}
+	} else {
+		candErrs(c, sc, xs, wts, per, exp, errs)
+	}
+	for i, emax := range exp {
+		if !c.rd.fast(emax) {
+			continue
+		}
+		best, bestE := errs[i], emax
+		for k := 1; k < nc; k++ {
+			e := emax - uint8(k)
+			if !c.rd.fast(e) {
+				break
+			}
+			if l := errs[k*ng+i]; l < best {
+				best, bestE = l, e
 			}
 		}
+		exp[i] = bestE
+	}
+}
+
+// candErrs sets errs[k·len(exp)+i] to group i's error under the candidate
+// k steps below exp[i], for values other than float32 (chooseRows).
+func candErrs[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float64, per int, exp []uint8, errs []float64) {
+	n, ng := len(xs[0]), len(exp)
+	tmp, cand := sc.tmp[:n], sc.cand[:n]
+	for k := 0; k <= c.steps; k++ {
+		ek := errs[k*ng : (k+1)*ng]
+		spreadExps(cand, exp, per, k)
 		for j, x := range xs {
 			bfpRoundVec(c.rd, x, tmp, cand)
 			wj := 1.0
@@ -242,20 +277,27 @@ func chooseRows[T float](c *expChoice, sc *expScratch[T], xs [][]T, wts []float6
 			}
 		}
 	}
-	for i, emax := range exp {
-		if !c.rd.fast(emax) {
+}
+
+// spreadExps sets cand[r] to the exponent k steps below exps[r/per] (kept
+// as it is when below k), for every r < len(cand): the exponent of each
+// value of groups of per values.
+func spreadExps(cand, exps []uint8, per, k int) {
+	n := len(cand)
+	for i, e := range exps[:(n+per-1)/per] {
+		if int(e) >= k {
+			e -= uint8(k)
+		}
+		c := cand[i*per : min((i+1)*per, n)]
+		if len(c) == 16 {
+			// A whole BFP group: two 8-byte stores.
+			v := uint64(e) * 0x0101010101010101
+			binary.LittleEndian.PutUint64(c, v)
+			binary.LittleEndian.PutUint64(c[8:], v)
 			continue
 		}
-		best, bestE := errs[i], emax
-		for k := 1; k < nc; k++ {
-			e := emax - uint8(k)
-			if !c.rd.fast(e) {
-				break
-			}
-			if l := errs[k*ng+i]; l < best {
-				best, bestE = l, e
-			}
+		for r := range c {
+			c[r] = e
 		}
-		exp[i] = bestE
 	}
 }

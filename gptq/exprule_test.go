@@ -1,7 +1,11 @@
 package gptq
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -267,4 +271,70 @@ func TestProxyLossExported(t *testing.T) {
 	if _, err := ProxyLoss(rp.W, q, rp.Rows, rp.Cols, rp.H[1:]); !errors.Is(err, ErrShape) {
 		t.Errorf("a short Hessian: %v", err)
 	}
+}
+
+var updateGoldenExponent = flag.Bool("update-golden-exponent", false, "rewrite testdata/golden_exponent.txt")
+
+// goldenExponent hashes the outputs and reported errors of Quantize and
+// RTNWith under ExpTTMetal and ExpSearch: every BFP format, both axes, act
+// order, static groups, both precisions, row and column counts that are
+// not multiples of 16, and a problem of several row chunks.
+func goldenExponent(t *testing.T) string {
+	probs := []*synthProblem{
+		newSynthProblem("golden", 300, 260, 400, 23),
+		newSynthProblem("chunks", 1100, 64, 150, 31),
+	}
+	opts := []Options{
+		{BlockSize: 128, PercDamp: 0.01},
+		{BlockSize: 64, SubBlock: 16, PercDamp: 0.01, ActOrder: true},
+		{BlockSize: 100, PercDamp: 0.02, StaticGroups: true, KeepDead: true},
+		{BlockSize: 128, PercDamp: 0.01, Float64: true, ActOrder: true},
+		{BlockSize: 40, PercDamp: 0.01, Float64: true},
+	}
+	h := sha256.New()
+	var b [8]byte
+	put := func(q []float32) {
+		for _, v := range q {
+			binary.LittleEndian.PutUint32(b[:4], math.Float32bits(v))
+			h.Write(b[:4])
+		}
+	}
+	for _, p := range probs {
+		diag := hdiag(p.H, p.Cols)
+		for _, f := range bfp.Formats() {
+			for _, axis := range []bfp.Axis{bfp.AxisInput, bfp.AxisOutput} {
+				g := NewBFPGrid(f, axis)
+				for _, r := range []ExponentRule{ExpTTMetal, ExpSearch} {
+					for _, d := range [][]float64{nil, diag} {
+						q, err := RTNWith(p.W, p.Rows, p.Cols, g, RTNOptions{Exponent: r, Diag: d})
+						if err != nil {
+							t.Fatal(err)
+						}
+						put(q)
+					}
+					for _, o := range opts {
+						o.Exponent = r
+						res, err := Quantize(p.W, p.Rows, p.Cols, p.H, g, o)
+						if err != nil {
+							t.Fatal(err)
+						}
+						put(res.Q)
+						binary.LittleEndian.PutUint64(b[:], math.Float64bits(res.Error))
+						h.Write(b[:])
+					}
+				}
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestGoldenExponent pins the outputs of the exponent rules other than
+// ExpMax. testdata/golden_exponent.txt was written by this test (go test
+// -run TestGoldenExponent -update-golden-exponent ./gptq) before the
+// search's candidate errors were vectorized, so it proves that change left
+// every chosen exponent, and every output bit, as it was; the purego build
+// must reproduce it too.
+func TestGoldenExponent(t *testing.T) {
+	checkGolden(t, goldenExponent(t), "testdata/golden_exponent.txt", *updateGoldenExponent, "the exponent rules' outputs")
 }

@@ -185,17 +185,17 @@ func (st *bfpOutputState[T]) column(k int, w, q []T, ch *rowChunk[T]) {
 			ch.gexp, ch.cols = make([]uint8, ng), make([][]T, 1)
 		}
 		exps := ch.gexp[:ng]
-		for i := range exps {
-			exps[i] = maxExponent(w[i*bfp.GroupSize : min((i+1)*bfp.GroupSize, n)])
+		if w32, ok := any(w).([]float32); ok {
+			kernels.GroupMaxExponents32(w32, exps)
+		} else {
+			for i := range exps {
+				exps[i] = maxExponent(w[i*bfp.GroupSize : min((i+1)*bfp.GroupSize, n)])
+			}
 		}
 		ch.cols[0] = w
 		chooseRows(&st.ec, &ch.es, ch.cols[:1], nil, bfp.GroupSize, exps)
 		cand := ch.es.cand[:n]
-		for i, e := range exps {
-			for r := i * bfp.GroupSize; r < min((i+1)*bfp.GroupSize, n); r++ {
-				cand[r] = e
-			}
-		}
+		spreadExps(cand, exps, bfp.GroupSize, 0)
 		bfpRoundVec(st.rd, w, q, cand)
 		return
 	}

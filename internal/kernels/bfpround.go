@@ -130,6 +130,26 @@ func maxExponents32Go(x []float32, exp []uint8) {
 	}
 }
 
+// GroupMaxExponents32 sets exps[g] to the largest exponent field among
+// x[16g : min(16g+16, len(x))], for every group g of x: the shared
+// exponent of each BFP group (bfp.SharedExponent).
+func GroupMaxExponents32(x []float32, exps []uint8) {
+	if ng := (len(x) + 15) / 16; len(exps) < ng {
+		panic(fmt.Sprintf("kernels: GroupMaxExponents32: %d exponents for %d groups", len(exps), ng))
+	}
+	groupMaxExponents32(x, exps)
+}
+
+func groupMaxExponents32Go(x []float32, exps []uint8) {
+	for g := 0; g*16 < len(x); g++ {
+		var m uint32
+		for _, v := range x[g*16 : min(g*16+16, len(x))] {
+			m = max(m, math.Float32bits(v)>>23&0xff)
+		}
+		exps[g] = uint8(m)
+	}
+}
+
 // QuantErr32 is GPTQ's per-column error step in float32: for i < len(x),
 // with δ = x[i] − q[i], it sets e[i] = δ/d and adds float64(δ·δ/d2)/2 to
 // acc[i] (every float32 operation rounded, none fused).
@@ -146,5 +166,52 @@ func quantErr32Go(x, q, e []float32, acc []float64, d, d2 float32) {
 		diff := v - q[i]
 		acc[i] += float64(diff*diff/d2) / 2
 		e[i] = diff / d
+	}
+}
+
+// BFPMaxCands is the largest number of candidate exponents BFPErrAcc32
+// tries at once.
+const BFPMaxCands = 3
+
+// BFPErrAcc32 adds to acc the squared rounding errors of candidate shared
+// exponents, weighted by wt: acc[k] belongs to the candidate k steps below
+// the exponent given (len(acc) from 1 to BFPMaxCands). Value i of x
+// belongs to group g = i/per (per ≥ 1; per = 1: each value its own
+// group); with e = exps[g]−k, when exps[g] ≥ k and BFPFastExp(e, w), q is
+// x[i] rounded onto e as BFPRound32 rounds it, d = float64(x[i]) −
+// float64(q), and acc[k][g] += (wt·d)·d, each product rounded and none
+// fused. A group's values are added in their order. Entries whose
+// candidate the vector rule does not cover are left as they are.
+// Assembly and pure-Go builds give the same bits.
+func BFPErrAcc32(x []float32, exps []uint8, per int, w uint, wt float64, acc [][]float64) {
+	checkBFP("BFPErrAcc32", len(x), len(x), w)
+	if per < 1 || len(acc) < 1 || len(acc) > BFPMaxCands {
+		panic(fmt.Sprintf("kernels: BFPErrAcc32: %d values per group, %d candidates", per, len(acc)))
+	}
+	ng := (len(x) + per - 1) / per
+	if len(exps) < ng {
+		panic(fmt.Sprintf("kernels: BFPErrAcc32: %d exponents for %d groups", len(exps), ng))
+	}
+	for k, a := range acc {
+		if len(a) < ng {
+			panic(fmt.Sprintf("kernels: BFPErrAcc32: candidate %d has %d sums for %d groups", k, len(a), ng))
+		}
+	}
+	bfpErrAcc32(x, exps[:ng], per, uint32(w), wt, acc)
+}
+
+func bfpErrAcc32Go(x []float32, exps []uint8, per int, w uint32, wt float64, acc [][]float64) {
+	for k, a := range acc {
+		for i, v := range x {
+			g := i / per
+			// exps[g] < k wraps around to far above 254.
+			e := uint32(exps[g]) - uint32(k)
+			if e < w || e > 254 {
+				continue
+			}
+			q := math.Float32frombits(bfpRoundOne(math.Float32bits(v), e, w))
+			d := float64(v) - float64(q)
+			a[g] += float64(wt * d * d)
+		}
 	}
 }

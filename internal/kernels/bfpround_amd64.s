@@ -99,6 +99,24 @@ bfpvloop:
 	VZEROUPPER
 	RET
 
+// GROUPMAXEXP loads the group of 16 values at (SI) into Y0 and Y1 and
+// leaves the largest exponent field among them in every dword of X6.
+// Y2, Y3 and Y7 are clobbered.
+#define GROUPMAXEXP \
+	VMOVDQU      (SI), Y0       \
+	VMOVDQU      32(SI), Y1     \
+	VPSLLD       $1, Y0, Y2     \
+	VPSRLD       $24, Y2, Y2    \
+	VPSLLD       $1, Y1, Y3     \
+	VPSRLD       $24, Y3, Y3    \
+	VPMAXUD      Y3, Y2, Y6     \
+	VEXTRACTI128 $1, Y6, X7     \
+	VPMAXUD      X7, X6, X6     \
+	VPSHUFD      $0x4e, X6, X7  \
+	VPMAXUD      X7, X6, X6     \
+	VPSHUFD      $0xb1, X6, X7  \
+	VPMAXUD      X7, X6, X6
+
 // func bfpRoundGroups32AVX2(x, q *float32, n int, p *[5]uint32) bool
 // n a positive multiple of 16; each group of 16 is rounded onto the
 // largest exponent field among its values.
@@ -110,19 +128,7 @@ TEXT ·bfpRoundGroups32AVX2(SB), NOSPLIT, $0-33
 	BFPSETUP
 	SHRQ $4, CX
 bfpgloop:
-	VMOVDQU      (SI), Y0
-	VMOVDQU      32(SI), Y1
-	VPSLLD       $1, Y0, Y2
-	VPSRLD       $24, Y2, Y2
-	VPSLLD       $1, Y1, Y3
-	VPSRLD       $24, Y3, Y3
-	VPMAXUD      Y3, Y2, Y6
-	VEXTRACTI128 $1, Y6, X7
-	VPMAXUD      X7, X6, X6
-	VPSHUFD      $0x4e, X6, X7
-	VPMAXUD      X7, X6, X6
-	VPSHUFD      $0xb1, X6, X7
-	VPMAXUD      X7, X6, X6
+	GROUPMAXEXP
 	VPBROADCASTD X6, Y6
 	VPMINUD      Y6, Y4, Y4
 	VPMAXUD      Y6, Y13, Y13
@@ -226,5 +232,99 @@ qeloop:
 	ADDQ         $64, BX
 	DECQ         CX
 	JNZ          qeloop
+	VZEROUPPER
+	RET
+
+// func groupMaxExponents32AVX2(x *float32, exps *uint8, ng int)
+// exps[g] = the largest exponent field of x[16g : 16g+16], for g < ng
+// (positive).
+TEXT ·groupMaxExponents32AVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ exps+8(FP), DI
+	MOVQ ng+16(FP), CX
+gmloop:
+	GROUPMAXEXP
+	VMOVD X6, AX
+	MOVB  AL, (DI)
+	ADDQ  $64, SI
+	INCQ  DI
+	DECQ  CX
+	JNZ   gmloop
+	VZEROUPPER
+	RET
+
+// BFPERRCAND adds the weighted squared error of rounding the eight values
+// at (SI) onto the exponents in Y6 to the eight float64 sums at (ACC), in
+// the lanes whose exponent is in [w, 254]; the other sums are kept. Y4 =
+// the weight. Y0-Y3, Y7 are clobbered. The error is taken in float64 as
+// the Go twin takes it: (wt*d)*d with d = float64(x) - float64(q).
+#define BFPERRCAND(ACC) \
+	VPSUBD       Y8, Y6, Y7    \ // scale bits (E-(w-1))<<23
+	VPSLLD       $23, Y7, Y7   \
+	VMOVDQU      (SI), Y0      \
+	BFPROUND                   \ // q in Y1
+	VPCMPGTD     Y8, Y6, Y2    \ // kept: E > w-1 and 255 > E
+	VPCMPEQD     Y3, Y3, Y3    \
+	VPSRLD       $24, Y3, Y3   \
+	VPCMPGTD     Y6, Y3, Y3    \
+	VPAND        Y3, Y2, Y2    \
+	VCVTPS2PD    X1, Y3        \ // low four: acc + (wt*d)*d
+	VCVTPS2PD    (SI), Y0      \
+	VSUBPD       Y3, Y0, Y0    \
+	VMULPD       Y4, Y0, Y3    \
+	VMULPD       Y0, Y3, Y3    \
+	VMOVUPD      (ACC), Y7     \
+	VADDPD       Y3, Y7, Y3    \
+	VPMOVSXDQ    X2, Y0        \
+	VBLENDVPD    Y0, Y3, Y7, Y3 \
+	VMOVUPD      Y3, (ACC)     \
+	VEXTRACTF128 $1, Y1, X1    \ // high four
+	VCVTPS2PD    X1, Y3        \
+	VCVTPS2PD    16(SI), Y0    \
+	VSUBPD       Y3, Y0, Y0    \
+	VMULPD       Y4, Y0, Y3    \
+	VMULPD       Y0, Y3, Y3    \
+	VMOVUPD      32(ACC), Y7   \
+	VADDPD       Y3, Y7, Y3    \
+	VEXTRACTI128 $1, Y2, X2    \
+	VPMOVSXDQ    X2, Y0        \
+	VBLENDVPD    Y0, Y3, Y7, Y3 \
+	VMOVUPD      Y3, 32(ACC)
+
+// func bfpErrAcc32AVX2(x *float32, exps *uint8, n8 int, p *[5]uint32, wt float64, cands int, a0, a1, a2 *float64)
+// For i < n8 (a positive multiple of 8) and k < cands (1 to 3), with
+// E = exps[i]-k in [w, 254]: ak[i] += (wt*d)*d, d = x[i] - (x[i] rounded
+// onto E).
+TEXT ·bfpErrAcc32AVX2(SB), NOSPLIT, $0-72
+	MOVQ         x+0(FP), SI
+	MOVQ         exps+8(FP), DX
+	MOVQ         n8+16(FP), CX
+	MOVQ         p+24(FP), BX
+	MOVQ         cands+40(FP), R9
+	MOVQ         a0+48(FP), R10
+	MOVQ         a1+56(FP), R11
+	MOVQ         a2+64(FP), R12
+	BFPSETUP
+	VBROADCASTSD wt+32(FP), Y4
+	SHRQ         $3, CX
+bfpeloop:
+	VPMOVZXBD    (DX), Y6
+	BFPERRCAND(R10)
+	CMPQ         R9, $1
+	JEQ          bfpenext
+	VPSUBD       Y5, Y6, Y6
+	BFPERRCAND(R11)
+	CMPQ         R9, $2
+	JEQ          bfpenext
+	VPSUBD       Y5, Y6, Y6
+	BFPERRCAND(R12)
+bfpenext:
+	ADDQ         $32, SI
+	ADDQ         $8, DX
+	ADDQ         $64, R10
+	ADDQ         $64, R11
+	ADDQ         $64, R12
+	DECQ         CX
+	JNZ          bfpeloop
 	VZEROUPPER
 	RET

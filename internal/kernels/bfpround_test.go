@@ -191,8 +191,9 @@ func TestAllFinite32(t *testing.T) {
 	}
 }
 
-// TestMaxExponentsAndQuantErrTwins checks MaxExponents32 and QuantErr32
-// against their pure-Go twins bit for bit, on every length class of the
+// TestMaxExponentsAndQuantErrTwins checks MaxExponents32,
+// GroupMaxExponents32 and QuantErr32 against their pure-Go twins bit for
+// bit, on every length class of the
 // vector loops and their tails, with zeros, subnormals, infinities and
 // values whose squares underflow or overflow.
 func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
@@ -219,6 +220,19 @@ func TestMaxExponentsAndQuantErrTwins(t *testing.T) {
 		for i := range got {
 			if w := max(exp[i], uint8(math.Float32bits(x[i])>>23&0xff)); got[i] != w || want[i] != w {
 				t.Fatalf("n=%d: exponent[%d] = %d (Go twin %d), want %d", n, i, got[i], want[i], w)
+			}
+		}
+		ng := (n + 15) / 16
+		gG, gW := make([]uint8, ng), make([]uint8, ng)
+		GroupMaxExponents32(x, gG)
+		groupMaxExponents32Go(x, gW)
+		for g := range gG {
+			var w uint8
+			for _, v := range x[g*16 : min(g*16+16, n)] {
+				w = max(w, uint8(math.Float32bits(v)>>23&0xff))
+			}
+			if gG[g] != w || gW[g] != w {
+				t.Fatalf("n=%d: group %d exponent %d (Go twin %d), want %d", n, g, gG[g], gW[g], w)
 			}
 		}
 		d := float32(r.Float64()*2 + 0.01)
@@ -278,6 +292,71 @@ func TestGemmAccSide(t *testing.T) {
 			for i := range got {
 				if !bitsEqual64(got[i], want[i]) || !bitsEqual32(got32[i], want32[i]) || !bitsEqual32(gotP[i], want32[i]) {
 					t.Fatalf("%d workers %v: [%d] = %g / %g / %g, want %g / %g", w, sz, i, got[i], got32[i], gotP[i], want[i], want32[i])
+				}
+			}
+		}
+	}
+}
+
+// TestBFPErrAccTwins checks BFPErrAcc32 against its pure-Go twin and
+// against BFPRound32 followed by the float64 error, bit for bit: every
+// magnitude width, one and three candidates, one value per group and 16
+// (whole blocks of 64 groups, the transposed blocks of 8 and the groups
+// after them, a last group cut short), exponents across the whole range
+// and near 0 and 255, the weight 1 and others; sums of candidates outside
+// the vector rule must stay as they were.
+func TestBFPErrAccTwins(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	for w := uint(1); w <= BFPMaxMagBits; w++ {
+		for _, per := range []int{1, 16, 3} {
+			for _, n := range []int{1, 7, 8, 9, 16, 31, 133, 16 * 8, 16*64 + 5, 16 * 72, 16*67 + 3} {
+				eBase := []uint32{0, 1, uint32(w), uint32(w) + 1, 100, 127, 200, 254, 255}[r.IntN(9)]
+				x := bfpTestValues(r, n, eBase)
+				ng := (n + per - 1) / per
+				exps := make([]uint8, ng)
+				for g := range exps {
+					exps[g] = uint8(min(max(int(eBase)+r.IntN(5)-2, 0), 255))
+				}
+				wt := 1.0
+				if r.IntN(2) == 0 {
+					wt = math.Ldexp(1+r.Float64(), r.IntN(40)-20)
+				}
+				cands := 1 + r.IntN(BFPMaxCands)
+				acc := make([][]float64, cands)
+				twin := make([][]float64, cands)
+				want := make([][]float64, cands)
+				for k := range acc {
+					acc[k] = make([]float64, ng)
+					for g := range acc[k] {
+						acc[k][g] = r.Float64() * float64(r.IntN(2))
+					}
+					twin[k] = append([]float64(nil), acc[k]...)
+					want[k] = append([]float64(nil), acc[k]...)
+				}
+				BFPErrAcc32(x, exps, per, w, wt, acc)
+				bfpErrAcc32Go(x, exps, per, uint32(w), wt, twin)
+				for k := range want {
+					ev := make([]uint8, n)
+					for i := range ev {
+						ev[i] = exps[i/per] - uint8(k)
+					}
+					q := make([]float32, n)
+					BFPRound32(x, q, ev, w)
+					for i, v := range x {
+						if exps[i/per] < uint8(k) || !BFPFastExp(ev[i], w) {
+							continue
+						}
+						d := float64(v) - float64(q[i])
+						want[k][i/per] += float64(wt * d * d)
+					}
+				}
+				for k := range want {
+					for g := range want[k] {
+						if !bitsEqual64(acc[k][g], want[k][g]) || !bitsEqual64(twin[k][g], want[k][g]) {
+							t.Fatalf("w=%d per=%d n=%d cands=%d wt=%g: candidate %d group %d (exponent %d): %v (Go twin %v), want %v",
+								w, per, n, cands, wt, k, g, exps[g], acc[k][g], twin[k][g], want[k][g])
+						}
+					}
 				}
 			}
 		}

@@ -357,6 +357,53 @@ func bfpRoundGroups32(x, q []float32, w uint32) bool {
 	return bfpRoundGroups32AVX2(unsafe.SliceData(x), unsafe.SliceData(q), len(x), &p)
 }
 
+//go:noescape
+func bfpErrAcc32AVX2(x *float32, exps *uint8, n8 int, p *[5]uint32, wt float64, cands int, a0, a1, a2 *float64)
+
+// bfpErrAcc32 is bfpErrAcc32Go, eight groups at a time in assembly. With
+// 16 values per group, up to 64 groups are transposed at a time (transpose8)
+// so that row r of the block holds value r of each group, and the
+// assembly adds the rows in order: the same sums in the same order.
+func bfpErrAcc32(x []float32, exps []uint8, per int, w uint32, wt float64, acc [][]float64) {
+	done := 0 // groups done in assembly
+	if useAsm && (per == 1 || per == 16) {
+		p := bfpParams(w)
+		var a [BFPMaxCands]*float64
+		call := func(x []float32, g0, n8 int) {
+			for k := range a {
+				a[k] = &acc[min(k, len(acc)-1)][g0]
+			}
+			bfpErrAcc32AVX2(unsafe.SliceData(x), &exps[g0], n8, &p, wt, len(acc), a[0], a[1], a[2])
+		}
+		if per == 1 {
+			if done = len(x) &^ 7; done > 0 {
+				call(x, 0, done)
+			}
+		} else {
+			var buf [16 * 64]float32
+			full := len(x) / 16 &^ 7
+			for ; done < full; done += 64 {
+				m := min(64, full-done)
+				for b := 0; b < m; b += 8 {
+					transpose8(16, x[(done+b)*16:], 16, buf[b:], m)
+				}
+				for r := range 16 {
+					call(buf[r*m:(r+1)*m], done, m)
+				}
+			}
+			done = full
+		}
+	}
+	if done*per >= len(x) {
+		return
+	}
+	var rest [BFPMaxCands][]float64
+	for k, s := range acc {
+		rest[k] = s[done:]
+	}
+	bfpErrAcc32Go(x[done*per:], exps[done:], per, w, wt, rest[:len(acc)])
+}
+
 // bfpParams is the parameter block of the assembly: w, s = 24−w,
 // half = 2^(s−1)−1, maxq = 2^w−1, w−1.
 func bfpParams(w uint32) [5]uint32 {
@@ -398,6 +445,21 @@ func maxExponents32AVX2(x *float32, exp *uint8, n32 int)
 
 //go:noescape
 func quantErr32AVX2(x, q, e *float32, acc *float64, n8 int, d, d2 float32)
+
+//go:noescape
+func groupMaxExponents32AVX2(x *float32, exps *uint8, ng int)
+
+// groupMaxExponents32 is groupMaxExponents32Go, the whole groups in
+// assembly.
+func groupMaxExponents32(x []float32, exps []uint8) {
+	ng := len(x) / 16
+	if useAsm && ng > 0 {
+		groupMaxExponents32AVX2(unsafe.SliceData(x), unsafe.SliceData(exps), ng)
+	} else {
+		ng = 0
+	}
+	groupMaxExponents32Go(x[ng*16:], exps[ng:])
+}
 
 // maxExponents32 is maxExponents32Go, 32 values at a time in assembly.
 func maxExponents32(x []float32, exp []uint8) {

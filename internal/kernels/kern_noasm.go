@@ -51,11 +51,17 @@ func axpyTri[T float32 | float64](c, a []T, lda int, acc []T, m int) { axpyTriGo
 func bfpRound32(x, q []float32, exps []uint8, w uint32) bool { return bfpRound32Go(x, q, exps, w) }
 func bfpRoundGroups32(x, q []float32, w uint32) bool         { return bfpRoundGroups32Go(x, q, w) }
 
+func bfpErrAcc32(x []float32, exps []uint8, per int, w uint32, wt float64, acc [][]float64) {
+	bfpErrAcc32Go(x, exps, per, w, wt, acc)
+}
+
 func axpySubRows32(a, x, y []float32, ldy int) { axpySubRows32Go(a, x, y, ldy) }
 
 func allFinite32(x []float32) bool { return allFinite32Go(x) }
 
 func maxExponents32(x []float32, exp []uint8) { maxExponents32Go(x, exp) }
+
+func groupMaxExponents32(x []float32, exps []uint8) { groupMaxExponents32Go(x, exps) }
 
 func quantErr32(x, q, e []float32, acc []float64, d, d2 float32) {
 	quantErr32Go(x, q, e, acc, d, d2)

@@ -30,7 +30,7 @@ const PlanVersion = 1
 //
 // Format is one of BFP8_b, BFP4_b, BFP2_b, BF16, F32, AS_IS (case does not
 // matter; Validate gives the canonical spelling). Method is gptq or rtn for BFP formats (default rtn) and none
-// otherwise (the default). Axis (input or output, default DefaultAxis) and
+// otherwise (the default). Axis (input or output, default bfp.DefaultAxis) and
 // Tile ("HxW", default 32x32) apply to BFP formats only.
 type Rule struct {
 	Pattern string                `json:"pattern"`
@@ -41,12 +41,6 @@ type Rule struct {
 	// Note says why the rule exists; it is carried into reports only.
 	Note string `json:"note,omitempty"`
 }
-
-// DefaultAxis is the BFP block axis of a rule that names none: the output
-// axis, whose packed matrix is the transposed [in, out] weight that
-// tt-metal's linear (ttnn.linear, ttnn.matmul's second operand) reads, so
-// that such a checkpoint exports to ttnn without moving exponent groups.
-const DefaultAxis = bfp.AxisOutput
 
 // Plan is an ordered list of rules: the first rule whose pattern matches a
 // stored tensor's name decides how it is stored. A tensor no rule matches
@@ -89,7 +83,7 @@ func normalizeRule(i int, r Rule) (Rule, error) {
 		}
 		switch a {
 		case "":
-			a = DefaultAxis
+			a = bfp.DefaultAxis
 		case bfp.AxisInput, bfp.AxisOutput:
 		default:
 			return bad("unknown axis %q (want input or output)", r.Axis)
