@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ttquant/ttquant/bfp"
 	"github.com/ttquant/ttquant/manifest"
 )
 
@@ -57,7 +58,7 @@ var tailRules = []Rule{
 // axis: Preset validates them, which gives every BFP rule DefaultAxis.
 // PresetRuntime says so in the presets' descriptions. Plan.WithAxis (the
 // commands' --axis) selects the input axis instead.
-const PresetAxis = DefaultAxis
+const PresetAxis = bfp.DefaultAxis
 
 // PresetRuntime is the runtime layout the presets build for, as their
 // descriptions state it.
