@@ -55,7 +55,7 @@ var tailRules = []Rule{
 // that tt-metal's linear reads (tt-metal's model code transposes each
 // weight to [in, out] before ttnn.as_tensor, and a BFP tensor cannot be
 // transposed without quantizing it again). The presets' rules name no
-// axis: Preset validates them, which gives every BFP rule DefaultAxis.
+// axis: Preset validates them, which gives every BFP rule bfp.DefaultAxis.
 // PresetRuntime says so in the presets' descriptions. Plan.WithAxis (the
 // commands' --axis) selects the input axis instead.
 const PresetAxis = bfp.DefaultAxis
