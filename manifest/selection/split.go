@@ -190,6 +190,18 @@ type ShardOptions struct {
 	SensitivityFile string
 }
 
+// Validate reports a missing worker or sensitivity file (the rules that
+// pair the worker with the data and the directory are CheckSplit's).
+func (so ShardOptions) Validate() error {
+	switch {
+	case so.Spec.Count == 0:
+		return errors.New("selection: MeasureShard needs a worker (ShardOptions.Spec)")
+	case so.SensitivityFile == "":
+		return errors.New("selection: a split measurement needs the sensitivity file")
+	}
+	return nil
+}
+
 // ShardReport is what one worker of a split measurement did.
 type ShardReport struct {
 	Worker  int    `json:"worker"`
@@ -235,12 +247,10 @@ func MeasureShard(ctx context.Context, opt MeasureOptions, s *Sensitivity, so Sh
 	if err := CheckSplit(so.Spec, opt.Data != nil, so.Dir); err != nil {
 		return nil, err
 	}
-	switch {
-	case so.Spec.Count == 0:
-		return nil, errors.New("selection: MeasureShard needs a worker (ShardOptions.Spec)")
-	case so.SensitivityFile == "":
-		return nil, errors.New("selection: a split measurement needs the sensitivity file")
-	case s == nil || !s.sizesOnly:
+	if err := so.Validate(); err != nil {
+		return nil, err
+	}
+	if s == nil || !s.sizesOnly {
 		return nil, errors.New("selection: MeasureShard needs the result of Prepare")
 	}
 	if err := opt.Validate(); err != nil {
@@ -499,6 +509,14 @@ type MeasureAssembleOptions struct {
 	Workers int    // files hashed at once by the builds' assembly (0: 1)
 }
 
+// Validate reports a missing directory or a negative worker count.
+func (o MeasureAssembleOptions) Validate() error {
+	if o.Dir == "" || o.Workers < 0 {
+		return fmt.Errorf("selection: assemble: directory %q, workers %d", o.Dir, o.Workers)
+	}
+	return nil
+}
+
 // MeasureAssembly is what AssembleMeasurement did.
 type MeasureAssembly struct {
 	Dir string `json:"dir"`
@@ -526,8 +544,8 @@ type MeasureAssembly struct {
 // sensitivity file, the bytes a single process saves. A refusal wraps
 // shard.ErrAssemble, names the worker and the change, and writes nothing.
 func AssembleMeasurement(ctx context.Context, opt MeasureAssembleOptions) (*MeasureAssembly, error) {
-	if opt.Dir == "" || opt.Workers < 0 {
-		return nil, fmt.Errorf("selection: assemble: directory %q, workers %d", opt.Dir, opt.Workers)
+	if err := opt.Validate(); err != nil {
+		return nil, err
 	}
 	dir := opt.Dir
 	lk, err := fslock.AcquireExisting(dir)
