@@ -51,6 +51,42 @@ func worker(t *testing.T, args []string, env ...string) *exec.Cmd {
 	return c
 }
 
+// stopWorkerMidWrite runs worker args (one of three, index 1) with its
+// writes slowed down, sends it sig once seen reports a half-written file
+// (within 30 s, else the test fails), and checks what the stop leaves:
+// after SIGTERM exit status 1 and a stderr that says the build resumes;
+// after either, an assembly that refuses the unfinished worker.
+func stopWorkerMidWrite(t *testing.T, args []string, sig syscall.Signal, dir string, seen func() bool, what string) {
+	t.Helper()
+	c := worker(t, args, "TTQUANT_TEST_SLOW_WRITES=1")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.Wait() }()
+	mid := false
+	for deadline := time.Now().Add(30 * time.Second); !mid && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		mid = seen()
+	}
+	if !mid {
+		c.Process.Kill()
+		wg.Wait()
+		t.Fatalf("worker 1/3 was never seen %s; stderr %s", what, c.Stderr)
+	}
+	c.Process.Signal(sig)
+	wg.Wait()
+	if code := c.ProcessState.ExitCode(); sig == syscall.SIGTERM && code != exitError {
+		t.Errorf("after SIGTERM: status %d, want %d; stderr %s", code, exitError, c.Stderr)
+	}
+	if sig == syscall.SIGTERM && !strings.Contains(c.Stderr.(*bytes.Buffer).String(), "resume") {
+		t.Errorf("after SIGTERM stderr does not say the build resumes: %s", c.Stderr)
+	}
+	if code, _, errs := runCLI(t, "assemble", dir); code == exitOK || !strings.Contains(errs, "worker 1/3 has not finished") {
+		t.Errorf("assemble with worker 1/3 stopped: status %d, stderr %q", code, errs)
+	}
+}
+
 // runWorkers runs the n workers of a split build at once, each as its own
 // process, and fails the test unless every one succeeds.
 func runWorkers(t *testing.T, n int, args []string) {
@@ -355,38 +391,12 @@ func TestShardWorkerKilledMidUnit(t *testing.T) {
 			}
 			// Worker 1, its writes slowed down, is stopped while an expert
 			// file is half written.
-			c := worker(t, at(1), "TTQUANT_TEST_SLOW_WRITES=1")
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Wait() }()
 			others, _ := filepath.Glob(filepath.Join(dir, "experts-*.safetensors"))
-			mid := ""
-			for deadline := time.Now().Add(30 * time.Second); mid == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			stopWorkerMidWrite(t, at(1), sig, dir, func() bool {
 				done, _ := filepath.Glob(filepath.Join(dir, "experts-*.safetensors"))
 				ms, _ := filepath.Glob(filepath.Join(dir, "experts-*"+manifest.PartialSuffix))
-				if len(ms) > 0 && len(done) > len(others) {
-					mid = ms[0]
-				}
-			}
-			if mid == "" {
-				c.Process.Kill()
-				wg.Wait()
-				t.Fatalf("worker 1/3 never wrote an expert file; stderr %s", c.Stderr)
-			}
-			c.Process.Signal(sig)
-			wg.Wait()
-			if code := c.ProcessState.ExitCode(); sig == syscall.SIGTERM && code != exitError {
-				t.Errorf("after SIGTERM: status %d, want %d; stderr %s", code, exitError, c.Stderr)
-			}
-			if sig == syscall.SIGTERM && !strings.Contains(c.Stderr.(*bytes.Buffer).String(), "resume") {
-				t.Errorf("after SIGTERM stderr does not say the build resumes: %s", c.Stderr)
-			}
-			if code, _, errs := runCLI(t, "assemble", dir); code == exitOK || !strings.Contains(errs, "worker 1/3 has not finished") {
-				t.Errorf("assemble with worker 1/3 stopped: status %d, stderr %q", code, errs)
-			}
+				return len(ms) > 0 && len(done) > len(others)
+			}, "writing an expert file")
 			code, out, errs := runCLI(t, append(at(1), "--json")...)
 			if code != exitOK {
 				t.Fatalf("worker 1/3 again: status %d\n%s\n%s", code, out, errs)

@@ -3,17 +3,14 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ttquant/ttquant/calib"
 	"github.com/ttquant/ttquant/internal/atomicfile"
@@ -251,36 +248,12 @@ func TestStoreWorkerKilledMidUnit(t *testing.T) {
 			}
 			// Worker 1, its writes slowed down, is stopped while a part is
 			// half written, after its first layer.
-			c := worker(t, at(1), "TTQUANT_TEST_SLOW_WRITES=1")
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Wait() }()
 			wdir := filepath.Join(dir, calib.StorePartialDir, "shard-00001-of-00003")
-			mid := false
-			for deadline := time.Now().Add(30 * time.Second); !mid && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			stopWorkerMidWrite(t, at(1), sig, dir, func() bool {
 				_, err := os.Stat(filepath.Join(wdir, walk.RecordName(0)))
 				ms, _ := filepath.Glob(filepath.Join(wdir, "parts", "*.part"+atomicfile.Suffix))
-				mid = err == nil && len(ms) > 0
-			}
-			if !mid {
-				c.Process.Kill()
-				wg.Wait()
-				t.Fatalf("worker 1/3 was never seen writing a part after its first layer; stderr %s", c.Stderr)
-			}
-			c.Process.Signal(sig)
-			wg.Wait()
-			if code := c.ProcessState.ExitCode(); sig == syscall.SIGTERM && code != exitError {
-				t.Errorf("after SIGTERM: status %d, want %d; stderr %s", code, exitError, c.Stderr)
-			}
-			if sig == syscall.SIGTERM && !strings.Contains(c.Stderr.(*bytes.Buffer).String(), "resume") {
-				t.Errorf("after SIGTERM stderr does not say the build resumes: %s", c.Stderr)
-			}
-			if code, _, errs := runCLI(t, "assemble", dir); code == exitOK || !strings.Contains(errs, "worker 1/3 has not finished") {
-				t.Errorf("assemble with worker 1/3 stopped: status %d, stderr %q", code, errs)
-			}
+				return err == nil && len(ms) > 0
+			}, "writing a part after its first layer")
 			code, out, errs := runCLI(t, append(at(1), "--json")...)
 			if code != exitOK {
 				t.Fatalf("worker 1/3 again: status %d\n%s\n%s", code, out, errs)
