@@ -207,7 +207,10 @@ func (l *MoE) routed(out, x []float32, r *Routing, ts []routedTask, products fun
 			}
 			toks, wts := r.ExpertTokens(e0 + t)
 			if products == nil {
-				tk.y, _ = tk.sc.Run(tk.w, tk.sc.X, len(toks), H, cfg.ExpertInter, nil, nil, nil) // float32 products cannot fail
+				var err error
+				if tk.y, err = tk.sc.Run(tk.w, tk.sc.X, len(toks), H, cfg.ExpertInter, nil, nil, nil); err != nil {
+					return err
+				}
 			}
 			ScatterAdd(out, tk.y, H, toks, wts)
 			tk.w, tk.y = nil, nil

@@ -109,12 +109,16 @@ func (s *Scratch) Forward(w *ExpertWeights, x []float32, rows, hidden, inter int
 	return y
 }
 
+// float32Products are the products of a nil *SwiGLUProducts: float32 on
+// the CPU. Only read, so one value serves every call without allocating.
+var float32Products SwiGLUProducts
+
 // Run is Forward with the products p (nil: float32), writing into y when
 // it is not nil (else into the scratch). downIn, when not nil, sees the
 // rows×inter input of down_proj, silu(gate·x) ⊙ up·x, before it is used.
 func (s *Scratch) Run(w *ExpertWeights, x []float32, rows, hidden, inter int, y []float32, p *SwiGLUProducts, downIn func([]float32) error) ([]float32, error) {
 	if p == nil {
-		p = &SwiGLUProducts{}
+		p = &float32Products
 	}
 	if err := s.gateUp(p, w, x, rows, hidden, inter); err != nil {
 		return nil, err
