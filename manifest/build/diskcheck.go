@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // ErrNoSpace is wrapped by the error of a build whose output file system
@@ -56,6 +57,31 @@ func (b *builder) checkDisk(recs map[string]*fileRecord) error {
 		return e
 	}
 	return nil
+}
+
+// freeAt finds the free space where dir is or would be created: on the
+// file system of dir or of its nearest existing parent.
+func freeAt(dir string) (int64, string) {
+	if dir == "" {
+		return -1, ""
+	}
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return -1, ""
+	}
+	for {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			if n, ok := freeBytes(d); ok {
+				return n, d
+			}
+			return -1, ""
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return -1, ""
+		}
+		d = parent
+	}
 }
 
 // freeAt is freeAt, or the test's stand-in.

@@ -48,7 +48,6 @@ type sequential struct {
 	m    *forward.Model // over Overlay{w, src}
 	ref  *forward.Model // over src: the source model for the reference stream
 	walk *walk.Walk     // the calibration sequences, the held-out ones last
-	ids  [][]int32      // walk.IDs
 	held int            // held-out sequences
 	dir  walk.Dir       // the walk's resume files: seqDir
 	in   *walk.Inputs   // what the walk is over
@@ -107,31 +106,6 @@ type SequentialWork struct {
 	FreeDir   string `json:"free_dir,omitempty"`
 }
 
-// freeAt finds the free space where dir is or would be created: on the
-// file system of dir or of its nearest existing parent.
-func freeAt(dir string) (int64, string) {
-	if dir == "" {
-		return -1, ""
-	}
-	d, err := filepath.Abs(dir)
-	if err != nil {
-		return -1, ""
-	}
-	for {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			if n, ok := freeBytes(d); ok {
-				return n, d
-			}
-			return -1, ""
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return -1, ""
-		}
-		d = parent
-	}
-}
-
 // sequentialWork sizes the sequential build a dry run describes.
 func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int, outputBytes int64) *SequentialWork {
 	so := b.opt.DataOptions.Calibration
@@ -150,7 +124,7 @@ func (b *builder) sequentialWork(cfg *model.Config, gptqMatrices int, outputByte
 	w.ForwardTokenLayers = int64(w.Layers) * (w.Tokens + ref)
 	w.ScratchBytes = 2 * (w.Tokens + ref) * int64(cfg.Hidden) * 4
 	w.DiskBytes = w.ScratchBytes + outputBytes
-	w.FreeBytes, w.FreeDir = freeAt(b.opt.Out)
+	w.FreeBytes, w.FreeDir = b.freeAt(b.opt.Out)
 	return w
 }
 
@@ -183,7 +157,7 @@ func (b *builder) openSequential(ctx context.Context) error {
 	if b.opt.HeldOutSequences >= len(ids) {
 		return fmt.Errorf("manifest: %d held-out sequences of the data's %d leave none for calibration", b.opt.HeldOutSequences, len(ids))
 	}
-	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, walk: wk, ids: ids, held: b.opt.HeldOutSequences, done: map[string]*produced{},
+	s := &sequential{b: b, cfg: cfg, src: src, ref: ref, walk: wk, held: b.opt.HeldOutSequences, done: map[string]*produced{},
 		dir: walk.Dir{Path: filepath.Join(b.opt.Out, manifest.PartialDir, seqDir), Faults: b.opt.Faults}}
 	if s.w, err = newSeqWeights(b); err != nil {
 		return err
@@ -305,16 +279,16 @@ func (s *sequential) layers() []int {
 }
 
 // calibSeqs is the number of sequences whose rows feed the Hessians.
-func (s *sequential) calibSeqs() int { return len(s.ids) - s.held }
+func (s *sequential) calibSeqs() int { return len(s.walk.IDs) - s.held }
 
 // refIDs are the sequences the source model's stream runs on: every one in
 // an asymmetric build (it gives the fits' targets), else the held-out ones
 // (it measures the drift).
 func (s *sequential) refIDs() [][]int32 {
 	if s.b.opt.Asymmetric {
-		return s.ids
+		return s.walk.IDs
 	}
-	return s.ids[s.calibSeqs():]
+	return s.walk.IDs[s.calibSeqs():]
 }
 
 // run performs the sequential pass and returns the per-layer statistics.
@@ -341,7 +315,7 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 		}
 	}
 	if start == 0 {
-		if x, err = walk.Embed(s.m, s.ids); err != nil {
+		if x, err = walk.Embed(s.m, s.walk.IDs); err != nil {
 			return nil, err
 		}
 		if xref, err = walk.Embed(s.ref, s.refIDs()); err != nil {
@@ -356,7 +330,7 @@ func (s *sequential) run(ctx context.Context, layerJobs map[int][]int, keep func
 			return nil, err
 		}
 		b.track.layerStart(l)
-		if x, err = s.walk.Enter(s.m, l, s.ids, x); err != nil {
+		if x, err = s.walk.Enter(s.m, l, s.walk.IDs, x); err != nil {
 			return nil, err
 		}
 		if xref, err = s.walk.Enter(s.ref, l, s.refIDs(), xref); err != nil {
@@ -455,8 +429,7 @@ func (s *sequential) stages(l int) seqStages {
 			continue
 		}
 		r := model.Role(t.role)
-		switch {
-		case r == model.RoleSharedDown || r == model.RoleMLPDown:
+		if r == model.RoleSharedDown || r == model.RoleMLPDown {
 			st.down = append(st.down, t)
 			continue
 		}
@@ -735,12 +708,13 @@ func (s *sequential) finishLayer(l int, ls *manifest.LayerStats, x, xref []float
 	sort.Strings(names)
 	for _, n := range names {
 		p := s.done[n]
-		if _, err := s.b.opt.Faults.WriteFile(s.blobPath(l, n), p.data); err != nil {
+		sum, err := s.b.opt.Faults.WriteFile(s.blobPath(l, n), p.data)
+		if err != nil {
 			s.mu.Unlock()
 			return err
 		}
 		te := p.te
-		te.Length, te.SHA256 = int64(len(p.data)), manifest.SHA256Hex(p.data)
+		te.Length, te.SHA256 = int64(len(p.data)), sum
 		rec.Dense = append(rec.Dense, seqTensor{Entry: te, Stats: p.ms})
 	}
 	s.done = map[string]*produced{}
