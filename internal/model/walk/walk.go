@@ -118,7 +118,7 @@ func Embed(m *forward.Model, ids [][]int32) ([]float32, error) {
 // the MTP layer the final hidden state at t joined with the embedding of
 // token t+1 (forward.Model.MTPInputs).
 func (w *Walk) Enter(m *forward.Model, l int, ids [][]int32, x []float32) ([]float32, error) {
-	if l != w.Config.Layers {
+	if !w.IsMTP(l) {
 		return x, nil
 	}
 	return m.MTPInputs(ids, x)
