@@ -266,7 +266,7 @@ func open(opt Options) (_ *builder, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("textcalib: %w", err)
 	}
-	ident, err := ModelIdentity(opt.Model)
+	ident, err := calib.ModelIdentity(opt.Model)
 	if err != nil {
 		return nil, err
 	}
@@ -682,7 +682,3 @@ func buildData(opt Options) (*dataset.Result, int64, error) {
 	}
 	return res, asked, nil
 }
-
-// ModelIdentity is calib.ModelIdentity: the sha256 of the model
-// directory's config.json and safetensors files.
-func ModelIdentity(dir string) (string, error) { return calib.ModelIdentity(dir) }

@@ -54,7 +54,7 @@ func TestBuildFromText(t *testing.T) {
 	if p.Synthetic || p.Sequences != 3 || p.Tokens != 96 || p.Model != "tiny-qwen36-trained" {
 		t.Errorf("provenance %+v", p)
 	}
-	if id, err := ModelIdentity(opt.Model); err != nil || p.Revision != id || !strings.HasPrefix(id, "sha256:") {
+	if id, err := calib.ModelIdentity(opt.Model); err != nil || p.Revision != id || !strings.HasPrefix(id, "sha256:") {
 		t.Errorf("model identity %q, provenance %q (%v)", id, p.Revision, err)
 	}
 	var data dataset.Provenance
