@@ -97,7 +97,7 @@ type storeWorkerRecord struct {
 }
 
 func storeWorkerName(s shard.Spec) string {
-	return fmt.Sprintf("shard-%05d-of-%05d", s.Index, s.Count)
+	return s.FileName("shard", "")
 }
 
 // StoreWorkerDir is the directory of worker s's own files in a split store

@@ -48,6 +48,13 @@ func (s Spec) IsWhole() bool { return s.Valid() && s.Count == 1 }
 // String spells s as the --shard flag takes it: "i/N".
 func (s Spec) String() string { return strconv.Itoa(s.Index) + "/" + strconv.Itoa(s.Count) }
 
+// FileName is the name of worker s's file of a split job:
+// PREFIX-IIIII-of-NNNNN followed by ext ("" for a directory or a stem).
+// Every split job names its workers' records, locks and parts so.
+func (s Spec) FileName(prefix, ext string) string {
+	return fmt.Sprintf("%s-%05d-of-%05d%s", prefix, s.Index, s.Count, ext)
+}
+
 // Rules are the messages of the rules of a split run's options (the
 // worker's shard, the directory the workers share, and the like), rules
 // R and options' names N of the package that checks them: Pkg prefixes

@@ -271,3 +271,12 @@ func TestVerify(t *testing.T) {
 		}
 	}
 }
+
+func TestSpecFileName(t *testing.T) {
+	if got := (Spec{Index: 3, Count: 12}).FileName("shard", ".json"); got != "shard-00003-of-00012.json" {
+		t.Errorf("FileName: %q", got)
+	}
+	if got := (Spec{Index: 0, Count: 1}).FileName("changes", ""); got != "changes-00000-of-00001" {
+		t.Errorf("FileName: %q", got)
+	}
+}

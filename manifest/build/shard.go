@@ -143,11 +143,11 @@ type shardRecord struct {
 }
 
 func shardRecordName(s shard.Spec) string {
-	return fmt.Sprintf("shard-%05d-of-%05d.json", s.Index, s.Count)
+	return s.FileName("shard", ".json")
 }
 
 func shardLockName(s shard.Spec) string {
-	return fmt.Sprintf("shard-%05d-of-%05d.lock", s.Index, s.Count)
+	return s.FileName("shard", ".lock")
 }
 
 // sharded reports whether the build is one worker of a split build.

@@ -101,7 +101,7 @@ type changeUnit struct {
 }
 
 func changesName(s shard.Spec) string {
-	return fmt.Sprintf("changes-%05d-of-%05d", s.Index, s.Count)
+	return s.FileName("changes", "")
 }
 
 func changesLockName(s shard.Spec) string { return changesName(s) + ".lock" }
@@ -582,13 +582,15 @@ func AssembleMeasurement(ctx context.Context, opt MeasureAssembleOptions) (*Meas
 		}
 	}
 	res.SensitivityFile, res.Sensitivity = head.SensitivityFile, s
-	if old, err := os.ReadFile(head.SensitivityFile); err == nil {
-		if now, err := s.marshal(); err == nil && bytes.Equal(old, now) {
-			res.Unchanged = true
-			return res, nil
-		}
+	now, err := s.marshal()
+	if err != nil {
+		return nil, err
 	}
-	if err := s.Save(head.SensitivityFile); err != nil {
+	if old, err := os.ReadFile(head.SensitivityFile); err == nil && bytes.Equal(old, now) {
+		res.Unchanged = true
+		return res, nil
+	}
+	if _, err := atomicfile.WriteFile(head.SensitivityFile, now); err != nil {
 		return nil, err
 	}
 	return res, nil

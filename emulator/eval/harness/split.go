@@ -141,7 +141,7 @@ func splitKey(ref eval.RunInfo, cands []eval.RunInfo, data DataInfo, settings Se
 }
 
 func partName(s shard.Spec) string {
-	return fmt.Sprintf("eval-%05d-of-%05d.part", s.Index, s.Count)
+	return s.FileName("eval", ".part")
 }
 
 // share returns the windows of worker s.
